@@ -1,0 +1,78 @@
+"""Entry point of the ``localrun`` command.
+
+Each command group lives in its own module exposing ``register(subparsers)``; it adds its
+sub-parsers and sets ``func`` (a callable taking the parsed ``argparse.Namespace`` and
+returning the exit code). Errors from the :mod:`localrun.errors` tree are printed as
+``Error: message`` with exit code 1; a bad setting exits with 2; Ctrl-C with 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+from ..errors import ConfigError, LocalrunError
+
+# Command modules, in help order. A module listed here that is missing is skipped, so the
+# CLI keeps working while later command groups are still being written.
+COMMAND_MODULES = (
+    "localrun.cli.serve_cmd",
+    "localrun.cli.run_cmd",
+    "localrun.cli.store_cmds",
+    "localrun.cli.daemon_cmds",
+    "localrun.cli.top_cmd",
+    "localrun.cli.bench_cmd",
+    "localrun.cli.info_cmd",
+    "localrun.cli.service_cmd",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="localrun",
+        description="Run language models locally: pull, serve, chat.",
+    )
+    parser.add_argument("-v", "--version", action="version", version=f"localrun {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 0
+    try:
+        code = func(args)
+    except ConfigError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 2
+    except LocalrunError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `localrun list | head`: stop quietly, and keep Python from complaining at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    return int(code or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m localrun.cli.main`
+    sys.exit(main())

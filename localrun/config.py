@@ -1,0 +1,212 @@
+"""Settings: one accessor per ``LOCALRUN_*`` environment variable.
+
+Each accessor reads the environment when called (so tests can monkeypatch it), validates the
+value and raises :class:`~localrun.errors.ConfigError` naming the variable on a bad value:
+never a silent fallback. :func:`load_settings` reads them all at once, for startup.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+from .errors import ConfigError
+
+APP_NAME = "localrun"
+DEFAULT_PORT = 11435
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+
+
+def _env(name: str) -> str | None:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return None
+    return value.strip()
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def is_loopback(self) -> bool:
+        return self.host in ("127.0.0.1", "localhost", "::1") or self.host.startswith("127.")
+
+
+def parse_host(value: str, variable: str = "LOCALRUN_HOST") -> HostPort:
+    """Parse ``[scheme://]host[:port]``, ``:port`` or ``[v6]:port`` (port defaults to 11435)."""
+    raw = value.strip()
+    raw = re.sub(r"^https?://", "", raw).rstrip("/")
+    host, port_s = raw, ""
+    if raw.startswith("["):
+        end = raw.find("]")
+        if end < 0:
+            raise ConfigError(f"{variable}={value!r}: unclosed '[' in IPv6 address")
+        host, rest = raw[1:end], raw[end + 1 :]
+        if rest:
+            if not rest.startswith(":"):
+                raise ConfigError(f"{variable}={value!r}: expected ':port' after ']'")
+            port_s = rest[1:]
+    elif raw.count(":") == 1:
+        host, port_s = raw.split(":")
+    elif raw.count(":") > 1:
+        host = raw  # bare IPv6 address
+    host = host or "127.0.0.1"
+    if not port_s:
+        return HostPort(host, DEFAULT_PORT)
+    if not port_s.isdigit() or not 0 < int(port_s) < 65536:
+        raise ConfigError(f"{variable}={value!r}: port must be a number from 1 to 65535")
+    return HostPort(host, int(port_s))
+
+
+def parse_duration(value: str | int | float, variable: str = "keep_alive") -> float | None:
+    """Parse an Ollama-style duration into seconds; ``None`` means forever.
+
+    Accepts a number of seconds (``300``, ``-1``), or Go-style ``5m``, ``1h30m``, ``250ms``,
+    ``-1m``. Any negative value means "keep forever"; ``0`` means "unload now".
+    """
+    if isinstance(value, bool):
+        raise ConfigError(f"{variable}: expected a duration, got {value!r}")
+    if isinstance(value, (int, float)):
+        return None if value < 0 else float(value)
+    text = str(value).strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        return None if seconds < 0 else seconds
+    negative = text.startswith("-")
+    body = text[1:] if negative else text
+    if not body or _DURATION_RE.sub("", body) != "":
+        raise ConfigError(
+            f"{variable}={value!r}: expected a duration like '5m', '1h30m', '300' or '-1'"
+        )
+    unit = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    total = sum(float(n) * unit[u] for n, u in _DURATION_RE.findall(body))
+    return None if negative and total > 0 else total
+
+
+def _positive_int(variable: str, default: int, minimum: int = 1) -> int:
+    raw = _env(variable)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{variable}={raw!r}: expected a whole number") from None
+    if value < minimum:
+        raise ConfigError(f"{variable}={raw!r}: must be at least {minimum}")
+    return value
+
+
+def host() -> HostPort:
+    """``LOCALRUN_HOST``: where the daemon listens and the client connects. Default ``127.0.0.1:11435``."""
+    raw = _env("LOCALRUN_HOST")
+    return parse_host(raw) if raw else HostPort("127.0.0.1", DEFAULT_PORT)
+
+
+def models_dir() -> Path:
+    """``LOCALRUN_MODELS``: the model store. Default: the platformdirs user data dir + ``models``."""
+    raw = _env("LOCALRUN_MODELS")
+    if raw is None:
+        return Path(platformdirs.user_data_dir(APP_NAME)) / "models"
+    path = Path(raw).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"LOCALRUN_MODELS={raw!r}: exists and is not a directory")
+    return path
+
+
+def data_dir() -> Path:
+    """Per-user data (conversations, history): the platformdirs user data dir."""
+    return Path(platformdirs.user_data_dir(APP_NAME))
+
+
+def log_dir() -> Path:
+    """Where the background daemon writes its log: the platformdirs user log dir."""
+    return Path(platformdirs.user_log_dir(APP_NAME))
+
+
+def keep_alive() -> float | None:
+    """``LOCALRUN_KEEP_ALIVE``: how long an idle model stays loaded. Default ``5m``.
+
+    Seconds; ``None`` means forever (a negative value), ``0`` unloads after each request.
+    """
+    raw = _env("LOCALRUN_KEEP_ALIVE")
+    return 300.0 if raw is None else parse_duration(raw, "LOCALRUN_KEEP_ALIVE")
+
+
+def max_loaded_models() -> int:
+    """``LOCALRUN_MAX_LOADED_MODELS``: models resident at once. Default 3 (Ollama's CPU default)."""
+    return _positive_int("LOCALRUN_MAX_LOADED_MODELS", 3)
+
+
+def num_parallel() -> int:
+    """``LOCALRUN_NUM_PARALLEL``: sequence slots per loaded model.
+
+    Default sized to the machine: 4 per CPU core, between 4 and 16 (8 on a 2-core machine),
+    since batched decode on CPU keeps gaining throughput up to about 16 sequences.
+    """
+    default = min(16, max(4, 4 * (os.cpu_count() or 1)))
+    return _positive_int("LOCALRUN_NUM_PARALLEL", default)
+
+
+def max_queue() -> int:
+    """``LOCALRUN_MAX_QUEUE``: requests waiting for a slot before new ones get 503. Default 512."""
+    return _positive_int("LOCALRUN_MAX_QUEUE", 512)
+
+
+def origins() -> tuple[str, ...]:
+    """``LOCALRUN_ORIGINS``: extra CORS origins (comma-separated), beside localhost ones. Default none."""
+    raw = _env("LOCALRUN_ORIGINS")
+    if raw is None:
+        return ()
+    items = tuple(o.strip() for o in raw.split(",") if o.strip())
+    for origin in items:
+        if origin != "*" and not re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://[^\s/]+$|^[^\s:/]+\*?$", origin):
+            raise ConfigError(f"LOCALRUN_ORIGINS: {origin!r} is not an origin like 'https://app.example'")
+    return items
+
+
+def api_key() -> str | None:
+    """``LOCALRUN_API_KEY``: when set, required as ``Authorization: Bearer KEY``. Default unset."""
+    raw = _env("LOCALRUN_API_KEY")
+    if raw is not None and any(c.isspace() for c in raw):
+        raise ConfigError("LOCALRUN_API_KEY must not contain whitespace")
+    return raw
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: HostPort
+    models_dir: Path
+    keep_alive: float | None
+    max_loaded_models: int
+    num_parallel: int
+    max_queue: int
+    origins: tuple[str, ...]
+    api_key: str | None
+
+
+def load_settings() -> Settings:
+    """Read and validate every setting; raises ConfigError naming the first bad variable."""
+    return Settings(
+        host=host(),
+        models_dir=models_dir(),
+        keep_alive=keep_alive(),
+        max_loaded_models=max_loaded_models(),
+        num_parallel=num_parallel(),
+        max_queue=max_queue(),
+        origins=origins(),
+        api_key=api_key(),
+    )

@@ -1,0 +1,137 @@
+"""The engine's public contract: option structs, requests and the events a request yields.
+
+Plain dataclasses, no llama_cpp import, so the runtime and server can use them without
+loading native code. Load-time options (a difference means reload) are separate from
+per-request sampling options, as in Ollama.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class LoadOptions:
+    """Options fixed when a model is loaded; a request asking for different ones reloads it."""
+
+    num_ctx: int = 4096          # context length per sequence slot, in tokens
+    num_batch: int = 512         # max tokens per llama_decode call (prefill chunk budget)
+    num_gpu: int | None = None   # layers to offload; None = decided by the fit check
+    main_gpu: int = 0
+    num_thread: int | None = None  # None = all physical cores
+    use_mmap: bool = True
+    num_parallel: int = 4        # sequence slots (LOCALRUN_NUM_PARALLEL)
+    adapter: str | None = None   # path to a LoRA adapter GGUF
+    embedding: bool = False      # load for embeddings (pooling) instead of generation
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingOptions:
+    """Per-request sampling; defaults are Ollama's."""
+
+    temperature: float = 0.8     # 0 = greedy
+    top_k: int = 40              # 0 = disabled
+    top_p: float = 0.9           # 1.0 = disabled
+    min_p: float = 0.0
+    typical_p: float = 1.0
+    repeat_penalty: float = 1.1
+    repeat_last_n: int = 64      # -1 = whole context, 0 = disabled
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None      # None = random
+    num_predict: int | None = None  # None (Ollama's -1) = until end of generation or context
+    stop: tuple[str, ...] = ()
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+
+class Truncation(enum.Enum):
+    """What to do with a prompt longer than the context."""
+
+    FRONT = "front"    # drop the oldest tokens after the first num_keep (system prompt kept)
+    REJECT = "reject"  # raise ContextOverflow
+
+
+@dataclass(slots=True)
+class GenerateRequest:
+    """One completion: a prompt (text or token ids) and how to sample it.
+
+    ``format`` is None, ``"json"`` or a JSON Schema dict; ``grammar`` is raw GBNF and wins over it.
+    ``num_keep`` is how many leading prompt tokens FRONT truncation keeps (the system prompt).
+    """
+
+    prompt: str | list[int]
+    sampling: SamplingOptions = field(default_factory=SamplingOptions)
+    format: str | dict[str, Any] | None = None
+    grammar: str | None = None
+    truncation: Truncation = Truncation.FRONT
+    num_keep: int = 0
+    add_special: bool = True  # add BOS when the prompt is text
+
+
+class DoneReason(enum.Enum):
+    STOP = "stop"          # end-of-generation token or a stop string
+    LENGTH = "length"      # num_predict reached or the context is full
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """New text for the stream: always whole UTF-8 characters, never special tokens."""
+
+    text: str
+    logprobs: tuple[TokenLogprob, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DoneEvent:
+    """The last event of a successful request; durations are nanoseconds."""
+
+    done_reason: DoneReason
+    prompt_eval_count: int       # prompt tokens (after truncation)
+    cached_tokens: int           # of which came from the prefix cache
+    eval_count: int              # generated tokens
+    prompt_eval_duration: int
+    eval_duration: int
+    truncated_tokens: int = 0    # prompt tokens dropped by FRONT truncation
+    context: tuple[int, ...] = ()  # prompt + generated token ids (Ollama's `context`)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorEvent:
+    """The last event of a failed request; ``error`` is a LocalrunError."""
+
+    error: Exception
+
+
+Event = TokenEvent | DoneEvent | ErrorEvent
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedResult:
+    embeddings: list[list[float]]
+    prompt_eval_count: int
+    truncated: list[bool]        # per input: was it cut to fit the context
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """A snapshot for /api/ps and /metrics."""
+
+    slots_total: int
+    slots_active: int
+    queued: int
+    kv_cells_total: int
+    kv_cells_used: int
+    prefix_cache_hit_tokens: int   # cumulative
+    prompt_tokens: int             # cumulative
+    generated_tokens: int          # cumulative

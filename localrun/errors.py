@@ -1,0 +1,153 @@
+"""One error hierarchy for localrun.
+
+Every error knows the HTTP status it maps to and a short machine-readable ``code``;
+the server renders it as ``{"error": msg}`` on /api and as an OpenAI error object on /v1,
+the CLI prints ``Error: msg`` and exits non-zero.
+
+    LocalrunError                      500 internal
+    ├── ConfigError                    bad LOCALRUN_* value (startup)
+    ├── InvalidRequest                 400 bad user input
+    │   ├── InvalidName                model name rejected
+    │   ├── ModelfileError             Modelfile syntax/semantics (carries line number)
+    │   ├── InvalidModelFile           not a GGUF / truncated / impossible tensors
+    │   ├── TemplateError              chat template failed to render or escaped the sandbox
+    │   ├── GrammarError               format / JSON schema cannot be enforced
+    │   ├── ContextOverflow            prompt longer than num_ctx and truncation refused
+    │   └── OptionError                out-of-range or wrong-typed option
+    ├── Unauthorized                   401 missing/wrong API key
+    ├── Forbidden                      403 foreign Host header / origin
+    ├── NotFound                       404
+    │   └── ModelNotFound              model not in the store
+    ├── PayloadTooLarge                413 request body over the limit
+    ├── ModelTooLarge                  507 the model can never fit in memory
+    ├── Busy                           503 queue full (carries retry_after seconds)
+    ├── StoreError                     500 store I/O problem
+    │   └── CorruptBlob                stored bytes do not match their digest
+    ├── PullError                      502 download failed
+    │   └── DigestMismatch             downloaded bytes do not match the advertised hash
+    ├── EngineError                    500 llama.cpp returned an error
+    └── RunnerCrashed                  502 the model's runner process died
+"""
+
+from __future__ import annotations
+
+
+class LocalrunError(Exception):
+    """Base of every error localrun raises on purpose."""
+
+    status: int = 500
+    code: str = "internal_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(LocalrunError):
+    code = "config_error"
+
+
+class InvalidRequest(LocalrunError):
+    status = 400
+    code = "invalid_request"
+
+
+class InvalidName(InvalidRequest):
+    code = "invalid_name"
+
+
+class ModelfileError(InvalidRequest):
+    """A Modelfile problem; ``line`` is 1-based, or None when not tied to a line."""
+
+    code = "invalid_modelfile"
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(f"line {line}: {message}" if line is not None else message)
+        self.line = line
+
+
+class InvalidModelFile(InvalidRequest):
+    code = "invalid_model_file"
+
+
+class TemplateError(InvalidRequest):
+    code = "template_error"
+
+
+class GrammarError(InvalidRequest):
+    code = "unsupported_format"
+
+
+class ContextOverflow(InvalidRequest):
+    code = "context_length_exceeded"
+
+
+class OptionError(InvalidRequest):
+    code = "invalid_option"
+
+
+class Unauthorized(LocalrunError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(LocalrunError):
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(LocalrunError):
+    status = 404
+    code = "not_found"
+
+
+class ModelNotFound(NotFound):
+    code = "model_not_found"
+
+
+class PayloadTooLarge(LocalrunError):
+    status = 413
+    code = "payload_too_large"
+
+
+class ModelTooLarge(LocalrunError):
+    status = 507
+    code = "insufficient_memory"
+
+
+class Busy(LocalrunError):
+    status = 503
+    code = "server_busy"
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class StoreError(LocalrunError):
+    code = "store_error"
+
+
+class CorruptBlob(StoreError):
+    code = "corrupt_blob"
+
+
+class PullError(LocalrunError):
+    status = 502
+    code = "pull_failed"
+
+
+class DigestMismatch(PullError):
+    code = "digest_mismatch"
+
+
+class EngineError(LocalrunError):
+    code = "engine_error"
+
+
+class RunnerCrashed(LocalrunError):
+    status = 502
+    code = "runner_crashed"
