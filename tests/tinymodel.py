@@ -36,7 +36,10 @@ def _vocab(extra_control: tuple[str, ...]) -> tuple[list[str], list[float], list
     for b in range(256):
         tokens.append(f"<0x{b:02X}>")
         types.append(TokenType.BYTE)
-    pieces = ["▁"] + [chr(c) for c in range(33, 127)] + ["▁" + w for w in _WORDS] + [w for w in _WORDS]
+    # Every prefix of every word is a piece too, so the SPM merges can reach whole words.
+    words = ["▁" + w for w in _WORDS] + list(_WORDS)
+    prefixes = [w[:i] for w in words for i in range(2, len(w) + 1)]
+    pieces = ["▁"] + [chr(c) for c in range(33, 127)] + prefixes
     seen = set(tokens)
     for p in pieces:
         if p not in seen:
