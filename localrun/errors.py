@@ -26,7 +26,8 @@ the CLI prints ``Error: msg`` and exits non-zero.
     ├── PullError                      502 download failed
     │   └── DigestMismatch             downloaded bytes do not match the advertised hash
     ├── EngineError                    500 llama.cpp returned an error
-    └── RunnerCrashed                  502 the model's runner process died
+    ├── RunnerCrashed                  502 the model's runner process died
+    └── BenchError                     `localrun bench` cannot measure a target (unreachable, rejects requests)
 """
 
 from __future__ import annotations
@@ -151,3 +152,9 @@ class EngineError(LocalrunError):
 class RunnerCrashed(LocalrunError):
     status = 502
     code = "runner_crashed"
+
+
+class BenchError(LocalrunError):
+    """`localrun bench` cannot measure a target: unreachable, no model, or it rejects every request."""
+
+    code = "bench_failed"
