@@ -1,0 +1,273 @@
+"""The fit check: how much memory a model needs and where its layers go.
+
+:func:`read_geometry` reads the few GGUF header keys that size a model (a small reader of our own:
+``gguf.GGUFReader`` materialises the whole vocabulary, 11 s for a 262k-token model on this
+machine, while skipping arrays takes milliseconds). :func:`estimate` adds up weights, KV cache for
+``num_ctx * num_parallel`` tokens (f16 K and V, as the engine allocates) and compute buffers;
+:func:`place` decides how many layers go to a GPU and whether the rest fits in RAM.
+
+The numbers are estimates, deliberately on the high side: a model that is refused here would
+have failed to allocate or pushed the machine into swap.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from ..engine.types import LoadOptions
+from ..errors import InvalidModelFile
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_KEEP = ("context_length", "embedding_length", "block_count", "feed_forward_length", "head_count",
+         "head_count_kv", "key_length", "value_length", "sliding_window")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelGeometry:
+    """What the fit check needs from a GGUF header."""
+
+    architecture: str
+    file_size: int
+    n_layer: int
+    n_embd: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    head_dim_k: int
+    head_dim_v: int
+    n_vocab: int
+    n_ctx_train: int
+    chat_template: str | None = None
+    size_label: str | None = None
+    file_type: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    weights: int
+    kv_cache: int
+    compute: int
+    n_layer: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.compute
+
+    @property
+    def per_layer(self) -> int:
+        """Bytes one repeating layer adds where it lives (weights + its share of the KV cache)."""
+        return (self.weights + self.kv_cache) // max(1, self.n_layer + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """A memory pool: ``kind`` is "cpu" or "gpu" (any non-CPU backend device counts as GPU)."""
+
+    name: str
+    kind: str
+    total: int
+    free: int
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a model goes: ``gpu_layers`` of its layers on ``gpu`` (None = all on CPU)."""
+
+    gpu_layers: int
+    ram: int
+    vram: int
+    gpu: str | None = None
+
+    @property
+    def size(self) -> int:
+        return self.ram + self.vram
+
+    def processor(self) -> str:
+        """Ollama's PROCESSOR column: ``100% CPU``, ``100% GPU`` or ``48%/52% CPU/GPU``."""
+        if self.vram <= 0:
+            return "100% CPU"
+        if self.ram <= 0:
+            return "100% GPU"
+        gpu_pct = round(100 * self.vram / self.size)
+        return f"{100 - gpu_pct}%/{gpu_pct}% CPU/GPU"
+
+
+class _Reader:
+    def __init__(self, buf: mmap.mmap) -> None:
+        self.buf = buf
+        self.pos = 0
+
+    def take(self, fmt: str) -> object:
+        (value,) = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return value
+
+    def string(self) -> str:
+        n = int(self.take("<Q"))  # type: ignore[call-overload]
+        raw = self.buf[self.pos : self.pos + n]
+        self.pos += n
+        return raw.decode("utf-8", errors="replace")
+
+    def value(self, vtype: int, keep: bool) -> object:
+        if vtype == 8:
+            return self.string()
+        if vtype == 9:
+            item_type = int(self.take("<I"))  # type: ignore[call-overload]
+            count = int(self.take("<Q"))  # type: ignore[call-overload]
+            if item_type == 8:
+                for _ in range(count):
+                    n = struct.unpack_from("<Q", self.buf, self.pos)[0]
+                    self.pos += 8 + n
+            elif item_type in _SCALARS:
+                self.pos += count * struct.calcsize(_SCALARS[item_type])
+            else:
+                for _ in range(count):
+                    self.value(item_type, False)
+            return count
+        fmt = _SCALARS.get(vtype)
+        if fmt is None:
+            raise ValueError(f"unknown GGUF value type {vtype}")
+        return self.take(fmt)
+
+
+def read_geometry(path: str | Path) -> ModelGeometry:
+    """Read a GGUF header; raises InvalidModelFile when it is not a readable GGUF."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError as exc:
+        raise InvalidModelFile(f"cannot read model file {p}: {exc.strerror}") from exc
+    return _read_geometry_cached(str(p), st.st_size, st.st_mtime_ns)
+
+
+@lru_cache(maxsize=64)
+def _read_geometry_cached(path: str, size: int, _mtime: int) -> ModelGeometry:
+    meta: dict[str, object] = {}
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            r = _Reader(buf)
+            if buf[:4] != b"GGUF":
+                raise InvalidModelFile(f"{path} is not a GGUF file")
+            r.pos = 4
+            version = r.take("<I")
+            if version not in (2, 3):
+                raise InvalidModelFile(f"{path}: unsupported GGUF version {version}")
+            r.take("<Q")  # tensor count
+            kv_count = int(r.take("<Q"))  # type: ignore[call-overload]
+            for _ in range(kv_count):
+                key = r.string()
+                vtype = int(r.take("<I"))  # type: ignore[call-overload]
+                meta[key] = r.value(vtype, True)
+    except (ValueError, struct.error, OSError, IndexError) as exc:
+        raise InvalidModelFile(f"{path} is not a readable GGUF file ({exc})") from exc
+    arch = str(meta.get("general.architecture", "llama"))
+
+    def num(key: str, default: int) -> int:
+        value = meta.get(f"{arch}.{key}", meta.get(f"{arch}.attention.{key}", default))
+        return int(value) if isinstance(value, (int, float)) else default
+
+    n_embd = num("embedding_length", 4096)
+    n_head = max(1, num("head_count", 32))
+    head_dim = n_embd // n_head
+    n_vocab = meta.get("tokenizer.ggml.tokens", 32000)
+    template = meta.get("tokenizer.chat_template")
+    label = meta.get("general.size_label")
+    ftype = meta.get("general.file_type")
+    return ModelGeometry(
+        architecture=arch,
+        file_size=size,
+        n_layer=num("block_count", 32),
+        n_embd=n_embd,
+        n_ff=num("feed_forward_length", 4 * n_embd),
+        n_head=n_head,
+        n_head_kv=max(1, num("head_count_kv", n_head)),
+        head_dim_k=num("key_length", head_dim),
+        head_dim_v=num("value_length", head_dim),
+        n_vocab=int(n_vocab) if isinstance(n_vocab, int) else 32000,
+        n_ctx_train=num("context_length", 4096),
+        chat_template=template if isinstance(template, str) else None,
+        size_label=label if isinstance(label, str) else None,
+        file_type=int(ftype) if isinstance(ftype, int) else None,
+    )
+
+
+def estimate(geometry: ModelGeometry, options: LoadOptions) -> MemoryEstimate:
+    """Bytes needed to load ``geometry`` with ``options`` (weights + KV cache + compute buffers)."""
+    g = geometry
+    kv_tokens = options.num_ctx * max(1, options.num_parallel)
+    kv = kv_tokens * g.n_layer * g.n_head_kv * (g.head_dim_k + g.head_dim_v) * 2  # f16 K and V
+    batch = max(1, min(options.num_batch, kv_tokens))
+    # Activations for one batch, plus one row of logits per sequence slot, plus allocator slack.
+    compute = batch * (g.n_embd + g.n_ff) * 4 * 4 + max(1, options.num_parallel) * g.n_vocab * 4 + 32 * MiB
+    return MemoryEstimate(weights=g.file_size, kv_cache=kv, compute=compute, n_layer=g.n_layer)
+
+
+def place(est: MemoryEstimate, options: LoadOptions, gpus: list[Device]) -> Placement:
+    """Choose how many layers to offload: ``num_gpu`` when given, else as many as fit in free VRAM.
+
+    With several GPUs the one with most free memory (or ``main_gpu``) takes the layers; splitting
+    one model across GPUs is left to llama.cpp's defaults and not modelled here.
+    """
+    layers_total = est.n_layer + 1  # the output layer offloads too
+    if not gpus or options.num_gpu == 0:
+        return Placement(gpu_layers=0, ram=est.total, vram=0)
+    if options.num_gpu is not None and options.main_gpu < len(gpus):
+        gpu = gpus[options.main_gpu]
+    else:
+        gpu = max(gpus, key=lambda d: d.free)
+    if options.num_gpu is not None:
+        layers = min(max(0, options.num_gpu), layers_total)
+    else:
+        budget = gpu.free - est.compute
+        layers = max(0, min(layers_total, budget // max(1, est.per_layer)))
+    if layers == 0:
+        return Placement(gpu_layers=0, ram=est.total, vram=0)
+    vram = layers * est.per_layer + est.compute
+    ram = max(0, est.total - vram) + (0 if layers == layers_total else est.compute // 4)
+    return Placement(gpu_layers=int(layers), ram=int(ram), vram=int(vram), gpu=gpu.name)
+
+
+def system_devices() -> tuple[int, list[Device]]:
+    """Free RAM (psutil's "available") and the GPUs the ggml backend reports.
+
+    Uses :func:`localrun.devices.list_devices` when that module exists; otherwise CPU only.
+    """
+    import psutil
+
+    free_ram = int(psutil.virtual_memory().available)
+    gpus: list[Device] = []
+    try:
+        from .. import devices as devmod  # type: ignore[attr-defined]
+    except ImportError:
+        return free_ram, gpus
+    try:
+        listed = devmod.list_devices()
+    except Exception:  # a broken GPU driver must not stop CPU inference
+        return free_ram, gpus
+    for d in listed:
+        kind = str(getattr(d, "kind", "cpu")).lower()
+        if "cpu" in kind:
+            continue
+        gpus.append(Device(str(getattr(d, "name", "gpu")), "gpu", int(getattr(d, "total", 0)), int(getattr(d, "free", 0))))
+    return free_ram, gpus
+
+
+def total_ram() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().total)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
+

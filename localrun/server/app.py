@@ -1,0 +1,141 @@
+"""The daemon's aiohttp application and how to run it.
+
+:func:`create_app` wires settings, the model store, the scheduler (with runner processes as
+its backends) and the routes; tests pass their own ``store`` and ``load_fn``.
+:func:`serve` runs it in the foreground until SIGINT/SIGTERM, with handler cancellation on,
+so a client that disconnects cancels its handler and the engine request with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from ..config import Settings
+from ..runtime import memory
+from ..runtime.memory import Placement
+from ..runtime.process import RunnerProcess
+from ..runtime.scheduler import Backend, LoadFn, LoadSpec, Scheduler
+from . import routes_api, routes_openai, routes_status
+from .http import JSON_BODY_LIMIT
+from .keys import METRICS, SCHEDULER, SERVICE, SETTINGS, STARTED_AT, STORE
+from .metrics import Metrics
+from .middleware import MIDDLEWARES, add_cors_headers
+from .service import Service
+
+log = logging.getLogger(__name__)
+
+
+def runner_load_fn(factory: str | None = None, env: Mapping[str, str] | None = None) -> LoadFn:
+    """A scheduler ``load_fn`` that starts one runner process per model.
+
+    ``factory`` ("module:callable") replaces the engine class inside the runner (tests).
+    """
+
+    async def load(spec: LoadSpec, placement: Placement) -> Backend:
+        from dataclasses import replace
+
+        options = spec.options
+        if options.num_gpu is None:
+            options = replace(options, num_gpu=placement.gpu_layers)
+        return await RunnerProcess.start(
+            spec.name, spec.model_path, options, template=spec.template, factory=factory, env=env
+        )
+
+    return load
+
+
+def default_store(settings: Settings) -> Any:
+    from ..store import ModelStore
+
+    return ModelStore(settings.models_dir)
+
+
+def create_app(
+    settings: Settings,
+    *,
+    store: Any = None,
+    load_fn: LoadFn | None = None,
+    scheduler: Scheduler | None = None,
+) -> web.Application:
+    app = web.Application(middlewares=MIDDLEWARES, client_max_size=JSON_BODY_LIMIT)
+    metrics = Metrics()
+    if store is None:
+        store = default_store(settings)
+    if scheduler is None:
+        scheduler = Scheduler(
+            load_fn or runner_load_fn(),
+            probe=memory.system_devices,
+            total_ram=memory.total_ram,
+            geometry=memory.read_geometry,
+            max_loaded=settings.max_loaded_models,
+            max_queue=settings.max_queue,
+            default_keep_alive=settings.keep_alive,
+        )
+
+    def on_event(kind: str, model: Any, reason: str) -> None:
+        metrics.loads.labels(kind).inc()
+
+    scheduler.on_event = on_event
+    app[SETTINGS] = settings
+    app[STORE] = store
+    app[SCHEDULER] = scheduler
+    app[METRICS] = metrics
+    app[SERVICE] = Service(store, scheduler, metrics, num_parallel=settings.num_parallel,
+                           geometry=memory.read_geometry)
+    app[STARTED_AT] = 0.0
+    app.on_response_prepare.append(add_cors_headers)
+    routes_status.add_routes(app)
+    routes_api.add_routes(app)
+    routes_openai.add_routes(app)
+    try:
+        from . import routes_models
+    except ImportError as exc:  # the store is not importable: generation still works
+        log.warning("model management routes unavailable: %s", exc)
+    else:
+        routes_models.add_routes(app)
+
+    async def on_startup(app: web.Application) -> None:
+        app[STARTED_AT] = asyncio.get_running_loop().time()
+        app[SCHEDULER].start()
+
+    async def on_cleanup(app: web.Application) -> None:
+        await app[SCHEDULER].close()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    return app
+
+
+async def start_site(app: web.Application, settings: Settings) -> web.AppRunner:
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host.host, settings.host.port)
+    await site.start()
+    return runner
+
+
+async def serve(settings: Settings, *, store: Any = None) -> None:
+    """Run the daemon until SIGINT or SIGTERM."""
+    app = create_app(settings, store=store)
+    runner = await start_site(app, settings)
+    log.info("localrun listening on %s (models in %s)", settings.host.url, settings.models_dir)
+    if not settings.host.is_loopback and not settings.api_key:
+        log.warning("listening on %s without LOCALRUN_API_KEY: anyone on the network can use it", settings.host.url)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # Windows
+            pass
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting down: unloading models")
+        await runner.cleanup()

@@ -1,0 +1,98 @@
+"""Small request/response helpers shared by the handlers: JSON bodies, typed fields, streams."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from aiohttp import web
+
+from ..errors import InvalidRequest
+
+JSON_BODY_LIMIT = 64 * 1024 * 1024  # aiohttp's client_max_size: bodies over it get 413
+
+
+async def read_json(request: web.Request) -> dict[str, Any]:
+    """The request body as a JSON object; malformed or non-object bodies are a 400."""
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    return body
+
+
+_TYPE_NAMES = {str: "a string", bool: "true or false", int: "a whole number", float: "a number",
+               list: "a list", dict: "an object"}
+
+
+def get(body: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
+    """``body[name]`` checked against ``kind`` (None/missing gives ``default``)."""
+    value = body.get(name)
+    if value is None:
+        return default
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        ok = False
+    elif float in kinds and isinstance(value, int) and not isinstance(value, bool):
+        ok = True
+    else:
+        ok = isinstance(value, kinds)
+    if not ok:
+        expected = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
+        raise InvalidRequest(f"'{name}' must be {expected}, got {type(value).__name__}")
+    return value
+
+
+def now_iso() -> str:
+    """RFC 3339 UTC timestamp with microseconds, as Ollama's ``created_at``."""
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def iso(ts: float | None) -> str:
+    if ts is None:  # "forever": Ollama shows a far-future time
+        return "2318-11-22T00:00:00Z"
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class NDJSONStream:
+    """``application/x-ndjson``: one JSON object per line, flushed as written."""
+
+    def __init__(self, request: web.Request) -> None:
+        self.request = request
+        self.response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+
+    async def write(self, obj: dict[str, Any]) -> None:
+        if not self.response.prepared:
+            await self.response.prepare(self.request)
+        await self.response.write(json.dumps(obj, ensure_ascii=False).encode() + b"\n")
+
+    async def finish(self) -> web.StreamResponse:
+        if not self.response.prepared:
+            await self.response.prepare(self.request)
+        await self.response.write_eof()
+        return self.response
+
+
+class SSEStream:
+    """``text/event-stream`` as OpenAI streams it: ``data: {json}`` events, then ``data: [DONE]``."""
+
+    def __init__(self, request: web.Request) -> None:
+        self.request = request
+        self.response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+
+    async def write(self, obj: dict[str, Any] | str) -> None:
+        if not self.response.prepared:
+            await self.response.prepare(self.request)
+        data = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)
+        await self.response.write(f"data: {data}\n\n".encode())
+
+    async def finish(self) -> web.StreamResponse:
+        await self.write("[DONE]")
+        await self.response.write_eof()
+        return self.response

@@ -1,0 +1,19 @@
+"""Typed application state (``web.AppKey``): what handlers may read from ``request.app``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from ..config import Settings
+from ..runtime.scheduler import Scheduler
+from .metrics import Metrics
+from .service import Service
+
+SETTINGS = web.AppKey("settings", Settings)
+SCHEDULER = web.AppKey("scheduler", Scheduler)
+SERVICE = web.AppKey("service", Service)
+METRICS = web.AppKey("metrics", Metrics)
+STORE = web.AppKey("store", Any)  # localrun.store.ModelStore (or a stand-in in tests)
+STARTED_AT = web.AppKey("started_at", float)

@@ -1,0 +1,53 @@
+"""Prometheus metrics for ``GET /metrics`` (prometheus_client writes the text format).
+
+Each app owns its own CollectorRegistry, so several apps in one process (tests) never clash.
+Counters and histograms are updated as requests run; gauges about resident models are
+refreshed by :meth:`Metrics.refresh` just before each scrape.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+
+disable_created_metrics()  # the *_created series only add noise to a single-process daemon
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "localrun_requests", "HTTP requests by route and status", ["endpoint", "status"], registry=r
+        )
+        self.ttft = Histogram(
+            "localrun_time_to_first_token_seconds", "Time from request to first generated token",
+            ["model"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.token_latency = Histogram(
+            "localrun_inter_token_latency_seconds", "Time between generated tokens of one stream",
+            ["model"], buckets=_TOKEN_BUCKETS, registry=r,
+        )
+        self.prompt_tokens = Counter("localrun_prompt_tokens", "Prompt tokens evaluated", ["model"], registry=r)
+        self.generated_tokens = Counter("localrun_generated_tokens", "Tokens generated", ["model"], registry=r)
+        self.cached_tokens = Counter(
+            "localrun_prefix_cache_hit_tokens", "Prompt tokens served from the prefix cache", ["model"], registry=r
+        )
+        self.queue_depth = Gauge("localrun_queue_depth", "Requests waiting for a model or a slot", registry=r)
+        self.loaded_models = Gauge("localrun_loaded_models", "Models resident in memory", registry=r)
+        self.model_memory = Gauge(
+            "localrun_model_memory_bytes", "Estimated memory of a resident model", ["model", "kind"], registry=r
+        )
+        self.kv_used = Gauge("localrun_kv_cache_used_cells", "KV cache cells in use", ["model"], registry=r)
+        self.kv_total = Gauge("localrun_kv_cache_cells", "KV cache cells allocated", ["model"], registry=r)
+        self.active = Gauge("localrun_active_requests", "Requests holding a sequence slot", ["model"], registry=r)
+        self.loads = Counter("localrun_model_loads", "Model loads, unloads and crashes", ["event"], registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def clear_model_gauges(self) -> None:
+        for gauge in (self.model_memory, self.kv_used, self.kv_total, self.active):
+            gauge.clear()

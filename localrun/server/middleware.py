@@ -1,0 +1,179 @@
+"""Middlewares: errors in each API's shape, metrics, Host/Origin checks, CORS and the API key.
+
+Order (outermost first): errors -> metrics -> host -> cors -> auth -> handler. Every
+LocalrunError becomes its HTTP status with ``{"error": msg}`` on /api (Ollama) or an OpenAI
+error object on /v1; aiohttp's own HTTP errors (404 route, 405, 413 body too large) are
+rendered the same way. Anything else is logged with a traceback and answered 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import hmac
+import ipaddress
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from .. import errors
+from .keys import METRICS, SETTINGS
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+PUBLIC_PATHS = ("/", "/health")
+_LOCAL_NAMES = ("localhost", "127.0.0.1", "::1", "0.0.0.0", "[::1]")
+
+
+def is_openai(request: web.Request) -> bool:
+    return request.path.startswith("/v1/") or request.path == "/v1"
+
+
+def openai_error_type(status: int) -> str:
+    return {
+        400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+        404: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
+    }.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+def error_body(request: web.Request, status: int, message: str, code: str) -> dict[str, Any]:
+    if is_openai(request):
+        return {"error": {"message": message, "type": openai_error_type(status), "param": None, "code": code}}
+    return {"error": message}
+
+
+def error_response(request: web.Request, exc: errors.LocalrunError) -> web.Response:
+    headers = {}
+    if isinstance(exc, errors.Busy):
+        headers["Retry-After"] = str(max(1, round(exc.retry_after)))
+    if isinstance(exc, errors.Unauthorized):
+        headers["WWW-Authenticate"] = "Bearer"
+    return web.json_response(error_body(request, exc.status, exc.message, exc.code), status=exc.status,
+                             headers=headers)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except errors.LocalrunError as exc:
+        if exc.status >= 500:
+            log.warning("%s %s failed: %s", request.method, request.path, exc)
+        return error_response(request, exc)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        message = {404: f"{request.path} not found", 405: f"method {request.method} not allowed on {request.path}",
+                   413: "request body too large"}.get(exc.status, exc.reason)
+        body = error_body(request, exc.status, message, exc.reason.lower().replace(" ", "_"))
+        return web.json_response(body, status=exc.status, headers={
+            k: v for k, v in exc.headers.items() if k.lower() in ("allow",)})
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception:  # a bug: log it with its traceback, answer in the API's shape
+        log.exception("%s %s failed", request.method, request.path)
+        return web.json_response(error_body(request, 500, "internal error (see the server log)", "internal_error"),
+                                 status=500)
+
+
+def _endpoint(request: web.Request) -> str:
+    route = request.match_info.route.resource
+    return route.canonical if route is not None else "unmatched"
+
+
+@web.middleware
+async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    finally:
+        request.app[METRICS].requests.labels(_endpoint(request), str(status)).inc()
+
+
+def _is_local_host(hostname: str) -> bool:
+    name = hostname.strip("[]").lower()
+    if name in ("localhost", "::1", "0.0.0.0") or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _split_host(host_header: str) -> str:
+    if host_header.startswith("["):
+        return host_header[1:].split("]", 1)[0]
+    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+
+
+@web.middleware
+async def host_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse foreign Host headers while bound to loopback: a DNS-rebinding page cannot reach us."""
+    settings = request.app[SETTINGS]
+    host = request.headers.get("Host")
+    if settings.host.is_loopback and host and not _is_local_host(_split_host(host)):
+        raise errors.Forbidden(f"Host {host!r} is not allowed: this server only answers local names")
+    return await handler(request)
+
+
+def origin_allowed(origin: str, extra: tuple[str, ...]) -> bool:
+    scheme, _, rest = origin.partition("://")
+    hostname = _split_host(rest.split("/", 1)[0]) if rest else ""
+    if scheme in ("http", "https") and _is_local_host(hostname):
+        return True
+    if scheme in ("app", "file", "tauri", "vscode-webview"):
+        return True
+    return any(pattern == "*" or fnmatch.fnmatchcase(origin, pattern) for pattern in extra)
+
+
+@web.middleware
+async def cors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return await handler(request)
+    if not origin_allowed(origin, request.app[SETTINGS].origins):
+        raise errors.Forbidden(f"origin {origin!r} is not allowed (set LOCALRUN_ORIGINS to allow it)")
+    cors = {
+        "Access-Control-Allow-Origin": origin,
+        "Vary": "Origin",
+        "Access-Control-Allow-Credentials": "true",
+    }
+    if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
+        return web.Response(status=204, headers={
+            **cors,
+            "Access-Control-Allow-Methods": "GET, HEAD, POST, PUT, DELETE, OPTIONS",
+            "Access-Control-Allow-Headers": request.headers.get(
+                "Access-Control-Request-Headers", "Authorization, Content-Type"),
+            "Access-Control-Max-Age": "600",
+        })
+    request["cors_headers"] = cors  # added to every response, streams and errors too (on_response_prepare)
+    return await handler(request)
+
+
+async def add_cors_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare`` signal: CORS headers for allowed origins."""
+    cors = request.get("cors_headers")
+    if cors:
+        response.headers.update(cors)
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    key = request.app[SETTINGS].api_key
+    if key and request.path not in PUBLIC_PATHS:
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
+            raise errors.Unauthorized("missing or wrong API key: send 'Authorization: Bearer <LOCALRUN_API_KEY>'")
+    return await handler(request)
+
+
+MIDDLEWARES = [error_middleware, metrics_middleware, host_middleware, cors_middleware, auth_middleware]

@@ -1,0 +1,325 @@
+"""The OpenAI API as pure conversions to and from localrun's native requests.
+
+Requests: :func:`chat_to_native`, :func:`completion_to_native`, :func:`embedding_inputs`.
+Responses: :func:`chat_completion`, :func:`chat_chunk`, :func:`completion`, :func:`usage`...
+No I/O here; ``routes_openai`` does the calling and streaming. Fields a request leaves unset
+keep the model's Modelfile defaults; ``num_ctx``, ``keep_alive``, ``top_k``, ``min_p``,
+``repeat_penalty`` (and a whole Ollama ``options`` object) may be passed as extra fields.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.types import DoneReason, TokenLogprob
+from ..errors import InvalidRequest
+from .options import parse_keep_alive
+from .tools import ToolCall, validate_tools
+
+_EXTRA_OPTIONS = ("num_ctx", "top_k", "min_p", "typical_p", "repeat_penalty", "repeat_last_n", "num_batch",
+                  "num_gpu", "num_thread", "num_keep", "use_mmap")
+
+
+@dataclass(slots=True)
+class NativeCall:
+    """A /v1 request in native terms."""
+
+    model: Any
+    options: dict[str, Any]
+    keep_alive: Any
+    stream: bool = False
+    include_usage: bool = False
+    n: int = 1
+    logprobs: bool = False
+    top_logprobs: int = 0
+    format: str | dict[str, Any] | None = None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    prompts: list[str] = field(default_factory=list)
+    echo: bool = False
+
+
+def _typed(body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str) -> Any:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        raise InvalidRequest(f"'{name}' must be {what}")
+    return value
+
+
+def options_from_openai(body: dict[str, Any]) -> dict[str, Any]:
+    """Sampling fields and localrun's extra fields -> an Ollama options dict."""
+    options: dict[str, Any] = {}
+    extra = body.get("options")
+    if extra is not None:
+        if not isinstance(extra, dict):
+            raise InvalidRequest("'options' must be an object")
+        options.update(extra)
+    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+        value = _typed(body, name, (int, float), "a number")
+        if value is not None:
+            options[name] = value
+    if body.get("seed") is not None:
+        options["seed"] = _typed(body, "seed", (int,), "a whole number")
+    stop = body.get("stop")
+    if stop is not None:
+        if isinstance(stop, str):
+            stop = [stop]
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+            raise InvalidRequest("'stop' must be a string or a list of strings")
+        options["stop"] = stop
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = _typed(body, name, (int,), "a whole number")
+        if value is not None:
+            if value < 1:
+                raise InvalidRequest(f"'{name}' must be at least 1")
+            options["num_predict"] = value
+            break
+    for name in _EXTRA_OPTIONS:
+        if body.get(name) is not None:
+            options[name] = body[name]
+    return options
+
+
+def response_format(value: Any) -> str | dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidRequest("'response_format' must be an object like {\"type\": \"json_object\"}")
+    kind = value.get("type")
+    if kind in ("text", None):
+        return None
+    if kind == "json_object":
+        return "json"
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise InvalidRequest("response_format.json_schema.schema must be a JSON schema object")
+        return schema
+    raise InvalidRequest(f"response_format.type must be text, json_object or json_schema, got {kind!r}")
+
+
+def _text_content(content: Any, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, dict):
+                raise InvalidRequest(f"{where}: content parts must be objects")
+            if part.get("type") == "text" and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif part.get("type") in ("image_url", "input_image", "input_audio"):
+                raise InvalidRequest(f"{where}: this model does not support {part['type']} content")
+            else:
+                raise InvalidRequest(f"{where}: unsupported content part {part.get('type')!r}")
+        return "".join(parts)
+    raise InvalidRequest(f"{where}: content must be a string or a list of content parts")
+
+
+def messages_from_openai(messages: Any) -> list[dict[str, Any]]:
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("'messages' must be a non-empty list")
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise InvalidRequest(f"messages[{i}] must be an object")
+        role = m.get("role")
+        if role == "developer":
+            role = "system"
+        if role not in ("system", "user", "assistant", "tool"):
+            raise InvalidRequest(f"messages[{i}].role must be system, developer, user, assistant or tool")
+        item: dict[str, Any] = {"role": role, "content": _text_content(m.get("content"), f"messages[{i}]")}
+        calls = m.get("tool_calls")
+        if calls:
+            if not isinstance(calls, list):
+                raise InvalidRequest(f"messages[{i}].tool_calls must be a list")
+            item["tool_calls"] = [_native_call(c, f"messages[{i}].tool_calls[{j}]") for j, c in enumerate(calls)]
+        if role == "tool":
+            if m.get("tool_call_id"):
+                item["tool_call_id"] = m["tool_call_id"]
+            if m.get("name"):
+                item["tool_name"] = m["name"]
+        out.append(item)
+    return out
+
+
+def _native_call(call: Any, where: str) -> dict[str, Any]:
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise InvalidRequest(f"{where} must be {{type: 'function', function: {{name, arguments}}}}")
+    args = fn.get("arguments") or {}
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            raise InvalidRequest(f"{where}.function.arguments is not valid JSON") from None
+    return {"function": {"name": fn["name"], "arguments": args}}
+
+
+def _common(body: dict[str, Any]) -> NativeCall:
+    n = _typed(body, "n", (int,), "a whole number")
+    if n is not None and not 1 <= n <= 16:
+        raise InvalidRequest("'n' must be between 1 and 16")
+    stream = bool(_typed(body, "stream", (bool,), "true or false"))
+    stream_options = body.get("stream_options")
+    if stream_options is not None and not isinstance(stream_options, dict):
+        raise InvalidRequest("'stream_options' must be an object")
+    include_usage = bool(stream_options and stream_options.get("include_usage"))
+    return NativeCall(
+        model=body.get("model"), options=options_from_openai(body),
+        keep_alive=parse_keep_alive(body.get("keep_alive")), stream=stream, include_usage=include_usage,
+        n=n or 1,
+    )
+
+
+def chat_to_native(body: dict[str, Any]) -> NativeCall:
+    call = _common(body)
+    call.messages = messages_from_openai(body.get("messages"))
+    call.tools = validate_tools(body.get("tools"))
+    call.tool_choice = body.get("tool_choice")
+    call.format = response_format(body.get("response_format"))
+    call.logprobs = bool(_typed(body, "logprobs", (bool,), "true or false"))
+    top = _typed(body, "top_logprobs", (int,), "a whole number") or 0
+    if not 0 <= top <= 20:
+        raise InvalidRequest("'top_logprobs' must be between 0 and 20")
+    call.top_logprobs = top
+    return call
+
+
+def completion_to_native(body: dict[str, Any]) -> NativeCall:
+    call = _common(body)
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        call.prompts = [prompt]
+    elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        call.prompts = list(prompt)
+    else:
+        raise InvalidRequest("'prompt' must be a string or a list of strings")
+    if body.get("suffix"):
+        raise InvalidRequest("this model does not support insert ('suffix')")
+    logprobs = _typed(body, "logprobs", (int,), "a whole number between 0 and 5")
+    if logprobs is not None:
+        if not 0 <= logprobs <= 5:
+            raise InvalidRequest("'logprobs' must be between 0 and 5")
+        call.logprobs, call.top_logprobs = True, logprobs
+    call.echo = bool(_typed(body, "echo", (bool,), "true or false"))
+    return call
+
+
+def embedding_inputs(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return list(value)
+    if isinstance(value, list) and value and all(isinstance(v, (int, list)) for v in value):
+        raise InvalidRequest("token-array inputs are not supported: send the text instead")
+    raise InvalidRequest("'input' must be a non-empty string or list of strings")
+
+
+# --- responses ------------------------------------------------------------------------------
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(12)}"
+
+
+def finish_reason(reason: DoneReason | None, tool_calls: bool) -> str:
+    if tool_calls:
+        return "tool_calls"
+    return "length" if reason is DoneReason.LENGTH else "stop"
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }
+
+
+def tool_calls_json(calls: list[ToolCall], stream: bool = False) -> list[dict[str, Any]]:
+    out = []
+    for i, c in enumerate(calls):
+        item: dict[str, Any] = {"id": f"call_{secrets.token_hex(8)}", "type": "function",
+                                "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+        if stream:
+            item["index"] = i
+        out.append(item)
+    return out
+
+
+def chat_logprobs(lps: list[TokenLogprob]) -> dict[str, Any]:
+    return {"content": [
+        {"token": lp.token, "logprob": lp.logprob, "bytes": list(lp.token.encode()),
+         "top_logprobs": [{"token": t, "logprob": p, "bytes": list(t.encode())} for t, p in lp.top]}
+        for lp in lps
+    ]}
+
+
+def completion_logprobs(lps: list[TokenLogprob], offset: int = 0) -> dict[str, Any]:
+    offsets, pos = [], offset
+    for lp in lps:
+        offsets.append(pos)
+        pos += len(lp.token)
+    return {
+        "tokens": [lp.token for lp in lps],
+        "token_logprobs": [lp.logprob for lp in lps],
+        "top_logprobs": [dict(lp.top) for lp in lps],
+        "text_offset": offsets,
+    }
+
+
+def chat_message(content: str, calls: list[ToolCall]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content if content or not calls else None}
+    if calls:
+        message["tool_calls"] = tool_calls_json(calls)
+    return message
+
+
+def chat_completion(rid: str, model: str, created: int, choices: list[dict[str, Any]],
+                    usage_: dict[str, Any]) -> dict[str, Any]:
+    return {"id": rid, "object": "chat.completion", "created": created, "model": model,
+            "system_fingerprint": "fp_localrun", "choices": choices, "usage": usage_}
+
+
+def chat_chunk(rid: str, model: str, created: int, index: int, delta: dict[str, Any],
+               finish: str | None = None, logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+            "system_fingerprint": "fp_localrun",
+            "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
+
+
+def usage_chunk(rid: str, model: str, created: int, obj: str, usage_: dict[str, Any]) -> dict[str, Any]:
+    return {"id": rid, "object": obj, "created": created, "model": model,
+            "system_fingerprint": "fp_localrun", "choices": [], "usage": usage_}
+
+
+def completion(rid: str, model: str, created: int, choices: list[dict[str, Any]],
+               usage_: dict[str, Any] | None) -> dict[str, Any]:
+    out = {"id": rid, "object": "text_completion", "created": created, "model": model,
+           "system_fingerprint": "fp_localrun", "choices": choices}
+    if usage_ is not None:
+        out["usage"] = usage_
+    return out
+
+
+def embedding_vector(vector: list[float], encoding: str) -> Any:
+    if encoding == "base64":
+        return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+    return vector
+
+
+def model_object(name: str, created: int) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": created, "owned_by": "library"}

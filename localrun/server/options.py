@@ -1,0 +1,136 @@
+"""Ollama ``options`` dicts -> typed LoadOptions and SamplingOptions (pure functions).
+
+Precedence: engine defaults < the model's Modelfile PARAMETERs < the request's options.
+A wrong type or an impossible value is an OptionError (HTTP 400) naming the option; options
+Ollama accepts but localrun does not implement (mirostat, numa, low_vram...) are ignored, as
+Ollama itself ignores options it does not know.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from ..config import parse_duration
+from ..engine.types import LoadOptions, SamplingOptions
+from ..errors import ConfigError, OptionError
+
+log = logging.getLogger(__name__)
+
+_INT = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "num_keep", "seed", "num_predict",
+        "top_k", "repeat_last_n", "top_logprobs"}
+_FLOAT = {"temperature", "top_p", "min_p", "typical_p", "repeat_penalty", "presence_penalty", "frequency_penalty"}
+_BOOL = {"use_mmap", "logprobs"}
+_LOAD = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "use_mmap"}
+_SAMPLING = {f.name for f in dataclasses.fields(SamplingOptions)}
+_DEFAULT_LOAD = LoadOptions()
+IGNORED = {"numa", "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mlock", "embedding_only", "tfs_z",
+           "mirostat", "mirostat_tau", "mirostat_eta", "penalize_newline", "rope_frequency_base",
+           "rope_frequency_scale", "num_gqa"}
+
+
+def check_option(name: str, value: Any) -> Any:
+    """Validate one option's type and range; returns the normalised value."""
+    if name in _INT:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise OptionError(f"option {name!r} must be a whole number, got {value!r}")
+        if name in ("num_ctx", "num_batch") and value < 1:
+            raise OptionError(f"option {name!r} must be at least 1, got {value}")
+        if name in ("num_thread", "num_gpu", "main_gpu", "num_keep", "top_k", "top_logprobs") and value < 0 and not (
+            name == "num_gpu" and value == -1
+        ):
+            raise OptionError(f"option {name!r} must not be negative, got {value}")
+        return value
+    if name in _FLOAT:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise OptionError(f"option {name!r} must be a number, got {value!r}")
+        if value != value or value in (float("inf"), float("-inf")):
+            raise OptionError(f"option {name!r} must be a finite number")
+        if name in ("temperature", "top_p", "min_p", "typical_p", "repeat_penalty") and value < 0:
+            raise OptionError(f"option {name!r} must not be negative, got {value}")
+        if name in ("top_p", "min_p", "typical_p") and value > 1:
+            raise OptionError(f"option {name!r} must be between 0 and 1, got {value}")
+        return float(value)
+    if name in _BOOL:
+        if not isinstance(value, bool):
+            raise OptionError(f"option {name!r} must be true or false, got {value!r}")
+        return value
+    if name == "stop":
+        if isinstance(value, str):
+            return (value,) if value else ()
+        if not isinstance(value, (list, tuple)) or not all(isinstance(s, str) for s in value):
+            raise OptionError(f"option 'stop' must be a string or a list of strings, got {value!r}")
+        return tuple(s for s in value if s)
+    return value
+
+
+def merge_options(
+    model_params: Mapping[str, Any] | None,
+    request_options: Any,
+    *,
+    num_parallel: int,
+    n_ctx_train: int | None = None,
+) -> tuple[LoadOptions, SamplingOptions, dict[str, Any]]:
+    """Combine Modelfile parameters and request options.
+
+    Returns (load options, sampling options, extras) where extras holds ``num_keep``.
+    """
+    if request_options is None:
+        request_options = {}
+    if not isinstance(request_options, Mapping):
+        raise OptionError(f"'options' must be an object, got {type(request_options).__name__}")
+    merged: dict[str, Any] = {}
+    for source, strict in ((model_params or {}), False), (request_options, True):
+        for name, value in source.items():
+            if name in IGNORED or value is None:
+                continue
+            if name not in _INT | _FLOAT | _BOOL | {"stop"}:
+                log.debug("ignoring unknown option %r", name)
+                continue
+            try:
+                merged[name] = check_option(name, value)
+            except OptionError:
+                if strict:
+                    raise
+                log.warning("ignoring bad Modelfile parameter %s=%r", name, value)
+    load_kwargs = {k: v for k, v in merged.items() if k in _LOAD}
+    if load_kwargs.get("num_gpu") == -1:
+        load_kwargs["num_gpu"] = None  # Ollama's "-1": let the fit check decide
+    if n_ctx_train and load_kwargs.get("num_ctx", _DEFAULT_LOAD.num_ctx) > n_ctx_train:
+        load_kwargs["num_ctx"] = n_ctx_train  # as Ollama does: never beyond the trained context
+    load = LoadOptions(num_parallel=num_parallel, **load_kwargs)
+    sampling_kwargs = {k: v for k, v in merged.items() if k in _SAMPLING}
+    if sampling_kwargs.get("num_predict") is not None and sampling_kwargs["num_predict"] < 0:
+        sampling_kwargs["num_predict"] = None  # -1 (infinite) and -2 (fill context)
+    if sampling_kwargs.get("seed") is not None and sampling_kwargs["seed"] < 0:
+        sampling_kwargs["seed"] = None
+    sampling = SamplingOptions(**sampling_kwargs)
+    extras = {"num_keep": merged.get("num_keep")}
+    return load, sampling, extras
+
+
+def parse_keep_alive(value: Any) -> Any:
+    """A request's ``keep_alive``: seconds, None = forever; raises OptionError on garbage.
+
+    Returns the sentinel ``MISSING`` when the request did not set it.
+    """
+    if value is None:
+        return MISSING
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise OptionError(f"'keep_alive' must be a duration like '5m' or a number of seconds, got {value!r}")
+    try:
+        return parse_duration(value, "keep_alive")
+    except ConfigError as exc:
+        raise OptionError(str(exc)) from None
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()

@@ -1,0 +1,121 @@
+"""Status routes: ``/``, ``/health``, ``/api/version``, ``/api/ps``, ``/metrics``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from .. import __version__
+from ..runtime.memory import ModelGeometry
+from ..runtime.scheduler import ResidentModel, Scheduler
+from .http import iso
+from .keys import METRICS, SCHEDULER, STARTED_AT
+
+log = logging.getLogger(__name__)
+
+_QUANTS = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
+           12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K",
+           19: "IQ2_XXS", 20: "IQ2_XS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 28: "IQ4_XS", 32: "BF16"}
+
+
+def details(geometry: ModelGeometry | None) -> dict[str, Any]:
+    """Ollama's ``details`` object from GGUF metadata."""
+    if geometry is None:
+        return {"format": "gguf"}
+    return {
+        "parent_model": "",
+        "format": "gguf",
+        "family": geometry.architecture,
+        "families": [geometry.architecture],
+        "parameter_size": geometry.size_label or "",
+        "quantization_level": _QUANTS.get(geometry.file_type or -1, "unknown") if geometry.file_type is not None
+        else "unknown",
+    }
+
+
+async def root(request: web.Request) -> web.Response:
+    return web.Response(text="localrun is running")
+
+
+async def version(request: web.Request) -> web.Response:
+    return web.json_response({"version": __version__})
+
+
+async def health(request: web.Request) -> web.Response:
+    scheduler = request.app[SCHEDULER]
+    return web.json_response({
+        "status": "ok",
+        "version": __version__,
+        "models_loaded": len(scheduler.models),
+        "queue_depth": scheduler.queue_depth,
+        "uptime_seconds": round(asyncio.get_running_loop().time() - request.app[STARTED_AT], 3),
+    })
+
+
+def ps_entry(scheduler: Scheduler, model: ResidentModel) -> dict[str, Any]:
+    from ..runtime.memory import read_geometry
+
+    try:
+        geometry: ModelGeometry | None = read_geometry(model.spec.model_path)
+    except Exception:
+        geometry = None
+    p = model.placement
+    return {
+        "name": model.name,
+        "model": model.name,
+        "size": p.size,
+        "digest": model.spec.digest or "",
+        "details": details(geometry),
+        "expires_at": iso(scheduler.expires_at(model)),
+        "size_vram": p.vram,
+        "context_length": model.spec.options.num_ctx,
+        # localrun extras (ignored by Ollama clients):
+        "processor": p.processor(),
+        "gpu_layers": p.gpu_layers,
+        "num_parallel": model.slots,
+        "active": model.active,
+        "queued": model.queued,
+        "loaded_at": iso(model.loaded_at),
+        "load_reason": model.reason,
+        "pid": model.backend.pid,
+    }
+
+
+async def ps(request: web.Request) -> web.Response:
+    scheduler = request.app[SCHEDULER]
+    models = sorted(scheduler.models.values(), key=lambda m: m.name)
+    return web.json_response({"models": [ps_entry(scheduler, m) for m in models]})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    scheduler = request.app[SCHEDULER]
+    m = request.app[METRICS]
+    m.clear_model_gauges()
+    m.queue_depth.set(scheduler.queue_depth)
+    m.loaded_models.set(len(scheduler.models))
+    for model in list(scheduler.models.values()):
+        m.model_memory.labels(model.name, "ram").set(model.placement.ram)
+        m.model_memory.labels(model.name, "vram").set(model.placement.vram)
+        m.active.labels(model.name).set(model.active)
+        stats_fn = getattr(model.backend, "stats", None)
+        if stats_fn is None:
+            continue
+        try:
+            stats = await asyncio.wait_for(stats_fn(), timeout=2.0)
+        except Exception as exc:  # a busy or dying runner must not break the scrape
+            log.debug("stats for %s unavailable: %s", model.name, exc)
+            continue
+        m.kv_used.labels(model.name).set(stats.kv_cells_used)
+        m.kv_total.labels(model.name).set(stats.kv_cells_total)
+    return web.Response(body=m.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/", root)  # GET also answers HEAD
+    app.router.add_get("/health", health)
+    app.router.add_get("/api/version", version)
+    app.router.add_get("/api/ps", ps)
+    app.router.add_get("/metrics", metrics)

@@ -1,0 +1,222 @@
+"""The one service both APIs call: resolve a model, hold it, run a request, account for it.
+
+Handlers parse their API's JSON into a :class:`Target` (model + options) and a GenerateRequest,
+then call :meth:`Service.generate`, which returns a :class:`Generation`: an async iterator of
+TokenEvents whose ``done`` holds the final DoneEvent. ``Generation.close()`` must run (handlers
+use ``try/finally``): it cancels the engine request if the client left (freeing its slot at the
+next engine step), releases the model lease (starting keep-alive), records metrics and writes
+the one log line per request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .. import errors
+from ..engine.types import DoneEvent, EmbedResult, ErrorEvent, GenerateRequest, SamplingOptions, TokenEvent
+from ..runtime.memory import ModelGeometry
+from ..runtime.scheduler import DEFAULT, LoadSpec, Scheduler
+from .metrics import Metrics
+from .options import MISSING, merge_options
+
+log = logging.getLogger("localrun.requests")
+
+
+class ModelSource(Protocol):
+    """The part of the store the service needs (``localrun.store.ModelStore``)."""
+
+    def resolve(self, name: str) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A resolved model with the options of one request."""
+
+    name: str
+    resolved: Any
+    geometry: ModelGeometry
+    spec: LoadSpec
+    sampling: SamplingOptions
+    num_keep: int | None
+    keep_alive: Any  # seconds, None = forever, DEFAULT = server default
+
+    @property
+    def template(self) -> str | None:
+        """The chat template source: the Modelfile TEMPLATE, else the GGUF's own."""
+        return getattr(self.resolved, "template", None) or self.geometry.chat_template
+
+    @property
+    def system(self) -> str | None:
+        return getattr(self.resolved, "system", None)
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return [dict(m) if isinstance(m, Mapping) else {"role": m.role, "content": m.content}
+                for m in (getattr(self.resolved, "messages", None) or [])]
+
+
+@dataclass(slots=True)
+class Generation:
+    """One running completion. Iterate for TokenEvents; ``done`` is set at the end."""
+
+    service: Service
+    target: Target
+    endpoint: str
+    lease: Any
+    stream: Any
+    started_ns: int
+    done: DoneEvent | None = None
+    first_token_ns: int | None = None
+    last_token_ns: int | None = None
+    status: str = "ok"
+    _closed: bool = field(default=False)
+
+    @property
+    def load_duration_ns(self) -> int:
+        return int(self.lease.load_duration_ns)
+
+    @property
+    def total_duration_ns(self) -> int:
+        return time.perf_counter_ns() - self.started_ns
+
+    async def events(self) -> AsyncIterator[TokenEvent]:
+        metrics = self.service.metrics
+        async for event in self.stream:
+            if isinstance(event, TokenEvent):
+                now = time.perf_counter_ns()
+                if self.first_token_ns is None:
+                    self.first_token_ns = now
+                    metrics.ttft.labels(self.target.name).observe((now - self.started_ns) / 1e9)
+                elif self.last_token_ns is not None:
+                    metrics.token_latency.labels(self.target.name).observe((now - self.last_token_ns) / 1e9)
+                self.last_token_ns = now
+                yield event
+            elif isinstance(event, DoneEvent):
+                self.done = event
+                return
+            elif isinstance(event, ErrorEvent):
+                self.status = "error"
+                raise event.error
+        raise errors.RunnerCrashed(f"the stream for {self.target.name} ended without a final event")
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if not self.stream.finished:
+            self.status = "cancelled" if self.status == "ok" else self.status
+            await self.stream.cancel()
+        self.lease.release()
+        done, name, m = self.done, self.target.name, self.service.metrics
+        if done is not None:
+            m.prompt_tokens.labels(name).inc(done.prompt_eval_count)
+            m.generated_tokens.labels(name).inc(done.eval_count)
+            m.cached_tokens.labels(name).inc(done.cached_tokens)
+        ttft = (self.first_token_ns - self.started_ns) / 1e6 if self.first_token_ns else None
+        log.info(
+            "request endpoint=%s model=%s status=%s prompt_tokens=%s cached_tokens=%s eval_tokens=%s "
+            "done_reason=%s load_ms=%.0f ttft_ms=%s total_ms=%.0f",
+            self.endpoint, name, self.status,
+            done.prompt_eval_count if done else "-", done.cached_tokens if done else "-",
+            done.eval_count if done else "-", done.done_reason.value if done else "-",
+            self.load_duration_ns / 1e6, f"{ttft:.0f}" if ttft is not None else "-", self.total_duration_ns / 1e6,
+        )
+
+
+class Service:
+    def __init__(
+        self,
+        store: ModelSource,
+        scheduler: Scheduler,
+        metrics: Metrics,
+        *,
+        num_parallel: int,
+        geometry: Any,
+    ) -> None:
+        self.store = store
+        self.scheduler = scheduler
+        self.metrics = metrics
+        self.num_parallel = num_parallel
+        self._geometry = geometry
+
+    def target(self, name: Any, options: Any = None, keep_alive: Any = MISSING) -> Target:
+        """Resolve ``name`` in the store and merge its parameters with the request's options."""
+        if not isinstance(name, str) or not name.strip():
+            raise errors.InvalidRequest("'model' is required and must be a model name")
+        resolved = self.store.resolve(name.strip())
+        geometry = self._geometry(str(resolved.model_path))
+        load, sampling, extras = merge_options(
+            getattr(resolved, "parameters", None) or {}, options,
+            num_parallel=self.num_parallel, n_ctx_train=geometry.n_ctx_train,
+        )
+        adapter = getattr(resolved, "adapter_path", None)
+        if adapter:
+            from dataclasses import replace
+
+            load = replace(load, adapter=str(adapter))
+        spec = LoadSpec(
+            name=str(getattr(resolved, "name", name)),
+            model_path=str(resolved.model_path),
+            options=load,
+            template=getattr(resolved, "template", None),
+            digest=getattr(resolved, "digest", None),
+        )
+        return Target(
+            name=spec.name, resolved=resolved, geometry=geometry, spec=spec, sampling=sampling,
+            num_keep=extras.get("num_keep"), keep_alive=DEFAULT if keep_alive is MISSING else keep_alive,
+        )
+
+    async def generate(
+        self, target: Target, request: GenerateRequest, endpoint: str, *, context: list[int] | None = None,
+        system_prefix: str | None = None,
+    ) -> Generation:
+        """Hold the model and submit ``request``; raises before streaming on any request error."""
+        started = time.perf_counter_ns()
+        lease = await self.scheduler.acquire(target.spec, target.keep_alive)
+        try:
+            backend = lease.backend
+            if context and isinstance(request.prompt, str):
+                request.prompt = list(context) + await backend.tokenize(request.prompt, add_special=False)
+            if target.num_keep is not None:
+                request.num_keep = target.num_keep
+            elif system_prefix and isinstance(request.prompt, str) and request.prompt.startswith(system_prefix):
+                request.num_keep = len(await backend.tokenize(system_prefix, add_special=request.add_special))
+            stream = await backend.generate(request)
+        except BaseException:
+            lease.release()
+            raise
+        return Generation(self, target, endpoint, lease, stream, started)
+
+    async def embed(self, target: Target, inputs: list[str], truncate: bool) -> tuple[EmbedResult, int, int]:
+        """Embed ``inputs``; returns (result, load_duration_ns, total_duration_ns)."""
+        started = time.perf_counter_ns()
+        lease = await self.scheduler.acquire(target.spec, target.keep_alive)
+        try:
+            result: EmbedResult = await lease.backend.embed(inputs, truncate)
+        finally:
+            lease.release()
+        self.metrics.prompt_tokens.labels(target.name).inc(result.prompt_eval_count)
+        total = time.perf_counter_ns() - started
+        log.info(
+            "request endpoint=embed model=%s inputs=%d prompt_tokens=%d total_ms=%.0f",
+            target.name, len(inputs), result.prompt_eval_count, total / 1e6,
+        )
+        return result, int(lease.load_duration_ns), total
+
+    async def load_only(self, target: Target) -> int:
+        """Load (or keep) the model without generating; returns load_duration_ns."""
+        lease = await self.scheduler.acquire(target.spec, target.keep_alive)
+        lease.release()
+        return int(lease.load_duration_ns)
+
+    async def unload(self, name: str) -> bool:
+        resolved_name = name
+        try:
+            resolved_name = str(getattr(self.store.resolve(name), "name", name))
+        except errors.LocalrunError:
+            pass
+        return await self.scheduler.unload(resolved_name)

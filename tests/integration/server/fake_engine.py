@@ -1,0 +1,94 @@
+"""A stand-in Engine for runner-process tests that need control over timing (queue, disconnect).
+
+Loaded inside a real runner process through the runner's ``factory`` seam. It follows the
+engine contract: ``submit`` returns an iterable handle with ``get``/``cancel``; one sequence slot
+per ``num_parallel``, extra requests wait. A prompt containing ``SLOW`` produces a token every
+20 ms until ``num_predict`` (default 10000) or cancel; other prompts echo 5 words.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any
+
+from localrun.engine.types import (
+    DoneEvent, DoneReason, EmbedResult, EngineStats, GenerateRequest, LoadOptions, TokenEvent,
+)
+from localrun.errors import OptionError
+
+
+class Handle:
+    def __init__(self, engine: "FakeEngine", request: GenerateRequest) -> None:
+        self.events: queue.Queue[Any] = queue.Queue()
+        self.cancelled = threading.Event()
+        self.engine, self.request = engine, request
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        with self.engine.slots:
+            self.engine.active += 1
+            try:
+                self._generate()
+            finally:
+                self.engine.active -= 1
+
+    def _generate(self) -> None:
+        prompt = self.request.prompt if isinstance(self.request.prompt, str) else " ".join(map(str, self.request.prompt))
+        slow = "SLOW" in prompt
+        limit = self.request.sampling.num_predict or (10000 if slow else 5)
+        n = 0
+        while n < limit and not self.cancelled.is_set():
+            if slow:
+                time.sleep(0.02)
+            self.events.put(TokenEvent(text=f" w{n}"))
+            n += 1
+        reason = DoneReason.CANCELLED if self.cancelled.is_set() else DoneReason.LENGTH
+        self.engine.cancelled_total += int(self.cancelled.is_set())
+        self.events.put(DoneEvent(done_reason=reason, prompt_eval_count=len(prompt.split()), cached_tokens=0,
+                                  eval_count=n, prompt_eval_duration=1000, eval_duration=2000))
+
+    def get(self, timeout: float | None = None) -> Any:
+        return self.events.get(timeout=timeout)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    def __iter__(self) -> Any:
+        while True:
+            event = self.events.get()
+            yield event
+            if isinstance(event, DoneEvent):
+                return
+
+
+class FakeEngine:
+    def __init__(self, model_path: str, options: LoadOptions, *, template: str | None = None) -> None:
+        self.options = options
+        self.slots = threading.Semaphore(options.num_parallel)
+        self.active = 0
+        self.cancelled_total = 0
+        self.info = {"architecture": "fake", "n_ctx_train": 2048, "chat_template": None}
+
+    def submit(self, request: GenerateRequest) -> Handle:
+        if request.sampling.temperature > 100:
+            raise OptionError("temperature is absurd")
+        return Handle(self, request)
+
+    def embed(self, inputs: list[str], truncate: bool = True) -> EmbedResult:
+        return EmbedResult([[1.0, 0.0, 0.0] for _ in inputs], sum(len(i.split()) for i in inputs),
+                           [False] * len(inputs))
+
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        return [ord(c) for c in text]
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return "".join(chr(t) for t in tokens)
+
+    def stats(self) -> EngineStats:
+        return EngineStats(self.options.num_parallel, self.active, 0, 100, self.active * 10,
+                           0, 0, 0)
+
+    def close(self) -> None:
+        pass
