@@ -1,0 +1,159 @@
+"""``localrun bench``: load-test localrun or any OpenAI-compatible server, optionally two side by side."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+from pathlib import Path
+
+from .. import config
+from ..bench.chart import to_html
+from ..bench.loadgen import Target
+from ..bench.report import print_table, to_json, to_markdown
+from ..bench.runner import BenchConfig, BenchResult, run_bench
+from ..errors import OptionError
+
+EPILOG = """\
+examples:
+  localrun bench --model gemma3 --concurrency 1,4,8
+  localrun bench --model gemma3 --compare http://127.0.0.1:8000 --json out.json --chart out.html
+  localrun bench --base-url http://127.0.0.1:8080 --shared-prefix 1300 --input-tokens 40 --concurrency 8
+
+Prompts are built to --input-tokens with the target's tokenizer where it exposes one (else the
+lengths are approximate and reported as such); --shared-prefix N puts the same N tokens before
+every prompt. --output-tokens is enforced with max_tokens plus ignore_eos/min_tokens where the
+server accepts them; the report shows the tokens actually received.
+"""
+
+
+def _concurrency(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like 1,4,8,16, got {text!r}") from None
+    if not levels or any(c < 1 or c > 1024 for c in levels):
+        raise argparse.ArgumentTypeError("each concurrency level must be from 1 to 1024")
+    return levels
+
+
+def _positive(kind: type, minimum: float) -> argparse._ActionType:  # type: ignore[name-defined]
+    def parse(text: str) -> float | int:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum:g}")
+        return value  # type: ignore[no-any-return]
+
+    return parse
+
+
+def normalize_url(url: str) -> str:
+    """``host:port``, ``http://host:port/`` or ``.../v1`` -> ``http://host:port`` (no trailing /v1)."""
+    url = url.strip().rstrip("/")
+    if not re.match(r"^https?://", url):
+        url = "http://" + url
+    if url.endswith("/v1"):
+        url = url[: -len("/v1")]
+    return url
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "bench", help="measure throughput and latency of localrun or any OpenAI-compatible server",
+        description="Closed-loop load test: fixed input/output lengths, warm-up, measurement window, "
+        "concurrency levels; TTFT and TPOT percentiles, aggregate output tokens/s, errors and timeouts.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    g = p.add_argument_group("targets")
+    g.add_argument("--base-url", help="server to measure (default: the local daemon, LOCALRUN_HOST)")
+    g.add_argument("--model", default="", help="model name (default: the first one GET /v1/models lists)")
+    g.add_argument("--label", help="name of the target in reports (default: localrun, or host:port)")
+    g.add_argument("--api-key", help="bearer token for --base-url (default: LOCALRUN_API_KEY for the daemon)")
+    g.add_argument("--compare", metavar="URL", help="a second server, measured interleaved in the same run")
+    g.add_argument("--compare-model", default="", help="model name on --compare (default: its first model)")
+    g.add_argument("--compare-label", help="name of the --compare target in reports")
+    g.add_argument("--compare-api-key", help="bearer token for --compare")
+    w = p.add_argument_group("workload")
+    w.add_argument("--endpoint", choices=("completions", "chat"), default="completions",
+                   help="stream /v1/completions or /v1/chat/completions (default: completions)")
+    w.add_argument("--concurrency", type=_concurrency, default=(1, 4, 8, 16), help="levels, e.g. 1,4,8,16")
+    w.add_argument("--input-tokens", type=_positive(int, 1), default=128, help="unique prompt tokens (default 128)")
+    w.add_argument("--output-tokens", type=_positive(int, 1), default=64, help="tokens to generate (default 64)")
+    w.add_argument("--shared-prefix", type=_positive(int, 0), default=0, metavar="N",
+                   help="N tokens shared by every prompt, before the unique --input-tokens (default 0)")
+    n = w.add_mutually_exclusive_group()
+    n.add_argument("--requests", type=_positive(int, 1),
+                   help="measured requests per level, at least one per client (default: max(8, 2 x concurrency))")
+    n.add_argument("--duration", type=_positive(float, 0.1), metavar="SECONDS", help="measurement window per level")
+    w.add_argument("--warmup", type=_positive(float, 0), default=0.0, metavar="SECONDS",
+                   help="load before the window opens at each level; those requests are not measured (default 0)")
+    w.add_argument("--timeout", type=_positive(float, 0.1), default=300.0, metavar="SECONDS",
+                   help="per-request limit; late requests count as timeouts (default 300)")
+    w.add_argument("--temperature", type=_positive(float, 0), default=0.0, help="sampling temperature (default 0)")
+    w.add_argument("--no-extras", action="store_true", help="do not send ignore_eos/min_tokens")
+    w.add_argument("--pause", type=_positive(float, 0), default=1.0, metavar="SECONDS",
+                   help="idle time between runs (default 1)")
+    w.add_argument("--seed", type=int, default=0, help="prompt text seed (default 0)")
+    o = p.add_argument_group("output")
+    o.add_argument("--json", metavar="FILE", help="write machine-readable results ('-' for stdout)")
+    o.add_argument("--chart", metavar="FILE", help="write a self-contained HTML page with SVG charts")
+    o.add_argument("--markdown", metavar="FILE", help="write the table as Markdown")
+    o.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=run)
+
+
+def build_config(args: argparse.Namespace) -> BenchConfig:
+    if args.chart and not args.chart.lower().endswith((".html", ".htm")):
+        raise OptionError("--chart writes HTML (with SVG charts): give a file name ending in .html")
+    if args.base_url:
+        base = normalize_url(args.base_url)
+        key = args.api_key
+        label = args.label or base.split("://", 1)[1]
+    else:
+        base = config.host().url
+        key = args.api_key or config.api_key()
+        label = args.label or "localrun"
+    targets = [Target(label, base, args.model, key)]
+    if args.compare:
+        other = normalize_url(args.compare)
+        other_label = args.compare_label or other.split("://", 1)[1]
+        if other_label == label:
+            other_label += " (compare)"
+        targets.append(Target(other_label, other, args.compare_model, args.compare_api_key))
+    return BenchConfig(
+        targets=tuple(targets), concurrency=args.concurrency, api=args.endpoint,
+        input_tokens=args.input_tokens, output_tokens=args.output_tokens, shared_prefix=args.shared_prefix,
+        requests=args.requests, duration_s=args.duration, warmup_s=args.warmup, timeout_s=args.timeout,
+        temperature=args.temperature, send_extras=not args.no_extras, pause_s=args.pause, seed=args.seed,
+    )
+
+
+def write_outputs(result: BenchResult, args: argparse.Namespace) -> None:
+    if args.json == "-":
+        sys.stdout.write(to_json(result) + "\n")
+    elif args.json:
+        Path(args.json).write_text(to_json(result) + "\n", encoding="utf-8")
+    if args.chart:
+        Path(args.chart).write_text(to_html(result), encoding="utf-8")
+    if args.markdown:
+        Path(args.markdown).write_text(to_markdown(result), encoding="utf-8")
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = build_config(args)
+    to_stdout = args.json == "-"
+
+    def progress(msg: str) -> None:
+        if not args.quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    result = asyncio.run(run_bench(cfg, progress))
+    if not to_stdout:
+        print_table(result)
+    write_outputs(result, args)
+    failed = sum(lv.stats.errors + lv.stats.timeouts for lv in result.levels)
+    return 1 if failed else 0
