@@ -273,11 +273,12 @@ class Scheduler:
             self._expired.append((model, "keep_alive 0" if model.keep_alive == 0 else "draining"))
         elif model.keep_alive is not None:
             model.idle_deadline = self.clock.monotonic() + model.keep_alive
-            model.timer = asyncio.create_task(self._expire_after(model, model.keep_alive))
+            model.timer = asyncio.create_task(self._expire_after(model, model.idle_deadline, model.keep_alive))
         self._wake.set()
 
-    async def _expire_after(self, model: ResidentModel, seconds: float) -> None:
-        await self.clock.sleep(seconds)
+    async def _expire_after(self, model: ResidentModel, deadline: float, seconds: float) -> None:
+        # The deadline was fixed at release time; the task may start a little later.
+        await self.clock.sleep(max(0.0, deadline - self.clock.monotonic()))
         model.timer = None
         self._expired.append((model, f"idle for {seconds:g}s (keep_alive)"))
         self._wake.set()
