@@ -27,6 +27,7 @@ the CLI prints ``Error: msg`` and exits non-zero.
     │   └── DigestMismatch             downloaded bytes do not match the advertised hash
     ├── EngineError                    500 llama.cpp returned an error
     ├── RunnerCrashed                  502 the model's runner process died
+    ├── DaemonUnavailable              503 no daemon answers at LOCALRUN_HOST (client side)
     └── BenchError                     `localrun bench` cannot measure a target (unreachable, rejects requests)
 """
 
@@ -152,6 +153,11 @@ class EngineError(LocalrunError):
 class RunnerCrashed(LocalrunError):
     status = 502
     code = "runner_crashed"
+
+
+class DaemonUnavailable(LocalrunError):
+    status = 503
+    code = "daemon_unavailable"
 
 
 class BenchError(LocalrunError):
