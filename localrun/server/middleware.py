@@ -42,7 +42,7 @@ def openai_error_type(status: int) -> str:
 def error_body(request: web.Request, status: int, message: str, code: str) -> dict[str, Any]:
     if is_openai(request):
         return {"error": {"message": message, "type": openai_error_type(status), "param": None, "code": code}}
-    return {"error": message}
+    return {"error": message, "code": code}  # Ollama's shape; "code" lets localrun's client map the error
 
 
 def error_response(request: web.Request, exc: errors.LocalrunError) -> web.Response:

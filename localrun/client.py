@@ -1,0 +1,292 @@
+"""The HTTP client of the daemon, used by the CLI and the TUI (they never import ``server/``).
+
+:class:`AsyncClient` (httpx.AsyncClient) and :class:`Client` (httpx.Client, for the CLI) have the
+same methods. Streaming calls (``generate``, ``chat``, ``pull``, ``create``) return iterators of
+the daemon's NDJSON chunks (dicts); the rest return parsed JSON. Errors come back as the
+:mod:`localrun.errors` class the daemon raised (matched by its ``code``), and a daemon that does
+not answer raises DaemonUnavailable. :func:`ensure_daemon` starts ``localrun serve`` in the
+background (detached, logging to ``config.log_dir()/server.log``) when none answers.
+
+Tests inject a transport (``transport=httpx.MockTransport(...)`` or an ASGI/WSGI one) instead of
+patching.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from . import config, errors
+
+_BY_CODE: dict[str, type[errors.LocalrunError]] = {}
+for _cls in list(vars(errors).values()):
+    if isinstance(_cls, type) and issubclass(_cls, errors.LocalrunError):
+        _BY_CODE.setdefault(_cls.code, _cls)
+_BY_STATUS = {400: errors.InvalidRequest, 401: errors.Unauthorized, 403: errors.Forbidden, 404: errors.NotFound,
+              413: errors.PayloadTooLarge, 502: errors.RunnerCrashed, 503: errors.Busy, 507: errors.ModelTooLarge}
+
+
+def error_from(status: int, body: Any, headers: Any = None) -> errors.LocalrunError:
+    """The LocalrunError for a daemon error response (either API's shape)."""
+    message, code = f"HTTP {status}", None
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict):  # OpenAI shape
+            message, code = str(err.get("message", message)), err.get("code")
+        elif err is not None:
+            message, code = str(err), body.get("code")
+    cls = _BY_CODE.get(str(code)) or _BY_STATUS.get(status, errors.LocalrunError)
+    if cls is errors.Busy:
+        retry = float((headers or {}).get("Retry-After", 1) or 1)
+        return errors.Busy(message, retry)
+    if cls is errors.ModelfileError:
+        return errors.ModelfileError(message)
+    try:
+        return cls(message)
+    except TypeError:
+        return errors.LocalrunError(message)
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    key = api_key if api_key is not None else config.api_key()
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _json_or_text(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return {"error": response.text or response.reason_phrase}
+
+
+def _payload(**fields: Any) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+class AsyncClient:
+    """Async client of one daemon (default ``LOCALRUN_HOST``)."""
+
+    def __init__(self, base_url: str | None = None, *, api_key: str | None = None, timeout: float | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.base_url = base_url or config.host().url
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=_headers(api_key),
+                                       timeout=httpx.Timeout(timeout, connect=5.0), transport=transport)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        try:
+            response = await self._http.request(method, path, json=body)
+        except httpx.TransportError as exc:
+            raise errors.DaemonUnavailable(f"no localrun daemon answers at {self.base_url} ({exc})") from exc
+        if response.status_code >= 400:
+            raise error_from(response.status_code, _json_or_text(response), response.headers)
+        return _json_or_text(response) if response.content else {}
+
+    async def _stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        try:
+            async with self._http.stream("POST", path, json=body) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise error_from(response.status_code, _json_or_text(response), response.headers)
+                async for line in response.aiter_lines():
+                    if not line.strip():
+                        continue
+                    chunk = json.loads(line)
+                    if "error" in chunk:
+                        raise error_from(500, chunk)
+                    yield chunk
+        except httpx.TransportError as exc:
+            raise errors.DaemonUnavailable(f"no localrun daemon answers at {self.base_url} ({exc})") from exc
+
+    async def is_running(self) -> bool:
+        try:
+            await self.health()
+        except errors.LocalrunError:
+            return False
+        return True
+
+    async def health(self) -> dict[str, Any]:
+        return await self._request("GET", "/health")  # type: ignore[no-any-return]
+
+    async def version(self) -> str:
+        return str((await self._request("GET", "/api/version"))["version"])
+
+    def generate(self, model: str, prompt: str, **fields: Any) -> AsyncIterator[dict[str, Any]]:
+        """Stream /api/generate chunks; extra fields (system, options, keep_alive, format...) pass through."""
+        return self._stream("/api/generate", _payload(model=model, prompt=prompt, stream=True, **fields))
+
+    def chat(self, model: str, messages: list[dict[str, Any]], **fields: Any) -> AsyncIterator[dict[str, Any]]:
+        return self._stream("/api/chat", _payload(model=model, messages=messages, stream=True, **fields))
+
+    async def list(self) -> list[dict[str, Any]]:
+        return list((await self._request("GET", "/api/tags"))["models"])
+
+    async def show(self, model: str, verbose: bool = False) -> dict[str, Any]:
+        return await self._request("POST", "/api/show", _payload(model=model, verbose=verbose or None))  # type: ignore[no-any-return]
+
+    def pull(self, model: str) -> AsyncIterator[dict[str, Any]]:
+        return self._stream("/api/pull", {"model": model, "stream": True})
+
+    def create(self, model: str, modelfile: str, base_dir: str | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Create ``model`` from Modelfile text; relative FROM paths resolve against ``base_dir``."""
+        return self._stream("/api/create", _payload(model=model, modelfile=modelfile, path=base_dir, stream=True))
+
+    async def copy(self, source: str, destination: str) -> None:
+        await self._request("POST", "/api/copy", {"source": source, "destination": destination})
+
+    async def delete(self, model: str) -> None:
+        await self._request("DELETE", "/api/delete", {"model": model})
+
+    async def ps(self) -> list[dict[str, Any]]:
+        return list((await self._request("GET", "/api/ps"))["models"])
+
+    async def stop(self, model: str) -> None:
+        """Unload ``model`` now (after its in-flight requests finish)."""
+        await self._request("POST", "/api/generate", {"model": model, "prompt": "", "keep_alive": 0})
+
+
+class Client:
+    """Blocking twin of :class:`AsyncClient`, for the CLI."""
+
+    def __init__(self, base_url: str | None = None, *, api_key: str | None = None, timeout: float | None = None,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.base_url = base_url or config.host().url
+        self._http = httpx.Client(base_url=self.base_url, headers=_headers(api_key),
+                                  timeout=httpx.Timeout(timeout, connect=5.0), transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        try:
+            response = self._http.request(method, path, json=body)
+        except httpx.TransportError as exc:
+            raise errors.DaemonUnavailable(f"no localrun daemon answers at {self.base_url} ({exc})") from exc
+        if response.status_code >= 400:
+            raise error_from(response.status_code, _json_or_text(response), response.headers)
+        return _json_or_text(response) if response.content else {}
+
+    def _stream(self, path: str, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        try:
+            with self._http.stream("POST", path, json=body) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise error_from(response.status_code, _json_or_text(response), response.headers)
+                for line in response.iter_lines():
+                    if not line.strip():
+                        continue
+                    chunk = json.loads(line)
+                    if "error" in chunk:
+                        raise error_from(500, chunk)
+                    yield chunk
+        except httpx.TransportError as exc:
+            raise errors.DaemonUnavailable(f"no localrun daemon answers at {self.base_url} ({exc})") from exc
+
+    def is_running(self) -> bool:
+        try:
+            self.health()
+        except errors.LocalrunError:
+            return False
+        return True
+
+    def health(self) -> dict[str, Any]:
+        return self._request("GET", "/health")  # type: ignore[no-any-return]
+
+    def version(self) -> str:
+        return str(self._request("GET", "/api/version")["version"])
+
+    def generate(self, model: str, prompt: str, **fields: Any) -> Iterator[dict[str, Any]]:
+        return self._stream("/api/generate", _payload(model=model, prompt=prompt, stream=True, **fields))
+
+    def chat(self, model: str, messages: list[dict[str, Any]], **fields: Any) -> Iterator[dict[str, Any]]:
+        return self._stream("/api/chat", _payload(model=model, messages=messages, stream=True, **fields))
+
+    def list(self) -> list[dict[str, Any]]:
+        return list(self._request("GET", "/api/tags")["models"])
+
+    def show(self, model: str, verbose: bool = False) -> dict[str, Any]:
+        return self._request("POST", "/api/show", _payload(model=model, verbose=verbose or None))  # type: ignore[no-any-return]
+
+    def pull(self, model: str) -> Iterator[dict[str, Any]]:
+        return self._stream("/api/pull", {"model": model, "stream": True})
+
+    def create(self, model: str, modelfile: str, base_dir: str | None = None) -> Iterator[dict[str, Any]]:
+        return self._stream("/api/create", _payload(model=model, modelfile=modelfile, path=base_dir, stream=True))
+
+    def copy(self, source: str, destination: str) -> None:
+        self._request("POST", "/api/copy", {"source": source, "destination": destination})
+
+    def delete(self, model: str) -> None:
+        self._request("DELETE", "/api/delete", {"model": model})
+
+    def ps(self) -> list[dict[str, Any]]:
+        return list(self._request("GET", "/api/ps")["models"])
+
+    def stop(self, model: str) -> None:
+        self._request("POST", "/api/generate", {"model": model, "prompt": "", "keep_alive": 0})
+
+
+def daemon_log_path() -> Path:
+    return config.log_dir() / "server.log"
+
+
+def ensure_daemon(timeout: float = 30.0) -> Client:
+    """A client of a running daemon, starting ``localrun serve`` in the background if none answers.
+
+    Only for a local LOCALRUN_HOST (a remote daemon cannot be started from here). Raises
+    DaemonUnavailable with the end of the daemon's log if it does not come up in ``timeout``.
+    """
+    client = Client()
+    if client.is_running():
+        return client
+    if not config.host().is_loopback:
+        raise errors.DaemonUnavailable(f"no localrun daemon answers at {client.base_url}")
+    log_path = daemon_log_path()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log_file:
+        kwargs: dict[str, Any] = {}
+        if os.name == "nt":
+            kwargs["creationflags"] = subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
+        else:
+            kwargs["start_new_session"] = True
+        process = subprocess.Popen(
+            [sys.executable, "-m", "localrun", "serve"],
+            stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, close_fds=True, **kwargs,
+        )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if client.is_running():
+            return client
+        if process.poll() is not None:
+            break
+        time.sleep(0.1)
+    tail = ""
+    try:
+        tail = log_path.read_text(errors="replace")[-2000:]
+    except OSError:
+        pass
+    raise errors.DaemonUnavailable(
+        f"could not start the localrun daemon at {client.base_url} (log: {log_path})" + (f"\n{tail}" if tail else "")
+    )
