@@ -123,8 +123,11 @@ async def _stream(client: httpx.AsyncClient, target: Target, path: str, payload:
                         rec.first_token = t
                 if choice.get("finish_reason"):
                     rec.finish_reason = choice["finish_reason"]
-        if not done and rec.finish_reason is None:
-            rec.outcome, rec.error = Outcome.ERROR, "stream ended before the response was complete"
+        if rec.finish_reason is None:
+            # llama-cpp-python's server, for one, ends an interrupted stream with [DONE] and no
+            # finish_reason: the client did not get its whole answer, so it is a failure.
+            how = "with [DONE]" if done else "without [DONE]"
+            rec.outcome, rec.error = Outcome.ERROR, f"stream ended {how} but without a finish_reason (cut short)"
 
 
 async def send_one(

@@ -208,13 +208,18 @@ async def run_bench(config: BenchConfig, progress: Callable[[str], None] | None 
                     lambda b=builder: b.prompt(next(counter), config.input_tokens, config.shared_prefix),
                 )
                 cpu = meter.stop()
-                stats = summarize(run.records, run.window, c)
+                stats = summarize(run.records, run.window, c, config.output_tokens)
                 result.levels.append(LevelResult(info.label, stats, cpu, n))
                 result.warnings += warnings_for(cpu, f"{info.label} @ {c}")
                 if stats.errors or stats.timeouts:
                     result.warnings.append(
                         f"{info.label} @ {c}: {stats.errors} errors, {stats.timeouts} timeouts of "
                         f"{stats.requests} measured requests ({'; '.join(stats.error_samples[:2])})"
+                    )
+                if stats.short_outputs:
+                    result.warnings.append(
+                        f"{info.label} @ {c}: {stats.short_outputs} of {stats.ok} successful requests received "
+                        f"fewer than {config.output_tokens} output tokens (the server stopped early)"
                     )
                 say(f"{info.label}: concurrency {c}: {stats.output_tok_s:.1f} tok/s, "
                     f"{stats.ok}/{stats.requests} ok")

@@ -161,10 +161,16 @@ class LevelStats:
     mean_prompt_tokens: float | None
     token_sources: tuple[str, ...]
     error_samples: tuple[str, ...]
+    short_outputs: int = 0  # successful measured requests with fewer output tokens than asked
 
 
-def summarize(records: Sequence[RequestRecord], window: Window, concurrency: int) -> LevelStats:
-    """Statistics of ``records`` for ``window`` (see the module docstring for every definition)."""
+def summarize(
+    records: Sequence[RequestRecord], window: Window, concurrency: int, expected_output: int | None = None
+) -> LevelStats:
+    """Statistics of ``records`` for ``window`` (see the module docstring for every definition).
+
+    ``expected_output``, when given, counts successful requests that received fewer tokens.
+    """
     measured = [r for r in records if window.contains(r.start)]
     warmup = [r for r in records if r.start < window.start]
     ok = [r for r in measured if r.outcome is Outcome.OK]
@@ -198,4 +204,5 @@ def summarize(records: Sequence[RequestRecord], window: Window, concurrency: int
         mean_prompt_tokens=sum(prompt_counts) / len(prompt_counts) if prompt_counts else None,
         token_sources=tuple(sorted({r.token_source.value for r in ok})),
         error_samples=tuple(samples),
+        short_outputs=sum(1 for n in out_counts if expected_output is not None and n < expected_output),
     )
