@@ -1,6 +1,6 @@
 """Middlewares: errors in each API's shape, metrics, Host/Origin checks, CORS and the API key.
 
-Order (outermost first): errors -> metrics -> host -> cors -> auth -> handler. Every
+Order (outermost first): metrics -> errors -> host -> cors -> auth -> handler. Every
 LocalrunError becomes its HTTP status with ``{"error": msg}`` on /api (Ollama) or an OpenAI
 error object on /v1; aiohttp's own HTTP errors (404 route, 405, 413 body too large) are
 rendered the same way. Anything else is logged with a traceback and answered 500.
@@ -176,4 +176,4 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     return await handler(request)
 
 
-MIDDLEWARES = [error_middleware, metrics_middleware, host_middleware, cors_middleware, auth_middleware]
+MIDDLEWARES = [metrics_middleware, error_middleware, host_middleware, cors_middleware, auth_middleware]

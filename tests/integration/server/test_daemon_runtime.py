@@ -1,0 +1,216 @@
+"""Residency, isolation, queueing and disconnects through the real app and real runner processes.
+
+The runners host a fake engine here so timing is under test control (a SLOW prompt streams a
+token every 20 ms until cancelled); the real-engine paths are in test_daemon_api.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localrun.server.keys import SCHEDULER
+
+from daemon_helpers import DictStore
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def store(tiny_gguf: Path, tiny_gguf_b: Path) -> DictStore:
+    return DictStore({"a": tiny_gguf, "b": tiny_gguf_b})
+
+
+async def ps(client: Any) -> dict[str, dict[str, Any]]:
+    r = await client.get("/api/ps")
+    assert r.status == 200
+    return {m["name"]: m for m in (await r.json())["models"]}
+
+
+async def wait_for(predicate: Any, timeout: float = 20.0) -> None:
+    for _ in range(int(timeout / 0.05)):
+        if await predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
+async def first_line(response: Any) -> dict[str, Any]:
+    return json.loads(await response.content.readline())
+
+
+async def test_a_crashed_runner_fails_only_its_requests_and_the_next_request_reloads(
+    serve_app: Any, store: DictStore, fake_runners: Any
+) -> None:
+    client = await serve_app(store, load_fn=fake_runners)
+    r = await client.post("/api/generate", json={"model": "b", "prompt": "hi", "stream": False})
+    assert r.status == 200
+    stream = await client.post("/api/generate", json={"model": "a", "prompt": "SLOW please"})
+    assert (await first_line(stream))["done"] is False
+    old_pid = (await ps(client))["a:latest"]["pid"]
+    await client.app[SCHEDULER].models["a:latest"].backend.debug_abort()  # a native crash (SIGABRT)
+    lines = [json.loads(line) for line in (await stream.text()).splitlines() if line.strip()]
+    assert "error" in lines[-1] and "runner" in lines[-1]["error"] and "SIGABRT" in lines[-1]["error"]
+    assert (await client.get("/health")).status == 200
+    assert "a:latest" not in await ps(client)
+    r = await client.post("/api/generate", json={"model": "b", "prompt": "still here", "stream": False})
+    assert r.status == 200 and (await r.json())["eval_count"] == 5
+    r = await client.post("/api/generate", json={"model": "a", "prompt": "again", "stream": False})
+    assert r.status == 200
+    assert (await ps(client))["a:latest"]["pid"] != old_pid
+
+
+async def test_a_killed_runner_gives_a_clear_error_to_a_waiting_non_streaming_request(
+    serve_app: Any, store: DictStore, fake_runners: Any
+) -> None:
+    client = await serve_app(store, load_fn=fake_runners)
+    task = asyncio.create_task(client.post("/api/generate", json={
+        "model": "a", "prompt": "SLOW", "stream": False}))
+    await wait_for(lambda: _active(client, "a:latest", 1))
+    os.kill((await ps(client))["a:latest"]["pid"], signal.SIGKILL)
+    r = await task
+    assert r.status == 502
+    body = await r.json()
+    assert "SIGKILL" in body["error"] and "next request loads it again" in body["error"]
+
+
+async def _active(client: Any, name: str, n: int) -> bool:
+    models = await ps(client)
+    return name in models and models[name]["active"] == n
+
+
+async def test_past_the_queue_bound_requests_get_503_with_retry_after(
+    serve_app: Any, store: DictStore, fake_runners: Any
+) -> None:
+    client = await serve_app(store, load_fn=fake_runners, max_queue=1, num_parallel=1)
+    first = await client.post("/api/generate", json={"model": "a", "prompt": "SLOW one"})
+    await first_line(first)
+    second = asyncio.create_task(client.post("/api/generate", json={"model": "a", "prompt": "SLOW two"}))
+
+    async def queued() -> bool:
+        models = await ps(client)
+        return models["a:latest"]["queued"] == 1
+
+    await wait_for(queued)
+    r = await client.post("/api/generate", json={"model": "a", "prompt": "three"})
+    assert r.status == 503 and int(r.headers["Retry-After"]) >= 1
+    assert "busy" in (await r.json())["error"]
+    r = await client.post("/v1/chat/completions", json={"model": "a", "messages": [{"role": "user", "content": "x"}]})
+    assert r.status == 503 and (await r.json())["error"]["code"] == "server_busy"
+    first.close()
+    second_response = await second
+    assert (await first_line(second_response))["done"] is False
+    second_response.close()
+
+
+async def test_a_client_that_disconnects_frees_its_slot(serve_app: Any, store: DictStore, fake_runners: Any) -> None:
+    client = await serve_app(store, load_fn=fake_runners, num_parallel=1)
+    stream = await client.post("/api/generate", json={"model": "a", "prompt": "SLOW forever"})
+    await first_line(stream)
+    stream.close()  # the client goes away mid-stream
+
+    async def slot_free() -> bool:
+        r = await client.get("/metrics")
+        text = await r.text()
+        return 'localrun_kv_cache_used_cells{model="a:latest"} 0.0' in text
+
+    await wait_for(slot_free)
+    # The only slot serves the next request at once.
+    r = await client.post("/api/generate", json={"model": "a", "prompt": "next", "stream": False})
+    assert r.status == 200 and (await r.json())["done_reason"] == "length"
+
+
+async def test_a_non_streaming_client_that_disconnects_frees_its_slot(
+    serve_app: Any, store: DictStore, fake_runners: Any
+) -> None:
+    client = await serve_app(store, load_fn=fake_runners, num_parallel=1)
+    task = asyncio.create_task(client.post("/v1/chat/completions", json={
+        "model": "a", "messages": [{"role": "user", "content": "SLOW"}]}))
+    await wait_for(lambda: _active(client, "a:latest", 1))
+    task.cancel()
+    await wait_for(lambda: _active(client, "a:latest", 0))
+    r = await client.post("/api/generate", json={"model": "a", "prompt": "next", "stream": False})
+    assert r.status == 200
+
+
+async def test_empty_prompt_loads_and_keep_alive_zero_unloads(
+    serve_app: Any, store: DictStore, fake_runners: Any
+) -> None:
+    client = await serve_app(store, load_fn=fake_runners)
+    r = await client.post("/api/generate", json={"model": "a"})
+    assert (await r.json())["done_reason"] == "load"
+    pid = (await ps(client))["a:latest"]["pid"]
+    r = await client.post("/api/chat", json={"model": "a", "messages": [], "keep_alive": 0})
+    assert (await r.json())["done_reason"] == "unload"
+    assert "a:latest" not in await ps(client)
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    await wait_for(lambda: asyncio.sleep(0, gone()))  # unloading ended the runner process
+
+
+async def test_keep_alive_per_request_sets_expiry_and_zero_unloads_after_the_request(
+    serve_app: Any, store: DictStore, fake_runners: Any
+) -> None:
+    client = await serve_app(store, load_fn=fake_runners)
+    r = await client.post("/api/generate", json={"model": "a", "prompt": "x", "stream": False, "keep_alive": "1h"})
+    assert r.status == 200
+    entry = (await ps(client))["a:latest"]
+    assert entry["expires_at"] > "2000" and entry["processor"] == "100% CPU"
+    r = await client.post("/api/generate", json={"model": "a", "prompt": "x", "stream": False, "keep_alive": -1})
+    assert (await ps(client))["a:latest"]["expires_at"].startswith("2318")
+    r = await client.post("/api/generate", json={"model": "a", "prompt": "x", "stream": False, "keep_alive": 0})
+    assert r.status == 200
+    await wait_for(lambda: _gone(client, "a:latest"))
+    r = await client.post("/api/generate", json={"model": "a", "prompt": "x", "keep_alive": "soon"})
+    assert r.status == 400 and "keep_alive" in (await r.json())["error"]
+
+
+async def _gone(client: Any, name: str) -> bool:
+    return name not in await ps(client)
+
+
+async def test_max_loaded_models_evicts_the_idle_one(serve_app: Any, store: DictStore, fake_runners: Any) -> None:
+    client = await serve_app(store, load_fn=fake_runners, max_loaded_models=1)
+    for model in ("a", "b"):
+        r = await client.post("/api/generate", json={"model": model, "prompt": "x", "stream": False})
+        assert r.status == 200
+    assert list(await ps(client)) == ["b:latest"]
+
+
+async def test_other_load_options_reload_visibly(serve_app: Any, store: DictStore, fake_runners: Any) -> None:
+    client = await serve_app(store, load_fn=fake_runners)
+    await client.post("/api/generate", json={"model": "a", "prompt": "x", "stream": False,
+                                             "options": {"num_ctx": 512}})
+    assert (await ps(client))["a:latest"]["context_length"] == 512
+    r = await client.post("/v1/chat/completions", json={
+        "model": "a", "messages": [{"role": "user", "content": "x"}], "num_ctx": 1024})
+    assert r.status == 200
+    entry = (await ps(client))["a:latest"]
+    assert entry["context_length"] == 1024 and "num_ctx 512 -> 1024" in entry["load_reason"]
+
+
+async def test_metrics_count_requests_tokens_and_loaded_models(
+    serve_app: Any, store: DictStore, fake_runners: Any
+) -> None:
+    client = await serve_app(store, load_fn=fake_runners)
+    await client.post("/api/generate", json={"model": "a", "prompt": "x y", "stream": False})
+    await client.post("/api/generate", json={"model": "nope", "prompt": "x"})
+    text = await (await client.get("/metrics")).text()
+    assert 'localrun_requests_total{endpoint="/api/generate",status="200"} 1.0' in text
+    assert 'localrun_requests_total{endpoint="/api/generate",status="404"} 1.0' in text
+    assert 'localrun_generated_tokens_total{model="a:latest"} 5.0' in text
+    assert "localrun_loaded_models 1.0" in text
+    assert 'localrun_time_to_first_token_seconds_count{model="a:latest"} 1.0' in text
+    assert 'localrun_model_memory_bytes{kind="ram",model="a:latest"}' in text
