@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PUBLIC_PATHS = ("/", "/health")
+# Typed request storage where aiohttp has it (3.12+), a plain key before.
+_CORS: Any = web.RequestKey("cors_headers", dict) if hasattr(web, "RequestKey") else "cors_headers"
 _LOCAL_NAMES = ("localhost", "127.0.0.1", "::1", "0.0.0.0", "[::1]")
 
 
@@ -154,13 +156,13 @@ async def cors_middleware(request: web.Request, handler: Handler) -> web.StreamR
                 "Access-Control-Request-Headers", "Authorization, Content-Type"),
             "Access-Control-Max-Age": "600",
         })
-    request["cors_headers"] = cors  # added to every response, streams and errors too (on_response_prepare)
+    request[_CORS] = cors  # added to every response, streams and errors too (on_response_prepare)
     return await handler(request)
 
 
 async def add_cors_headers(request: web.Request, response: web.StreamResponse) -> None:
     """``on_response_prepare`` signal: CORS headers for allowed origins."""
-    cors = request.get("cors_headers")
+    cors = request.get(_CORS)
     if cors:
         response.headers.update(cors)
 
