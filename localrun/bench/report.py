@@ -39,7 +39,7 @@ def row_cells(lv: LevelResult) -> list[str]:
         _ms(s.tpot.p50),
         _ms(s.tpot.p95),
         out_tok,
-        f"{s.window_s:.1f} s",
+        f"{s.window_s:.2f} s" if s.window_s < 10 else f"{s.window_s:.0f} s",
         f"{lv.cpu.client_cores:.0%}",
         server,
     ]

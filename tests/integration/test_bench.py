@@ -1,0 +1,205 @@
+"""`localrun bench` end to end against servers on 127.0.0.1: a stand-in and the real daemon.
+
+The stand-in is a tiny OpenAI-compatible aiohttp server that streams SSE one word per token,
+with switches for the failures a benchmark must count rather than hide.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from localrun.bench.loadgen import Target
+from localrun.bench.runner import BenchConfig, run_bench
+from localrun.cli.main import main
+from localrun.errors import BenchError
+
+
+@dataclass
+class StandIn:
+    """Behaviour switches of the stand-in server (mutable between runs)."""
+
+    step_s: float = 0.002
+    fail_every: int = 0  # every n-th generation request answers 503
+    stall_above: int | None = None  # requests with max_tokens above this get one token, then hang
+    reject_extras: bool = False  # 400 on ignore_eos/min_tokens, like a strict server
+    usage: bool = True  # honour stream_options.include_usage
+    seen: list[dict] = field(default_factory=list)  # type: ignore[type-arg]
+
+
+def _app(cfg: StandIn) -> web.Application:
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "stand-in", "object": "model"}]})
+
+    async def tokenize(request: web.Request) -> web.Response:
+        body = await request.json()
+        return web.json_response({"tokens": list(range(1 + len(body["input"].split())))})
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        cfg.seen.append(body)
+        if cfg.reject_extras and ("ignore_eos" in body or "min_tokens" in body):
+            return web.json_response({"error": {"message": "unknown field ignore_eos"}}, status=400)
+        if cfg.fail_every and len(cfg.seen) % cfg.fail_every == 0:
+            return web.json_response({"error": {"message": "busy"}}, status=503)
+        chat = request.path.endswith("/chat/completions")
+        prompt = body["messages"][0]["content"] if chat else body["prompt"]
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        n = body["max_tokens"]
+        for i in range(n):
+            await asyncio.sleep(cfg.step_s)
+            choice = {"index": 0, "finish_reason": "length" if i == n - 1 else None}
+            choice.update({"delta": {"content": " w"}} if chat else {"text": " w"})
+            await resp.write(f"data: {json.dumps({'choices': [choice]})}\n\n".encode())
+            if cfg.stall_above is not None and n > cfg.stall_above:
+                await asyncio.sleep(3600)
+        if cfg.usage and (body.get("stream_options") or {}).get("include_usage"):
+            usage = {"prompt_tokens": 1 + len(prompt.split()), "completion_tokens": n}
+            await resp.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/extras/tokenize", tokenize)
+    app.router.add_post("/v1/completions", generate)
+    app.router.add_post("/v1/chat/completions", generate)
+    return app
+
+
+@pytest.fixture
+def standin() -> Iterator[tuple[str, StandIn]]:
+    """A stand-in server on 127.0.0.1 in its own thread and loop; stopped after the test."""
+    cfg = StandIn()
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    holder: dict[str, object] = {}
+
+    async def start() -> None:
+        runner = web.AppRunner(_app(cfg), shutdown_timeout=0.1)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        holder["runner"] = runner
+        holder["port"] = runner.addresses[0][1]
+        started.set()
+
+    thread = threading.Thread(target=lambda: (loop.run_until_complete(start()), loop.run_forever()), daemon=True)
+    thread.start()
+    assert started.wait(10)
+    yield f"http://127.0.0.1:{holder['port']}", cfg
+    asyncio.run_coroutine_threadsafe(holder["runner"].cleanup(), loop).result(10)  # type: ignore[attr-defined]
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+
+
+def _config(url: str, **kw) -> BenchConfig:  # type: ignore[no-untyped-def]
+    base = dict(targets=(Target("standin", url, ""),), concurrency=(1, 3), input_tokens=32, output_tokens=8,
+                requests=4, pause_s=0.0, timeout_s=10.0)
+    base.update(kw)
+    return BenchConfig(**base)  # type: ignore[arg-type]
+
+
+async def test_every_level_is_measured_with_exact_prompts_and_pinned_output(standin: tuple[str, StandIn]) -> None:
+    url, server = standin
+    result = await run_bench(_config(url))
+    assert [lv.stats.concurrency for lv in result.levels] == [1, 3]
+    for lv in result.levels:
+        s = lv.stats
+        assert s.ok == s.requests >= 4 and s.errors == s.timeouts == 0
+        assert s.mean_output_tokens == 8 and s.token_sources == ("usage",)
+        assert s.mean_prompt_tokens == 32  # the stand-in counts words + 1, as its tokenizer does
+        assert s.output_tok_s > 0 and s.ttft.p95 is not None and s.tpot.p50 is not None
+    info = result.targets[0]
+    assert info.model == "stand-in" and info.tokenizer.exact and set(info.extras_sent) == {"ignore_eos", "min_tokens"}
+    measured = [b for b in server.seen if b["max_tokens"] == 8]
+    assert all(b["stream"] and b["min_tokens"] == 8 and b["ignore_eos"] for b in measured)
+    assert len({b["prompt"].split()[0:3].__repr__() for b in measured}) == len(measured)  # no reused prompt
+
+
+async def test_compare_runs_both_targets_interleaved(standin: tuple[str, StandIn]) -> None:
+    url, _ = standin
+    cfg = _config(url, targets=(Target("a", url, ""), Target("b", url, "")), concurrency=(1, 2, 3))
+    result = await run_bench(cfg)
+    assert [(lv.target, lv.stats.concurrency) for lv in result.levels] == [
+        ("a", 1), ("b", 1), ("b", 2), ("a", 2), ("a", 3), ("b", 3)]
+
+
+async def test_server_errors_are_counted_and_reported(standin: tuple[str, StandIn]) -> None:
+    url, server = standin
+    server.fail_every = 3
+    result = await run_bench(_config(url, concurrency=(2,), requests=6))
+    s = result.levels[0].stats
+    assert s.errors >= 1 and s.ok + s.errors == s.requests
+    assert any("HTTP 503" in e for e in s.error_samples)
+    assert any("errors" in w for w in result.warnings)
+
+
+async def test_stalled_streams_count_as_timeouts(standin: tuple[str, StandIn]) -> None:
+    url, server = standin
+    server.stall_above = 4  # the priming request (4 tokens) passes, measured ones (8) hang
+    result = await run_bench(_config(url, concurrency=(2,), requests=2, timeout_s=0.5))
+    s = result.levels[0].stats
+    assert s.timeouts == 2 and s.ok == 0
+
+
+async def test_priming_fails_cleanly_when_every_request_times_out(standin: tuple[str, StandIn]) -> None:
+    url, server = standin
+    server.stall_above = 0
+    with pytest.raises(BenchError, match="priming request"):
+        await run_bench(_config(url, timeout_s=0.3))
+
+
+async def test_optional_fields_a_server_rejects_are_dropped(standin: tuple[str, StandIn]) -> None:
+    url, server = standin
+    server.reject_extras, server.usage = True, False
+    result = await run_bench(_config(url, concurrency=(2,)))
+    s = result.levels[0].stats
+    assert s.ok == s.requests and s.errors == 0
+    assert result.targets[0].extras_sent == ()
+    assert s.token_sources == ("max_tokens",)  # no usage: finish_reason "length" pins the count
+
+
+async def test_duration_window_starts_after_warmup(standin: tuple[str, StandIn]) -> None:
+    url, _ = standin
+    result = await run_bench(_config(url, concurrency=(2,), requests=None, duration_s=0.4, warmup_s=0.2))
+    s = result.levels[0].stats
+    assert s.window_s == pytest.approx(0.4)
+    assert s.warmup_requests >= 1 and s.requests >= 1
+
+
+async def test_chat_endpoint_with_shared_prefix(standin: tuple[str, StandIn]) -> None:
+    url, server = standin
+    result = await run_bench(_config(url, api="chat", concurrency=(2,), shared_prefix=100, input_tokens=10))
+    assert result.levels[0].stats.mean_prompt_tokens == 110
+    prompts = [b["messages"][0]["content"] for b in server.seen if b["max_tokens"] == 8]
+    prefix = prompts[0].split()[:99]
+    assert all(p.split()[:99] == prefix for p in prompts) and len(set(prompts)) == len(prompts)
+
+
+def test_cli_writes_table_json_and_chart(standin: tuple[str, StandIn], tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    url, _ = standin
+    out, chart, md = tmp_path / "r.json", tmp_path / "r.html", tmp_path / "r.md"
+    rc = main(["bench", "--base-url", url, "--concurrency", "1,2", "--requests", "2", "--output-tokens", "4",
+               "--input-tokens", "16", "--pause", "0", "-q", "--json", str(out), "--chart", str(chart),
+               "--markdown", str(md)])
+    assert rc == 0
+    assert "out tok/s" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert [lv["concurrency"] for lv in data["levels"]] == [1, 2]
+    assert "<svg" in chart.read_text() and "| conc |" in md.read_text()
+
+
+def test_cli_reports_an_unreachable_target_as_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["bench", "--base-url", "http://127.0.0.1:9", "--concurrency", "1", "-q"])
+    assert rc == 1
+    assert "cannot reach" in capsys.readouterr().err
