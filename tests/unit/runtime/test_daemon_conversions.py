@@ -1,0 +1,182 @@
+"""Pure pieces of the daemon: wire protocol, option merging, tool-call parsing, OpenAI conversions."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import struct
+
+import pytest
+
+from localrun import errors
+from localrun.engine.types import (
+    DoneEvent, DoneReason, ErrorEvent, GenerateRequest, LoadOptions, SamplingOptions, TokenEvent, TokenLogprob,
+    Truncation,
+)
+from localrun.runtime import protocol
+from localrun.server import openai_compat as oc
+from localrun.server.options import MISSING, merge_options, parse_keep_alive
+from localrun.server.tools import ToolStreamFilter, forced_call_schema, parse_tool_calls
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
+NAMES = {"get_weather", "add"}
+
+
+# --- protocol ---------------------------------------------------------------------------------
+
+
+def test_frames_round_trip_through_a_stream() -> None:
+    buf = io.BytesIO(protocol.encode_frame({"op": "x", "text": "héllo"}) + protocol.encode_frame({"op": "y"}))
+    assert protocol.read_frame_sync(buf) == {"op": "x", "text": "héllo"}
+    assert protocol.read_frame_sync(buf) == {"op": "y"}
+    assert protocol.read_frame_sync(buf) is None
+
+
+async def test_truncated_or_garbage_frames_are_protocol_errors() -> None:
+    reader = asyncio.StreamReader()
+    reader.feed_data(struct.pack(">I", 10) + b"abc")
+    reader.feed_eof()
+    with pytest.raises(protocol.ProtocolError):
+        await protocol.read_frame(reader)
+    with pytest.raises(protocol.ProtocolError):
+        protocol.read_frame_sync(io.BytesIO(struct.pack(">I", 3) + b"[1]"))
+
+
+def test_requests_events_and_errors_survive_the_wire() -> None:
+    req = GenerateRequest(prompt="hi", sampling=SamplingOptions(temperature=0.0, stop=("\n",), seed=3),
+                          format={"type": "object"}, truncation=Truncation.REJECT, num_keep=4)
+    assert protocol.decode_request(protocol.encode_request(req)) == req
+    token = TokenEvent("a", (TokenLogprob("a", -0.5, (("a", -0.5), ("b", -1.0))),))
+    done = DoneEvent(DoneReason.LENGTH, 3, 1, 2, 10, 20, 0, (1, 2, 3))
+    for event in (token, done):
+        assert protocol.decode_event(protocol.encode_event(event)) == event
+    err = protocol.decode_event(protocol.encode_event(ErrorEvent(errors.ContextOverflow("too long"))))
+    assert isinstance(err, ErrorEvent) and isinstance(err.error, errors.ContextOverflow)
+    assert isinstance(protocol.decode_error({"type": "os.system", "message": "x"}), errors.EngineError)
+    busy = protocol.decode_error(protocol.encode_error(errors.Busy("full", 3.0)))
+    assert isinstance(busy, errors.Busy) and busy.retry_after == 3.0
+    opts = LoadOptions(num_ctx=99, adapter="/x")
+    assert protocol.decode_load_options(protocol.encode_load_options(opts)) == opts
+
+
+# --- options ----------------------------------------------------------------------------------
+
+
+def test_request_options_override_modelfile_parameters_and_split_load_from_sampling() -> None:
+    load, sampling, extras = merge_options(
+        {"temperature": 0.2, "num_ctx": 1024, "stop": ["<end>"]},
+        {"temperature": 0.7, "num_predict": -1, "seed": 5, "mirostat": 2, "num_keep": 4},
+        num_parallel=2, n_ctx_train=2048,
+    )
+    assert load == LoadOptions(num_ctx=1024, num_parallel=2)
+    assert sampling.temperature == 0.7 and sampling.stop == ("<end>",) and sampling.num_predict is None
+    assert sampling.seed == 5 and extras["num_keep"] == 4
+
+
+def test_num_ctx_is_capped_at_the_trained_context() -> None:
+    load, _, _ = merge_options({}, {"num_ctx": 100000}, num_parallel=1, n_ctx_train=2048)
+    assert load.num_ctx == 2048
+
+
+@pytest.mark.parametrize("options", [{"num_ctx": "x"}, {"top_k": 1.5}, {"temperature": True}, {"stop": [1]},
+                                     {"use_mmap": "yes"}, {"num_ctx": 0}, {"top_p": 2}])
+def test_bad_options_name_the_option(options: dict[str, object]) -> None:
+    with pytest.raises(errors.OptionError, match=next(iter(options))):
+        merge_options({}, options, num_parallel=1)
+
+
+def test_keep_alive_values() -> None:
+    assert parse_keep_alive(None) is MISSING
+    assert parse_keep_alive("5m") == 300 and parse_keep_alive(0) == 0 and parse_keep_alive("-1") is None
+    with pytest.raises(errors.OptionError):
+        parse_keep_alive("later")
+    with pytest.raises(errors.OptionError):
+        parse_keep_alive([1])
+
+
+# --- tools ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", [
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+    '```json\n{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}\n```',
+    '[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+])
+def test_tool_calls_are_parsed_from_the_common_shapes(text: str) -> None:
+    content, calls = parse_tool_calls(text, NAMES)
+    assert content == "" and [(c.name, c.arguments) for c in calls] == [("get_weather", {"city": "Paris"})]
+
+
+def test_text_and_unknown_functions_are_not_tool_calls() -> None:
+    assert parse_tool_calls("The weather is nice.", NAMES) == ("The weather is nice.", [])
+    text = '{"name": "rm_rf", "arguments": {}}'
+    assert parse_tool_calls(text, NAMES) == (text, [])
+
+
+def test_streamed_text_passes_through_but_a_call_is_held_back() -> None:
+    f = ToolStreamFilter(NAMES)
+    assert f.feed("Hello") == "Hello"
+    assert f.feed(" there <tool") == " there "
+    assert f.feed("_call>{\"name\": \"add\", \"arguments\": {}}</tool_call>") == ""
+    content, calls = f.finish()
+    assert content == "" and calls[0].name == "add"
+    g = ToolStreamFilter(NAMES)
+    assert g.feed("  {") == "" and g.feed('"name": "add", "arguments": {"a": 1}}') == ""
+    assert g.finish()[1][0].arguments == {"a": 1}
+    h = ToolStreamFilter(NAMES)
+    assert h.feed("<") == "" and h.feed("b>bold") == "<b>bold"
+
+
+def test_forced_tool_choice_builds_a_schema_for_the_named_function() -> None:
+    schema = forced_call_schema(TOOLS, {"type": "function", "function": {"name": "get_weather"}})
+    assert schema is not None
+    assert schema["properties"]["name"] == {"const": "get_weather"}
+    assert schema["properties"]["arguments"]["required"] == ["city"]
+    assert len(forced_call_schema(TOOLS, "required")["anyOf"]) == 2  # type: ignore[index]
+    assert forced_call_schema(TOOLS, "auto") is None
+    with pytest.raises(errors.InvalidRequest, match="nope"):
+        forced_call_schema(TOOLS, {"type": "function", "function": {"name": "nope"}})
+
+
+# --- OpenAI conversions -----------------------------------------------------------------------
+
+
+def test_chat_request_conversion_keeps_unset_fields_unset() -> None:
+    call = oc.chat_to_native({
+        "model": "m", "messages": [
+            {"role": "developer", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{\"a\": 1}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "1"},
+        ],
+        "max_completion_tokens": 7, "stop": "END", "seed": 1, "num_ctx": 4096, "keep_alive": "10m",
+        "stream": True, "stream_options": {"include_usage": True},
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}},
+    })
+    assert call.options == {"seed": 1, "stop": ["END"], "num_predict": 7, "num_ctx": 4096}
+    assert call.keep_alive == 600 and call.stream and call.include_usage
+    assert call.format == {"type": "object"}
+    assert [m["role"] for m in call.messages] == ["system", "user", "assistant", "tool"]
+    assert call.messages[1]["content"] == "hi there"
+    assert call.messages[2]["tool_calls"][0]["function"]["arguments"] == {"a": 1}
+    assert oc.response_format({"type": "json_object"}) == "json"
+
+
+def test_response_shapes() -> None:
+    from localrun.server.tools import ToolCall
+
+    msg = oc.chat_message("", [ToolCall("add", {"a": 1})])
+    assert msg["content"] is None and msg["tool_calls"][0]["function"]["arguments"] == '{"a": 1}'
+    assert oc.finish_reason(DoneReason.LENGTH, False) == "length"
+    assert oc.finish_reason(DoneReason.STOP, True) == "tool_calls"
+    u = oc.usage(10, 5, 4)
+    assert u["total_tokens"] == 15 and u["prompt_tokens_details"]["cached_tokens"] == 4
+    raw = base64.b64decode(oc.embedding_vector([1.0, -2.0], "base64"))
+    assert struct.unpack("<2f", raw) == (1.0, -2.0)
+    lp = oc.completion_logprobs([TokenLogprob("a", -1.0, (("a", -1.0),)), TokenLogprob("bc", -2.0)])
+    assert lp["text_offset"] == [0, 1] and lp["top_logprobs"][0] == {"a": -1.0}
