@@ -67,6 +67,12 @@ def _json_or_text(response: httpx.Response) -> Any:
         return {"error": response.text or response.reason_phrase}
 
 
+def _create_body(model: str, modelfile: str, base_dir: str | None) -> dict[str, Any]:
+    # Ollama's legacy form: ``path`` is the Modelfile's own path; relative FROM/ADAPTER resolve next to it.
+    path = str(Path(base_dir).resolve() / "Modelfile") if base_dir else None
+    return _payload(model=model, modelfile=modelfile, path=path, stream=True)
+
+
 def _payload(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
@@ -145,7 +151,7 @@ class AsyncClient:
 
     def create(self, model: str, modelfile: str, base_dir: str | None = None) -> AsyncIterator[dict[str, Any]]:
         """Create ``model`` from Modelfile text; relative FROM paths resolve against ``base_dir``."""
-        return self._stream("/api/create", _payload(model=model, modelfile=modelfile, path=base_dir, stream=True))
+        return self._stream("/api/create", _create_body(model, modelfile, base_dir))
 
     async def copy(self, source: str, destination: str) -> None:
         await self._request("POST", "/api/copy", {"source": source, "destination": destination})
@@ -233,7 +239,7 @@ class Client:
         return self._stream("/api/pull", {"model": model, "stream": True})
 
     def create(self, model: str, modelfile: str, base_dir: str | None = None) -> Iterator[dict[str, Any]]:
-        return self._stream("/api/create", _payload(model=model, modelfile=modelfile, path=base_dir, stream=True))
+        return self._stream("/api/create", _create_body(model, modelfile, base_dir))
 
     def copy(self, source: str, destination: str) -> None:
         self._request("POST", "/api/copy", {"source": source, "destination": destination})

@@ -1,0 +1,303 @@
+"""Model management routes, backed by the store: tags, show, pull, create, copy, delete, blobs.
+
+The store's calls block (hashing, downloading), so they run in worker threads; progress reports
+(``localrun.store.progress.Progress``) cross back to the event loop through a queue and are
+streamed as NDJSON in Ollama's shape (``status``, ``digest``, ``total``, ``completed``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from .. import errors
+from ..runtime.memory import read_geometry
+from .http import NDJSONStream, get, read_json
+from .keys import SERVICE, STORE
+from .routes_status import details
+
+log = logging.getLogger(__name__)
+
+
+def _iso(value: Any) -> str:
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.timezone.utc)
+        return value.isoformat()
+    if isinstance(value, (int, float)):
+        return dt.datetime.fromtimestamp(value, dt.timezone.utc).isoformat()
+    return str(value or dt.datetime.now(dt.timezone.utc).isoformat())
+
+
+def _field(obj: Any, *names: str, default: Any = None) -> Any:
+    for name in names:
+        if isinstance(obj, dict) and name in obj:
+            return obj[name]
+        if hasattr(obj, name):
+            return getattr(obj, name)
+    return default
+
+
+def _details_for(path: Any) -> dict[str, Any]:
+    try:
+        return details(read_geometry(str(path))) if path else {"format": "gguf"}
+    except errors.LocalrunError:
+        return {"format": "gguf"}
+
+
+def tag_entry(item: Any, store: Any) -> dict[str, Any]:
+    name = str(_field(item, "name", "model"))
+    path = _field(item, "model_path")
+    if path is None:
+        try:
+            path = store.resolve(name).model_path
+        except errors.LocalrunError:
+            path = None
+    item_details = _field(item, "details")
+    return {
+        "name": name,
+        "model": name,
+        "modified_at": _iso(_field(item, "modified_at", "modified")),
+        "size": int(_field(item, "size", default=0) or 0),
+        "digest": str(_field(item, "digest", default="") or "").removeprefix("sha256:"),
+        "details": item_details if isinstance(item_details, dict) else _details_for(path),
+    }
+
+
+async def tags(request: web.Request) -> web.Response:
+    store = request.app[STORE]
+    items = await asyncio.to_thread(store.list)
+    return web.json_response({"models": [tag_entry(i, store) for i in items]})
+
+
+def _parameters_text(params: dict[str, Any]) -> str:
+    lines = []
+    for key, value in params.items():
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            text = json.dumps(v) if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else str(v)
+            lines.append(f"{key:<30} {text}")
+    return "\n".join(lines)
+
+
+async def show(request: web.Request) -> web.Response:
+    """Ollama's show: modelfile, parameters (text), template, system, license, details, model_info."""
+    body = await read_json(request)
+    name = get(body, "model", str) or get(body, "name", str)
+    if not name:
+        raise errors.InvalidRequest("'model' is required")
+    info = await asyncio.to_thread(request.app[STORE].show, name)
+    params = _field(info, "parameters", default={}) or {}
+    template = _field(info, "template") or ""
+    capabilities = ["completion"]
+    if "tools" in template or ".Tools" in template:
+        capabilities.append("tools")
+    capabilities.append("embedding")
+    licenses = _field(info, "licenses") or ([_field(info, "license")] if _field(info, "license") else [])
+    item_details = _field(info, "details")
+    out: dict[str, Any] = {
+        "modelfile": _field(info, "modelfile", default="") or "",
+        "parameters": params if isinstance(params, str) else _parameters_text(params),
+        "template": template,
+        "system": _field(info, "system") or "",
+        "license": "\n".join(str(x) for x in licenses),
+        "details": item_details if isinstance(item_details, dict) and item_details
+        else _details_for(_field(info, "model_path")),
+        "model_info": _field(info, "model_info", default={}) or {},
+        "capabilities": capabilities,
+        "modified_at": _iso(_field(info, "modified_at", "modified")),
+    }
+    messages = _field(info, "messages") or []
+    if messages:
+        out["messages"] = [m if isinstance(m, dict) else {"role": m.role, "content": m.content} for m in messages]
+    return web.json_response(out, dumps=lambda o: json.dumps(o, default=str))
+
+
+async def _run_with_progress(request: web.Request, stream: bool, work: Callable[[Any], Any]) -> web.StreamResponse:
+    """Run blocking ``work(progress_cb)`` in a thread, streaming its progress reports."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+
+    def progress(p: Any) -> None:
+        report = dataclasses.asdict(p) if dataclasses.is_dataclass(p) else dict(p)
+        report = {k: v for k, v in report.items() if v is not None and k != "rate"}
+        loop.call_soon_threadsafe(queue.put_nowait, report)
+
+    task = asyncio.ensure_future(asyncio.to_thread(work, progress))
+    task.add_done_callback(lambda _: loop.call_soon_threadsafe(queue.put_nowait, None))
+    if not stream:
+        await task  # raises the store's error as a proper HTTP error
+        return web.json_response({"status": "success"})
+    out = NDJSONStream(request)
+    last_status = None
+    while True:
+        report = await queue.get()
+        if report is None:
+            break
+        last_status = report.get("status")
+        await out.write(report)
+    try:
+        await task
+    except errors.LocalrunError as exc:
+        if not out.response.prepared:
+            raise
+        await out.write({"error": exc.message, "code": exc.code})
+        return await out.finish()
+    if last_status != "success":
+        await out.write({"status": "success"})
+    return await out.finish()
+
+
+async def pull(request: web.Request) -> web.StreamResponse:
+    body = await read_json(request)
+    name = get(body, "model", str) or get(body, "name", str)
+    if not name:
+        raise errors.InvalidRequest("'model' is required")
+    stream = get(body, "stream", bool, True)
+    store = request.app[STORE]
+    from ..store import pull as store_pull
+
+    return await _run_with_progress(request, stream, lambda cb: store_pull(store, name, progress=cb))
+
+
+def _quote(text: str) -> str:
+    return '"""' + text.replace('"""', '\\"\\"\\"') + '"""'
+
+
+def modelfile_from_request(body: dict[str, Any], blob_path: Callable[[str], Path]) -> str:
+    """Ollama's structured create request (from, files, parameters...) as Modelfile text."""
+    lines: list[str] = []
+    source = get(body, "from", str)
+    files = get(body, "files", dict, {})
+    if files:
+        gguf = [d for f, d in files.items() if str(f).endswith(".gguf")] or list(files.values())
+        if len(gguf) != 1:
+            raise errors.InvalidRequest("'files' must hold exactly one .gguf file")
+        source = str(blob_path(str(gguf[0])))
+    if not source:
+        raise errors.InvalidRequest("create needs 'from' (a model name or path), 'files' or a 'modelfile'")
+    lines.append(f"FROM {source}")
+    for digest in (get(body, "adapters", dict, {}) or {}).values():
+        lines.append(f"ADAPTER {blob_path(str(digest))}")
+    for key, value in (get(body, "parameters", dict, {}) or {}).items():
+        for v in value if isinstance(value, list) else [value]:
+            lines.append(f"PARAMETER {key} {json.dumps(v) if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else v}")
+    if get(body, "template", str):
+        lines.append(f"TEMPLATE {_quote(body['template'])}")
+    if get(body, "system", str):
+        lines.append(f"SYSTEM {_quote(body['system'])}")
+    license_ = body.get("license")
+    for text in ([license_] if isinstance(license_, str) else license_ or []):
+        lines.append(f"LICENSE {_quote(str(text))}")
+    for m in get(body, "messages", list, []) or []:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise errors.InvalidRequest("'messages' must be a list of {role, content}")
+        lines.append(f"MESSAGE {m['role']} {_quote(str(m.get('content', '')))}")
+    return "\n".join(lines) + "\n"
+
+
+async def create(request: web.Request) -> web.StreamResponse:
+    body = await read_json(request)
+    name = get(body, "model", str) or get(body, "name", str)
+    if not name:
+        raise errors.InvalidRequest("'model' is required")
+    if body.get("quantize"):
+        raise errors.InvalidRequest("quantizing is not supported: create from a GGUF that is already quantized")
+    store = request.app[STORE]
+    modelfile = get(body, "modelfile", str)
+    base_dir = Path(get(body, "path", str) or ".").parent if get(body, "path", str) else Path.cwd()
+    if not modelfile:
+        modelfile = modelfile_from_request(body, lambda d: _blob_path(store, d))
+    stream = get(body, "stream", bool, True)
+    return await _run_with_progress(
+        request, stream, lambda cb: store.create(name, modelfile, base_dir, progress=cb)
+    )
+
+
+async def copy(request: web.Request) -> web.Response:
+    body = await read_json(request)
+    source, destination = get(body, "source", str), get(body, "destination", str)
+    if not source or not destination:
+        raise errors.InvalidRequest("'source' and 'destination' are required")
+    await asyncio.to_thread(request.app[STORE].copy, source, destination)
+    return web.Response(status=200)
+
+
+async def delete(request: web.Request) -> web.Response:
+    body = await read_json(request)
+    name = get(body, "model", str) or get(body, "name", str)
+    if not name:
+        raise errors.InvalidRequest("'model' is required")
+    store = request.app[STORE]
+    resolved = await asyncio.to_thread(store.resolve, name)  # 404 for unknown models
+    await request.app[SERVICE].scheduler.unload(str(getattr(resolved, "name", name)))
+    await asyncio.to_thread(store.remove, name)
+    return web.Response(status=200)
+
+
+def _blobs(store: Any) -> Any:
+    blobs = getattr(store, "blobs", None)
+    if blobs is None:
+        raise errors.StoreError("this store does not accept blob uploads")
+    return blobs
+
+
+def _digest(raw: str) -> str:
+    from ..store.blobs import normalize_digest
+
+    try:
+        return normalize_digest(raw)
+    except errors.LocalrunError:
+        raise
+    except Exception:
+        raise errors.InvalidRequest(f"{raw!r} is not a sha256 digest") from None
+
+
+def _blob_path(store: Any, digest: str) -> Path:
+    d = _digest(digest)
+    blobs = _blobs(store)
+    if not blobs.has(d):
+        raise errors.InvalidRequest(f"blob {d} was not uploaded (POST /api/blobs/{d} first)")
+    return Path(blobs.path(d))
+
+
+async def blob_head(request: web.Request) -> web.Response:
+    d = _digest(request.match_info["digest"])
+    return web.Response(status=200 if _blobs(request.app[STORE]).has(d) else 404)
+
+
+async def blob_upload(request: web.Request) -> web.Response:
+    d = _digest(request.match_info["digest"])
+    blobs = _blobs(request.app[STORE])
+    if blobs.has(d):
+        return web.Response(status=200)
+    writer = blobs.writer()
+    try:
+        async for chunk in request.content.iter_chunked(1 << 20):
+            await asyncio.to_thread(writer.write, chunk)
+        await asyncio.to_thread(writer.commit, d)
+    except errors.CorruptBlob as exc:
+        writer.abort()
+        raise errors.InvalidRequest(f"uploaded bytes do not match {d}: {exc}") from None
+    except BaseException:
+        writer.abort()
+        raise
+    return web.Response(status=201)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/api/tags", tags)
+    app.router.add_post("/api/show", show)
+    app.router.add_post("/api/pull", pull)
+    app.router.add_post("/api/create", create)
+    app.router.add_post("/api/copy", copy)
+    app.router.add_delete("/api/delete", delete)
+    app.router.add_route("HEAD", "/api/blobs/{digest}", blob_head)
+    app.router.add_post("/api/blobs/{digest}", blob_upload)
