@@ -61,12 +61,16 @@ def _tokens_from(body: Any) -> int | None:
 
 
 async def find_tokenizer(
-    client: httpx.AsyncClient, base_url: str, model: str, headers: dict[str, str]
+    client: httpx.AsyncClient, base_url: str, model: str | None, headers: dict[str, str]
 ) -> tuple[str, CountFn] | None:
-    """The first tokenizer endpoint of the target that answers, as (path, count function)."""
+    """The first tokenizer endpoint of the server at ``base_url`` that answers, as (path, count).
+
+    ``model`` is sent where the endpoint takes one; None leaves it to the server's default model.
+    """
+    named = {"model": model} if model else {}
     shapes: list[tuple[str, Callable[[str], dict[str, Any]]]] = [
-        ("/api/tokenize", lambda text: {"model": model, "content": text}),
-        ("/extras/tokenize", lambda text: {"model": model, "input": text}),
+        ("/api/tokenize", lambda text: {**named, "content": text}),
+        ("/extras/tokenize", lambda text: {**named, "input": text}),
         ("/tokenize", lambda text: {"content": text, "add_special": True}),
     ]
     for path, make in shapes:

@@ -52,6 +52,7 @@ class BenchConfig:
     send_extras: bool = True
     pause_s: float = 1.0
     seed: int = 0
+    tokenizer_url: str | None = None  # build every target's prompts with this server's tokenizer
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +148,13 @@ async def _prepare(
     client: httpx.AsyncClient, config: BenchConfig, target: Target, base_plan: LoadPlan
 ) -> tuple[Target, TargetInfo, LoadPlan, PromptBuilder]:
     target = await _resolve_model(client, target)
-    found = await find_tokenizer(client, target.base_url, target.model, target.headers)
+    if config.tokenizer_url:
+        found = await find_tokenizer(client, config.tokenizer_url, None, {})
+        if found is None:
+            raise BenchError(f"--tokenizer-url {config.tokenizer_url}: no tokenizer endpoint answers there")
+        found = (config.tokenizer_url + found[0], found[1])
+    else:
+        found = await find_tokenizer(client, target.base_url, target.model, target.headers)
     path, count = found if found else (None, None)
 
     def sample(builder: PromptBuilder) -> list[tuple[str, int]]:
@@ -194,7 +201,8 @@ async def run_bench(config: BenchConfig, progress: Callable[[str], None] | None 
             result.warnings.append(
                 f"the load generator runs on the same {result.machine['cpu_count']} cores as the server"
             )
-        counter = itertools.count()
+        # One prompt counter per target: every target gets the same prompt sequence, and no prompt twice.
+        counters = {info.label: itertools.count() for info in result.targets}
         for li, c in enumerate(config.concurrency):
             order = prepared if li % 2 == 0 else prepared[::-1]
             for target, info, plan, builder in order:
@@ -205,7 +213,7 @@ async def run_bench(config: BenchConfig, progress: Callable[[str], None] | None 
                 meter.start()
                 run: LevelRun = await run_level(
                     client, target, level_plan, c,
-                    lambda b=builder: b.prompt(next(counter), config.input_tokens, config.shared_prefix),
+                    lambda b=builder, n=counters[info.label]: b.prompt(next(n), config.input_tokens, config.shared_prefix),
                 )
                 cpu = meter.stop()
                 stats = summarize(run.records, run.window, c, config.output_tokens)

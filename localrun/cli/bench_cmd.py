@@ -77,6 +77,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     g.add_argument("--compare-model", default="", help="model name on --compare (default: its first model)")
     g.add_argument("--compare-label", help="name of the --compare target in reports")
     g.add_argument("--compare-api-key", help="bearer token for --compare")
+    g.add_argument("--tokenizer-url", metavar="URL",
+                   help="build every target's prompts with this server's tokenizer (it must serve the same model), "
+                   "e.g. when a target exposes no tokenizer")
     w = p.add_argument_group("workload")
     w.add_argument("--endpoint", choices=("completions", "chat"), default="completions",
                    help="stream /v1/completions or /v1/chat/completions (default: completions)")
@@ -129,6 +132,7 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         input_tokens=args.input_tokens, output_tokens=args.output_tokens, shared_prefix=args.shared_prefix,
         requests=args.requests, duration_s=args.duration, warmup_s=args.warmup, timeout_s=args.timeout,
         temperature=args.temperature, send_extras=not args.no_extras, pause_s=args.pause, seed=args.seed,
+        tokenizer_url=normalize_url(args.tokenizer_url) if args.tokenizer_url else None,
     )
 
 

@@ -7,6 +7,7 @@ with switches for the failures a benchmark must count rather than hide.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -31,6 +32,8 @@ class StandIn:
     stall_above: int | None = None  # requests with max_tokens above this get one token, then hang
     reject_extras: bool = False  # 400 on ignore_eos/min_tokens, like a strict server
     usage: bool = True  # honour stream_options.include_usage
+    tokenizer: bool = True  # serve /extras/tokenize
+    stopping: bool = False  # set at teardown: stalled handlers end
     seen: list[dict] = field(default_factory=list)  # type: ignore[type-arg]
 
 
@@ -39,6 +42,8 @@ def _app(cfg: StandIn) -> web.Application:
         return web.json_response({"object": "list", "data": [{"id": "stand-in", "object": "model"}]})
 
     async def tokenize(request: web.Request) -> web.Response:
+        if not cfg.tokenizer:
+            raise web.HTTPNotFound()
         body = await request.json()
         return web.json_response({"tokens": list(range(1 + len(body["input"].split())))})
 
@@ -59,8 +64,8 @@ def _app(cfg: StandIn) -> web.Application:
             choice = {"index": 0, "finish_reason": "length" if i == n - 1 else None}
             choice.update({"delta": {"content": " w"}} if chat else {"text": " w"})
             await resp.write(f"data: {json.dumps({'choices': [choice]})}\n\n".encode())
-            if cfg.stall_above is not None and n > cfg.stall_above:
-                await asyncio.sleep(3600)
+            while cfg.stall_above is not None and n > cfg.stall_above and not cfg.stopping:
+                await asyncio.sleep(0.05)
         if cfg.usage and (body.get("stream_options") or {}).get("include_usage"):
             usage = {"prompt_tokens": 1 + len(prompt.split()), "completion_tokens": n}
             await resp.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
@@ -75,9 +80,9 @@ def _app(cfg: StandIn) -> web.Application:
     return app
 
 
-@pytest.fixture
-def standin() -> Iterator[tuple[str, StandIn]]:
-    """A stand-in server on 127.0.0.1 in its own thread and loop; stopped after the test."""
+@contextlib.contextmanager
+def _serve_standin() -> Iterator[tuple[str, StandIn]]:
+    """A stand-in server on 127.0.0.1 in its own thread and loop; stopped on exit."""
     cfg = StandIn()
     loop = asyncio.new_event_loop()
     started = threading.Event()
@@ -95,10 +100,20 @@ def standin() -> Iterator[tuple[str, StandIn]]:
     thread = threading.Thread(target=lambda: (loop.run_until_complete(start()), loop.run_forever()), daemon=True)
     thread.start()
     assert started.wait(10)
-    yield f"http://127.0.0.1:{holder['port']}", cfg
-    asyncio.run_coroutine_threadsafe(holder["runner"].cleanup(), loop).result(10)  # type: ignore[attr-defined]
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
+    try:
+        yield f"http://127.0.0.1:{holder['port']}", cfg
+    finally:
+        cfg.stopping = True
+        asyncio.run_coroutine_threadsafe(holder["runner"].cleanup(), loop).result(10)  # type: ignore[attr-defined]
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+@pytest.fixture
+def standin() -> Iterator[tuple[str, StandIn]]:
+    with _serve_standin() as served:
+        yield served
 
 
 def _config(url: str, **kw) -> BenchConfig:  # type: ignore[no-untyped-def]
@@ -183,6 +198,24 @@ async def test_chat_endpoint_with_shared_prefix(standin: tuple[str, StandIn]) ->
     prompts = [b["messages"][0]["content"] for b in server.seen if b["max_tokens"] == 8]
     prefix = prompts[0].split()[:99]
     assert all(p.split()[:99] == prefix for p in prompts) and len(set(prompts)) == len(prompts)
+
+
+async def test_without_a_tokenizer_prompt_lengths_are_reported_approximate(standin: tuple[str, StandIn]) -> None:
+    url, server = standin
+    server.tokenizer = False
+    result = await run_bench(_config(url, concurrency=(1,), requests=1))
+    assert not result.targets[0].tokenizer.exact
+    assert "approximate" in result.targets[0].tokenizer.note
+
+
+async def test_tokenizer_url_builds_exact_prompts_for_a_target_without_one(standin: tuple[str, StandIn]) -> None:
+    url, server = standin
+    server.tokenizer = False
+    with _serve_standin() as (tok_url, _):
+        result = await run_bench(_config(url, concurrency=(1,), requests=1, tokenizer_url=tok_url))
+    info = result.targets[0].tokenizer
+    assert info.exact and info.endpoint == tok_url + "/extras/tokenize"
+    assert result.levels[0].stats.mean_prompt_tokens == 32
 
 
 def test_cli_writes_table_json_and_chart(standin: tuple[str, StandIn], tmp_path: Path,
