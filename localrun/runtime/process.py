@@ -210,11 +210,19 @@ class RunnerProcess:
         try:
             await self._send({"op": "generate", "id": rid, "request": protocol.encode_request(request)})
             await accepted
-        except BaseException:
+        except errors.LocalrunError:  # refused by the engine (OptionError...) or the runner died
             self._streams.pop(rid, None)
             self._accept.pop(rid, None)
-            if accepted.done() and not accepted.cancelled() and accepted.exception() is None:
-                await stream.cancel()
+            raise
+        except BaseException:
+            # The caller went away: the runner reads frames in order, so this cancel finds the request.
+            self._streams.pop(rid, None)
+            self._accept.pop(rid, None)
+            if self.alive:
+                try:
+                    await self._send({"op": "cancel", "id": rid})
+                except errors.RunnerCrashed:
+                    pass
             raise
         return stream
 

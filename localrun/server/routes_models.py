@@ -254,8 +254,6 @@ def _digest(raw: str) -> str:
 
     try:
         return normalize_digest(raw)
-    except errors.LocalrunError:
-        raise
     except Exception:
         raise errors.InvalidRequest(f"{raw!r} is not a sha256 digest") from None
 

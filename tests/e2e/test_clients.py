@@ -1,0 +1,215 @@
+"""The official ``ollama`` and ``openai`` Python packages, unchanged, against a real ``localrun serve``.
+
+One daemon per module (a subprocess on a free loopback port, its own model store), the tiny
+random-weight model imported through the clients themselves (create_blob + create). Output text
+is random; the tests check what a client sees: shapes, streaming, counts, errors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import ollama
+import openai
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+MODEL = "tiny:latest"
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[str]:
+    home = tmp_path_factory.mktemp("daemon")
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOCALRUN_", "OLLAMA_"))}
+    env.update({
+        "LOCALRUN_HOST": f"127.0.0.1:{port}", "LOCALRUN_MODELS": str(home / "models"),
+        "LOCALRUN_NUM_PARALLEL": "2", "XDG_DATA_HOME": str(home / "data"), "XDG_STATE_HOME": str(home / "state"),
+        "HF_HUB_OFFLINE": "1",
+    })
+    log = open(home / "server.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "localrun", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None:
+                pytest.fail("daemon exited:\n" + (home / "server.log").read_text())
+            time.sleep(0.1)
+        client = ollama.Client(host=url)
+        digest = client.create_blob(tiny_gguf)
+        client.create(model="tiny", files={"tiny.gguf": digest}, parameters={"num_ctx": 512, "temperature": 0.0})
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture
+def oll(daemon: str) -> ollama.Client:
+    return ollama.Client(host=daemon)
+
+
+@pytest.fixture
+def oai(daemon: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=daemon + "/v1", api_key="unused", max_retries=0)
+
+
+# --- ollama -----------------------------------------------------------------------------------
+
+
+def test_ollama_list_show_ps(oll: ollama.Client) -> None:
+    names = [m.model for m in oll.list().models]
+    assert MODEL in names
+    shown = oll.show(MODEL)
+    assert "FROM" in (shown.modelfile or "") and shown.details is not None
+    assert "num_ctx" in (shown.parameters or "")
+    oll.generate(model=MODEL, prompt="")  # an empty prompt loads the model
+    running = {m.model: m for m in oll.ps().models}
+    assert MODEL in running and running[MODEL].size and running[MODEL].context_length == 512
+
+
+def test_ollama_generate_streaming_and_not(oll: ollama.Client) -> None:
+    r = oll.generate(model=MODEL, prompt="hello world", options={"num_predict": 8})
+    assert r.done and r.done_reason == "length" and r.eval_count == 8
+    assert r.prompt_eval_count and r.total_duration and r.total_duration >= (r.eval_duration or 0)
+    assert r.context
+    chunks = list(oll.generate(model=MODEL, prompt="hello world", options={"num_predict": 8}, stream=True))
+    assert chunks[-1].done and sum(1 for c in chunks if not c.done) >= 1
+    assert "".join(c.response for c in chunks) == r.response  # temperature 0 from the Modelfile
+    assert chunks[-1]["prompt_eval_cached_count"] > 0  # the same prompt again: prefix cache
+
+
+def test_ollama_chat_streaming_and_not(oll: ollama.Client) -> None:
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    r = oll.chat(model=MODEL, messages=messages, options={"num_predict": 6})
+    assert r.message.role == "assistant" and r.done and r.eval_count == 6
+    parts = list(oll.chat(model=MODEL, messages=messages, options={"num_predict": 6}, stream=True))
+    assert parts[-1].done and "".join(p.message.content or "" for p in parts) == r.message.content
+
+
+def test_ollama_chat_with_tools_and_format(oll: ollama.Client) -> None:
+    r = oll.chat(model=MODEL, messages=[{"role": "user", "content": "weather in Paris?"}], tools=TOOLS,
+                 options={"num_predict": 12})
+    assert r.done
+    r = oll.generate(model=MODEL, prompt="json please", format="json", options={"num_predict": 40})
+    if r.done_reason == "stop":
+        json.loads(r.response)
+
+
+def test_ollama_embed_and_embeddings(oll: ollama.Client) -> None:
+    r = oll.embed(model=MODEL, input=["hello world", "the cat"])
+    assert len(r.embeddings) == 2 and len(r.embeddings[0]) == 64
+    assert abs(sum(v * v for v in r.embeddings[0]) - 1.0) < 1e-3
+    single = oll.embeddings(model=MODEL, prompt="hello world")
+    assert len(single.embedding) == 64
+
+
+def test_ollama_copy_delete_and_errors(oll: ollama.Client) -> None:
+    oll.copy(MODEL, "tiny-copy")
+    assert "tiny-copy:latest" in [m.model for m in oll.list().models]
+    oll.delete("tiny-copy")
+    assert "tiny-copy:latest" not in [m.model for m in oll.list().models]
+    with pytest.raises(ollama.ResponseError) as info:
+        oll.generate(model="nothing-here", prompt="x")
+    assert info.value.status_code == 404
+    with pytest.raises(ollama.ResponseError) as info:
+        oll.delete("nothing-here")
+    assert info.value.status_code == 404
+
+
+@pytest.mark.starter
+def test_ollama_pull_streams_progress(oll: ollama.Client, starter_gguf: Path) -> None:
+    statuses = [p.status for p in oll.pull("gemma3:270m", stream=True)]
+    assert statuses[-1] == "success"
+    assert "gemma3:270m" in [m.model for m in oll.list().models]
+
+
+# --- openai -----------------------------------------------------------------------------------
+
+
+def test_openai_models(oai: openai.OpenAI) -> None:
+    ids = [m.id for m in oai.models.list()]
+    assert MODEL in ids
+    assert oai.models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError):
+        oai.models.retrieve("nothing-here")
+
+
+def test_openai_chat_completions(oai: openai.OpenAI) -> None:
+    messages: Any = [{"role": "user", "content": "hello"}]
+    r = oai.chat.completions.create(model=MODEL, messages=messages, max_tokens=5, seed=1, n=2, logprobs=True,
+                                    top_logprobs=2)
+    assert len(r.choices) == 2 and r.choices[0].finish_reason == "length"
+    assert r.usage is not None and r.usage.completion_tokens == 10
+    assert r.choices[0].logprobs is not None and len(r.choices[0].logprobs.content or []) == 5
+    stream = oai.chat.completions.create(model=MODEL, messages=messages, max_completion_tokens=5, stream=True,
+                                         stream_options={"include_usage": True}, stop=["\n\n"])
+    chunks = list(stream)
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens <= 5
+    assert any(c.choices and c.choices[0].finish_reason for c in chunks)
+
+
+def test_openai_json_modes_and_forced_tool_call(oai: openai.OpenAI) -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    r = oai.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "a number"}], max_tokens=60,
+        response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": schema}})
+    if r.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(r.choices[0].message.content or "")["n"], int)
+    r = oai.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "weather in Paris?"}], tools=TOOLS,  # type: ignore[arg-type]
+        tool_choice={"type": "function", "function": {"name": "get_weather"}}, max_tokens=80)
+    choice = r.choices[0]
+    if choice.finish_reason != "length":
+        assert choice.finish_reason == "tool_calls"
+        call = (choice.message.tool_calls or [])[0]
+        assert call.function.name == "get_weather"
+        assert isinstance(json.loads(call.function.arguments)["city"], str)
+
+
+def test_openai_completions_and_embeddings(oai: openai.OpenAI) -> None:
+    r = oai.completions.create(model=MODEL, prompt="once upon", max_tokens=4, echo=True)
+    assert r.choices[0].text.startswith("once upon") and r.usage and r.usage.completion_tokens == 4
+    parts = list(oai.completions.create(model=MODEL, prompt="once upon", max_tokens=4, stream=True))
+    assert parts[-1].choices[0].finish_reason == "length"
+    e = oai.embeddings.create(model=MODEL, input=["a cat", "a dog"])  # the SDK asks for base64
+    assert len(e.data) == 2 and len(e.data[0].embedding) == 64
+    e = oai.embeddings.create(model=MODEL, input="a cat", encoding_format="float", dimensions=16)
+    assert len(e.data[0].embedding) == 16
+
+
+def test_openai_errors_have_openai_shape(oai: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError):
+        oai.chat.completions.create(model="nothing-here", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.BadRequestError) as info:
+        oai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}],
+                                    temperature="hot")  # type: ignore[arg-type]
+    assert "temperature" in str(info.value)
