@@ -258,12 +258,6 @@ def system_devices() -> tuple[int, list[Device]]:
     return free_ram, gpus
 
 
-def total_ram() -> int:
-    import psutil
-
-    return int(psutil.virtual_memory().total)
-
-
 def human_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if abs(n) < 1000 or unit == "GB":

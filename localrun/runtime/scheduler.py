@@ -15,8 +15,8 @@ Requests for a resident model with matching options take a fast path that never 
 loop. The queue bound counts requests waiting for a load plus requests waiting for a sequence
 slot of their model; past ``max_queue`` new ones get Busy (HTTP 503).
 
-Seams for tests: ``load_fn`` (start a backend), ``probe`` (free RAM and GPUs), ``total_ram``,
-``geometry`` (GGUF reader) and ``clock``.
+Seams for tests: ``load_fn`` (start a backend), ``probe`` (free RAM and GPUs), ``geometry``
+(GGUF reader) and ``clock``.
 """
 
 from __future__ import annotations
@@ -162,7 +162,6 @@ class Scheduler:
         load_fn: LoadFn,
         *,
         probe: ProbeFn,
-        total_ram: Callable[[], int],
         geometry: Callable[[str], ModelGeometry],
         clock: Clock | None = None,
         max_loaded: int = 3,
@@ -171,7 +170,6 @@ class Scheduler:
     ) -> None:
         self._load_fn = load_fn
         self._probe = probe
-        self._total_ram = total_ram
         self._geometry = geometry
         self.clock: Clock = clock or SystemClock()
         self.max_loaded = max_loaded

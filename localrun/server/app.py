@@ -71,7 +71,6 @@ def create_app(
         scheduler = Scheduler(
             load_fn or runner_load_fn(),
             probe=memory.system_devices,
-            total_ram=memory.total_ram,
             geometry=memory.read_geometry,
             max_loaded=settings.max_loaded_models,
             max_queue=settings.max_queue,

@@ -94,7 +94,7 @@ class World:
 
     def scheduler(self, **kw: Any) -> Scheduler:
         kw.setdefault("default_keep_alive", 300.0)
-        return Scheduler(self.load, probe=self.probe, total_ram=lambda: self.free_ram, geometry=self.geometry,
+        return Scheduler(self.load, probe=self.probe, geometry=self.geometry,
                          clock=self.clock, **kw)
 
 
@@ -299,7 +299,7 @@ async def test_load_errors_reach_the_request_and_leave_nothing_resident(world: W
     async def failing(spec: LoadSpec, placement: Placement) -> FakeBackend:
         raise errors.InvalidModelFile("not a GGUF")
 
-    s = Scheduler(failing, probe=world.probe, total_ram=lambda: world.free_ram, geometry=world.geometry,
+    s = Scheduler(failing, probe=world.probe, geometry=world.geometry,
                   clock=world.clock)
     with pytest.raises(errors.InvalidModelFile):
         await s.acquire(spec("a"))
