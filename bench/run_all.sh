@@ -8,7 +8,9 @@
 #   2. localrun's daemon vs llama-cpp-python's own server, interleaved per level, at concurrency 1,4,8,16
 #      (128-token prompts, 64 tokens out, streaming /v1/completions);
 #   3. the same two with a 1,300-token prefix shared by every prompt (40 unique tokens after it), 8 streams.
-# Both servers stay loaded for the whole run and are measured in turn, never at the same time.
+# Both servers stay loaded for the whole run and are measured in turn, never at the same time. Prompts for
+# both are built with the same GGUF's tokenizer (llama-cpp-python's /extras/tokenize), so lengths are exact.
+# localrun runs with its defaults (LOCALRUN_NUM_PARALLEL: 8 slots on 2 cores), kept loaded for the run.
 # llama-cpp-python's server runs through bench/launch_llama_cpp_server.py (use_extra_bufts=False: the AMX
 # crash, see ../shared/ENGINE_NOTES.md), with every core and --interrupt_requests False: by default it cuts
 # a running stream short when the next request arrives, so it could not serve concurrent clients at all.
@@ -67,6 +69,7 @@ wait_ready "http://127.0.0.1:$LCP_PORT" llama-cpp-python "$LCP_PID" "$OUT/llama_
 
 BENCH=("$PY" -m localrun bench --base-url "127.0.0.1:$LR_PORT" --model "$LR_MODEL" --label localrun
        --compare "127.0.0.1:$LCP_PORT" --compare-label llama-cpp-python
+       --tokenizer-url "127.0.0.1:$LCP_PORT"
        --output-tokens 64 --requests "$REQUESTS" --timeout 300 --pause 1)
 
 # 3. Concurrency levels (an error or timeout makes bench exit 1; the results are still written).

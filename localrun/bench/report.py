@@ -63,11 +63,9 @@ def describe(result: BenchResult) -> list[str]:
         + f", {cfg.output_tokens} output tokens; {load}; warm-up {cfg.warmup_s:g} s; temperature {cfg.temperature:g}",
     ]
     for t in result.targets:
-        extras = ", ".join(t.extras_sent) or "none accepted"
-        lines.append(
-            f"{t.label}: {t.base_url} model {t.model}; prompts {t.tokenizer.note}; "
-            f"output length pinned by max_tokens + {extras}"
-        )
+        extras = (f"max_tokens + {', '.join(t.extras_sent)} (not rejected; honoured only if the server knows them)"
+                  if t.extras_sent else "max_tokens only (the server rejected ignore_eos/min_tokens)")
+        lines.append(f"{t.label}: {t.base_url} model {t.model}; prompts {t.tokenizer.note}; output length: {extras}")
     return lines
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from localrun.bench.loadgen import Target
 from localrun.bench.runner import BenchConfig, run_bench
@@ -236,3 +239,37 @@ def test_cli_reports_an_unreachable_target_as_an_error(capsys: pytest.CaptureFix
     rc = main(["bench", "--base-url", "http://127.0.0.1:9", "--concurrency", "1", "-q"])
     assert rc == 1
     assert "cannot reach" in capsys.readouterr().err
+
+
+# --- the real daemon: aiohttp app + runner process + llama.cpp engine on the tiny GGUF -------------
+
+_ENGINE = importlib.util.find_spec("localrun.engine.engine") is not None
+
+
+@pytest.mark.skipif(not _ENGINE, reason="the engine (localrun.engine.engine) is not written yet")
+@pytest.mark.timeout(180)
+async def test_short_bench_against_the_daemon_on_the_tiny_model(tiny_gguf: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).parent / "server"))
+    from daemon_helpers import DictStore  # the daemon tests' name -> GGUF store
+
+    from localrun.config import load_settings
+    from localrun.server.app import create_app
+
+    app = create_app(load_settings(), store=DictStore({"tiny": tiny_gguf}))
+    server = TestServer(app, host="127.0.0.1", handler_cancellation=True)
+    await server.start_server()
+    try:
+        url = str(server.make_url("")).rstrip("/")
+        for api in ("completions", "chat"):
+            cfg = _config(url, targets=(Target("localrun", url, "tiny"),), api=api, concurrency=(1, 4),
+                          requests=4, output_tokens=16, timeout_s=60.0)
+            result = await run_bench(cfg)
+            for lv in result.levels:
+                s = lv.stats
+                assert (s.ok, s.errors, s.timeouts) == (s.requests, 0, 0), s.error_samples
+                assert s.min_output_tokens is not None and 1 <= s.min_output_tokens <= 16
+                if s.short_outputs:  # the daemon may stop at EOS: then the report says so
+                    assert any("fewer than 16 output tokens" in w for w in result.warnings)
+                assert s.output_tok_s > 0 and s.ttft.p50 is not None
+    finally:
+        await server.close()
