@@ -74,7 +74,7 @@ def sampling_with_logprobs(target: Target, body: dict[str, Any]) -> Any:
 async def _load_or_unload(request: web.Request, body: dict[str, Any], keep_alive: Any, chat: bool) -> web.Response:
     """An empty prompt loads the model; with keep_alive 0 it unloads it."""
     service = request.app[SERVICE]
-    target = service.target(body.get("model"), body.get("options"), keep_alive)
+    target = await service.target(body.get("model"), body.get("options"), keep_alive)
     if keep_alive == 0:
         await service.unload(target.name)
         reason = "unload"
@@ -100,7 +100,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if images:
         raise errors.InvalidRequest(f"model {body.get('model')!r} does not support images")
     service = request.app[SERVICE]
-    target = service.target(body.get("model"), body.get("options"), keep_alive)
+    target = await service.target(body.get("model"), body.get("options"), keep_alive)
     raw = get(body, "raw", bool, False)
     context = get(body, "context", list, None)
     if context is not None and not all(isinstance(t, int) and not isinstance(t, bool) for t in context):
@@ -206,7 +206,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
     if not messages:
         return await _load_or_unload(request, body, keep_alive, chat=True)
     service = request.app[SERVICE]
-    target = service.target(body.get("model"), body.get("options"), keep_alive)
+    target = await service.target(body.get("model"), body.get("options"), keep_alive)
     full = prompts.with_defaults(messages, target.system, target.messages)
     text = prompts.render(target.template, full, tools)
     req = GenerateRequest(
@@ -260,7 +260,7 @@ async def embed(request: web.Request) -> web.Response:
         raise errors.InvalidRequest("'dimensions' must be at least 1")
     keep_alive = parse_keep_alive(body.get("keep_alive"))
     service = request.app[SERVICE]
-    target = service.target(body.get("model"), body.get("options"), keep_alive)
+    target = await service.target(body.get("model"), body.get("options"), keep_alive)
     if not inputs:
         load = await service.load_only(target)
         return web.json_response({"model": target.name, "embeddings": [], "load_duration": load,
@@ -281,7 +281,7 @@ async def embeddings(request: web.Request) -> web.Response:
     prompt = get(body, "prompt", str, "")
     keep_alive = parse_keep_alive(body.get("keep_alive"))
     service = request.app[SERVICE]
-    target = service.target(body.get("model"), body.get("options"), keep_alive)
+    target = await service.target(body.get("model"), body.get("options"), keep_alive)
     if not prompt:
         await service.load_only(target)
         return web.json_response({"embedding": []})

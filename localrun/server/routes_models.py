@@ -216,9 +216,23 @@ async def create(request: web.Request) -> web.StreamResponse:
     if not modelfile:
         modelfile = modelfile_from_request(body, lambda d: _blob_path(store, d))
     stream = get(body, "stream", bool, True)
+    hook = _from_hook()
     return await _run_with_progress(
-        request, stream, lambda cb: store.create(name, modelfile, base_dir, progress=cb)
+        request, stream,
+        lambda cb: store.create(name, modelfile, base_dir=base_dir, progress=cb,
+                                **({"from_hook": hook} if hook is not None else {})),
     )
+
+
+def _from_hook() -> Any:
+    """The store's resolver for ``FROM hf.co/...`` names, when the store provides one."""
+    import importlib
+
+    try:
+        pull_module = importlib.import_module("localrun.store.pull")
+    except ImportError:
+        return None
+    return getattr(pull_module, "hub_hook", None)
 
 
 async def copy(request: web.Request) -> web.Response:

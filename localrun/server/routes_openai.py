@@ -90,7 +90,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     call = oc.chat_to_native(body)
     service = request.app[SERVICE]
-    target = service.target(call.model, call.options, call.keep_alive)
+    target = await service.target(call.model, call.options, call.keep_alive)
     tools = call.tools if call.tool_choice != "none" else None
     if call.tool_choice not in (None, "auto", "none") and not tools:
         raise errors.InvalidRequest("'tool_choice' needs 'tools'")
@@ -165,7 +165,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     call = oc.completion_to_native(body)
     service = request.app[SERVICE]
-    target = service.target(call.model, call.options, call.keep_alive)
+    target = await service.target(call.model, call.options, call.keep_alive)
     sampling = replace(target.sampling, logprobs=call.logprobs, top_logprobs=call.top_logprobs)
     fmt = oc.response_format(body.get("response_format"))
     gens: list[Generation] = []
@@ -227,7 +227,7 @@ async def embeddings(request: web.Request) -> web.Response:
     if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1):
         raise errors.InvalidRequest("'dimensions' must be a positive whole number")
     service = request.app[SERVICE]
-    target = service.target(body.get("model"), oc.options_from_openai(body),
+    target = await service.target(body.get("model"), oc.options_from_openai(body),
                             oc.parse_keep_alive(body.get("keep_alive")))
     result, _, _ = await service.embed(target, inputs, True)
     data = [{"object": "embedding", "index": i, "embedding": oc.embedding_vector(resize(e, dimensions), encoding)}

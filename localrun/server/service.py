@@ -10,6 +10,7 @@ the one log line per request.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -143,11 +144,14 @@ class Service:
         self.num_parallel = num_parallel
         self._geometry = geometry
 
-    def target(self, name: Any, options: Any = None, keep_alive: Any = MISSING) -> Target:
-        """Resolve ``name`` in the store and merge its parameters with the request's options."""
+    async def target(self, name: Any, options: Any = None, keep_alive: Any = MISSING) -> Target:
+        """Resolve ``name`` in the store and merge its parameters with the request's options.
+
+        The store call runs in a thread: it may hash changed weights or import the starter model.
+        """
         if not isinstance(name, str) or not name.strip():
             raise errors.InvalidRequest("'model' is required and must be a model name")
-        resolved = self.store.resolve(name.strip())
+        resolved = await asyncio.to_thread(self.store.resolve, name.strip())
         geometry = self._geometry(str(resolved.model_path))
         load, sampling, extras = merge_options(
             getattr(resolved, "parameters", None) or {}, options,
@@ -216,7 +220,7 @@ class Service:
     async def unload(self, name: str) -> bool:
         resolved_name = name
         try:
-            resolved_name = str(getattr(self.store.resolve(name), "name", name))
+            resolved_name = str(getattr(await asyncio.to_thread(self.store.resolve, name), "name", name))
         except errors.LocalrunError:
             pass
         return await self.scheduler.unload(resolved_name)
