@@ -89,6 +89,9 @@ from pathlib import Path
 out = Path(sys.argv[1])
 ceiling = {r["parallel"]: r for r in map(json.loads, (out / "ceiling.jsonl").read_text().splitlines())}
 def levels(name):
+    if not (out / name).exists():
+        print(f"(no {name}: that bench failed, see the messages above)")
+        return {}
     data = json.loads((out / name).read_text())
     return {(lv["target"], lv["concurrency"]): lv for lv in data["levels"]}
 conc, pre = levels("concurrency.json"), levels("shared_prefix.json")

@@ -96,9 +96,9 @@ def to_html(result: BenchResult) -> str:
     for i, label in enumerate(labels):
         color = COLORS[i % len(COLORS)]
         levels = sorted((lv for lv in result.levels if lv.target == label), key=lambda lv: lv.stats.concurrency)
-        tput.append((label, color, False, [(lv.stats.concurrency, lv.stats.output_tok_s) for lv in levels]))
+        tput.append((label, color, False, [(float(lv.stats.concurrency), lv.stats.output_tok_s) for lv in levels]))
         for q, dashed in (("p50", False), ("p95", True)):
-            pts = [(lv.stats.concurrency, v) for lv in levels if (v := getattr(lv.stats.ttft, q)) is not None]
+            pts = [(float(lv.stats.concurrency), float(v)) for lv in levels if (v := getattr(lv.stats.ttft, q)) is not None]
             ttft.append((f"{label} {q}", color, dashed, pts))
     rows = "\n".join(
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row_cells(lv)) + "</tr>" for lv in ordered(result)

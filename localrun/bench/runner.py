@@ -16,7 +16,7 @@ import logging
 import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -210,11 +210,13 @@ async def run_bench(config: BenchConfig, progress: Callable[[str], None] | None 
                 level_plan = replace(plan, requests=n)
                 meter = CpuMeter(find_server(target.base_url))
                 say(f"{info.label}: concurrency {c}, " + (f"{n} requests" if n else f"{config.duration_s:g} s"))
+                numbers = counters[info.label]
+
+                def next_prompt(b: PromptBuilder = builder, k: Iterator[int] = numbers) -> str:
+                    return b.prompt(next(k), config.input_tokens, config.shared_prefix)
+
                 meter.start()
-                run: LevelRun = await run_level(
-                    client, target, level_plan, c,
-                    lambda b=builder, n=counters[info.label]: b.prompt(next(n), config.input_tokens, config.shared_prefix),
-                )
+                run: LevelRun = await run_level(client, target, level_plan, c, next_prompt)
                 cpu = meter.stop()
                 stats = summarize(run.records, run.window, c, config.output_tokens)
                 result.levels.append(LevelResult(info.label, stats, cpu, n))

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import config
@@ -38,7 +39,7 @@ def _concurrency(text: str) -> tuple[int, ...]:
     return levels
 
 
-def _positive(kind: type, minimum: float) -> argparse._ActionType:  # type: ignore[name-defined]
+def _positive(kind: type, minimum: float) -> Callable[[str], float | int]:
     def parse(text: str) -> float | int:
         try:
             value = kind(text)
