@@ -162,8 +162,7 @@ async def pull(request: web.Request) -> web.StreamResponse:
         raise errors.InvalidRequest("'model' is required")
     stream = get(body, "stream", bool, True)
     store = request.app[STORE]
-    from ..store import pull as store_pull
-
+    store_pull = _store_pull_module().pull
     return await _run_with_progress(request, stream, lambda cb: store_pull(store, name, progress=cb))
 
 
@@ -216,7 +215,7 @@ async def create(request: web.Request) -> web.StreamResponse:
     if not modelfile:
         modelfile = modelfile_from_request(body, lambda d: _blob_path(store, d))
     stream = get(body, "stream", bool, True)
-    hook = _from_hook()
+    hook = _from_hook(store)
     return await _run_with_progress(
         request, stream,
         lambda cb: store.create(name, modelfile, base_dir=base_dir, progress=cb,
@@ -224,7 +223,13 @@ async def create(request: web.Request) -> web.StreamResponse:
     )
 
 
-def _from_hook() -> Any:
+def _store_pull_module() -> Any:
+    import importlib
+
+    return importlib.import_module("localrun.store.pull")
+
+
+def _from_hook(store: Any) -> Any:
     """The store's resolver for ``FROM hf.co/...`` names, when the store provides one."""
     import importlib
 
@@ -232,7 +237,8 @@ def _from_hook() -> Any:
         pull_module = importlib.import_module("localrun.store.pull")
     except ImportError:
         return None
-    return getattr(pull_module, "hub_hook", None)
+    factory = getattr(pull_module, "hub_hook", None)
+    return factory(store) if factory is not None else None
 
 
 async def copy(request: web.Request) -> web.Response:

@@ -1,0 +1,106 @@
+"""Model management through the daemon with the real store: tags, show, create, blobs, copy, delete, pull."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localrun.config import models_dir
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def store() -> Any:
+    from localrun.store.registry import ModelStore
+
+    return ModelStore(models_dir())
+
+
+def _lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+async def test_create_from_a_modelfile_then_list_show_copy_delete(
+    serve_app: Any, store: Any, fake_runners: Any, tiny_gguf: Path, tmp_path: Path
+) -> None:
+    client = await serve_app(store, load_fn=fake_runners)
+    modelfile = f"FROM {tiny_gguf}\nPARAMETER temperature 0.3\nPARAMETER stop <end>\nSYSTEM You are terse.\n"
+    r = await client.post("/api/create", json={"model": "mine", "modelfile": modelfile,
+                                               "path": str(tmp_path / "Modelfile")})
+    assert r.status == 200
+    assert _lines(await r.text())[-1] == {"status": "success"}
+    tags = (await (await client.get("/api/tags")).json())["models"]
+    entry = next(m for m in tags if m["name"] == "mine:latest")
+    assert entry["size"] > 0 and len(entry["digest"]) == 64 and entry["details"]["family"] == "llama"
+    shown = await (await client.post("/api/show", json={"model": "mine"})).json()
+    assert "temperature" in shown["parameters"] and shown["system"] == "You are terse."
+    assert "FROM" in shown["modelfile"] and "completion" in shown["capabilities"]
+    assert (await client.post("/api/copy", json={"source": "mine", "destination": "yours"})).status == 200
+    models = (await (await client.get("/v1/models")).json())["data"]
+    assert {"mine:latest", "yours:latest"} <= {m["id"] for m in models}
+    assert (await client.get("/v1/models/yours:latest")).status == 200
+    r = await client.post("/api/generate", json={"model": "yours", "prompt": "x", "stream": False})
+    assert r.status == 200
+    assert (await client.delete("/api/delete", json={"model": "yours"})).status == 200
+    assert "yours:latest" not in {m["name"] for m in (await (await client.get("/api/ps")).json())["models"]}
+    r = await client.delete("/api/delete", json={"model": "yours"})
+    assert r.status == 404
+    r = await client.post("/api/show", json={"model": "yours"})
+    assert r.status == 404
+
+
+async def test_create_from_uploaded_blobs_as_the_ollama_client_does(
+    serve_app: Any, store: Any, tiny_gguf: Path
+) -> None:
+    client = await serve_app(store)
+    data = tiny_gguf.read_bytes()
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    assert (await client.head(f"/api/blobs/{digest}")).status == 404
+    r = await client.post(f"/api/blobs/{digest}", data=b"not these bytes")
+    assert r.status == 400 and "do not match" in (await r.json())["error"]
+    assert (await client.head(f"/api/blobs/{digest}")).status == 404
+    assert (await client.post(f"/api/blobs/{digest}", data=data)).status == 201
+    assert (await client.head(f"/api/blobs/{digest}")).status == 200
+    r = await client.post("/api/create", json={
+        "model": "uploaded", "files": {"tiny.gguf": digest}, "parameters": {"num_ctx": 256, "stop": ["a", "b"]},
+        "template": "{{ .Prompt }}", "stream": False})
+    assert r.status == 200 and (await r.json()) == {"status": "success"}
+    shown = await (await client.post("/api/show", json={"model": "uploaded"})).json()
+    assert shown["template"] == "{{ .Prompt }}" and "num_ctx" in shown["parameters"]
+    r = await client.post("/api/create", json={"model": "bad", "files": {"x.gguf": "sha256:" + "0" * 64}})
+    assert r.status == 400 and "not uploaded" in (await r.json())["error"]
+    r = await client.head("/api/blobs/not-a-digest")
+    assert r.status == 400
+
+
+async def test_bad_creates_get_clear_errors_and_change_nothing(
+    serve_app: Any, store: Any, tmp_path: Path
+) -> None:
+    client = await serve_app(store)
+    r = await client.post("/api/create", json={"model": "x", "modelfile": "FROMM nothing\n", "stream": False})
+    assert r.status == 400 and "line 1" in (await r.json())["error"]
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a gguf at all")
+    r = await client.post("/api/create", json={"model": "x", "modelfile": f"FROM {junk}\n"})
+    lines = _lines(await r.text()) if r.status == 200 else [await r.json()]
+    assert "error" in lines[-1]
+    assert (await (await client.get("/api/tags")).json())["models"] == []
+    r = await client.post("/api/create", json={"model": "../evil", "modelfile": f"FROM {junk}\n"})
+    assert r.status == 400
+
+
+@pytest.mark.starter
+@pytest.mark.slow
+async def test_pull_the_starter_streams_progress(serve_app: Any, store: Any, starter_gguf: Path) -> None:
+    client = await serve_app(store)
+    r = await client.post("/api/pull", json={"model": "gemma3:270m"})
+    lines = _lines(await r.text())
+    assert lines[-1]["status"] == "success" and len(lines) > 1
+    assert "gemma3:270m" in {m["name"] for m in (await (await client.get("/api/tags")).json())["models"]}
+    r = await client.post("/api/pull", json={"model": "hf.co/nobody/nothing", "stream": False})
+    assert r.status >= 400 and "error" in await r.json()
