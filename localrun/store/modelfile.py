@@ -1,0 +1,320 @@
+"""Modelfiles: parse the instructions Ollama users write, and render one back.
+
+Grammar (keywords and parameter names are case-insensitive)::
+
+    # comment
+    FROM <store name | hf.co/user/repo[:quant] | path/to/model.gguf>
+    PARAMETER <name> <value>            (stop is repeatable)
+    TEMPLATE <value>    SYSTEM <value>    ADAPTER <path>    LICENSE <value> (repeatable)
+    MESSAGE <system|user|assistant|tool> <value>
+
+A value is the rest of the line, a ``"quoted"`` string (escapes ``\\" \\\\ \\n \\t``) or a
+``\"\"\"`` block that may span lines. The parser is an explicit state machine
+(:class:`_State`: between instructions, or inside a ``\"\"\"`` block); every error carries the
+line number and says what was expected. :func:`render` prints a Modelfile that parses back to an
+equal :class:`Modelfile`.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ModelfileError
+
+INSTRUCTIONS = ("FROM", "PARAMETER", "TEMPLATE", "SYSTEM", "ADAPTER", "LICENSE", "MESSAGE")
+ROLES = ("system", "user", "assistant", "tool")
+TRIPLE = '"""'
+
+INT_PARAMS = frozenset({"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "num_keep", "seed",
+                        "num_predict", "top_k", "repeat_last_n"})
+FLOAT_PARAMS = frozenset({"top_p", "min_p", "typical_p", "temperature", "repeat_penalty", "presence_penalty",
+                          "frequency_penalty"})
+BOOL_PARAMS = frozenset({"use_mmap"})
+LIST_PARAMS = frozenset({"stop"})
+# Accepted for compatibility with Ollama Modelfiles; the engine ignores them.
+LEGACY_PARAMS: dict[str, type] = {
+    "mirostat": int, "mirostat_tau": float, "mirostat_eta": float, "tfs_z": float, "num_gqa": int,
+    "penalize_newline": bool, "use_mlock": bool, "low_vram": bool, "f16_kv": bool, "numa": bool,
+    "vocab_only": bool, "logits_all": bool, "rope_frequency_base": float, "rope_frequency_scale": float,
+}
+PARAMETERS = sorted(INT_PARAMS | FLOAT_PARAMS | BOOL_PARAMS | LIST_PARAMS)
+_NON_NEGATIVE = frozenset({"num_ctx", "num_batch", "num_thread", "main_gpu", "num_keep", "top_k",
+                           "temperature", "repeat_penalty"})
+_UNIT_INTERVAL = frozenset({"top_p", "min_p", "typical_p"})
+_TRUE = {"1", "t", "true", "yes", "on"}
+_FALSE = {"0", "f", "false", "no", "off"}
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: str
+    content: str
+
+
+@dataclass(slots=True)
+class Modelfile:
+    """A parsed Modelfile. ``parameters`` holds typed values; ``stop`` is a list of strings."""
+
+    from_: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+    template: str | None = None
+    system: str | None = None
+    adapter: str | None = None
+    licenses: list[str] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+
+
+def parse_parameter(name: str, raw: str, line: int | None = None) -> Any:
+    """Convert one PARAMETER value to its type; raises ModelfileError naming what was expected."""
+    key = name.lower()
+    kind: type
+    if key in INT_PARAMS:
+        kind = int
+    elif key in FLOAT_PARAMS:
+        kind = float
+    elif key in BOOL_PARAMS:
+        kind = bool
+    elif key in LIST_PARAMS:
+        if raw == "":
+            raise ModelfileError("PARAMETER stop needs a non-empty string", line)
+        return raw
+    elif key in LEGACY_PARAMS:
+        kind = LEGACY_PARAMS[key]
+    else:
+        raise ModelfileError(f"unknown parameter {name!r}; expected one of: {', '.join(PARAMETERS)}", line)
+    text = raw.strip()
+    if kind is bool:
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise ModelfileError(f"parameter {key!r} expects true or false, got {raw!r}", line)
+    try:
+        value: int | float = int(text) if kind is int else float(text)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise ModelfileError(f"parameter {key!r} expects {what}, got {raw!r}", line) from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ModelfileError(f"parameter {key!r} expects a finite number, got {raw!r}", line)
+    if key in _NON_NEGATIVE and value < 0:
+        raise ModelfileError(f"parameter {key!r} must not be negative, got {raw!r}", line)
+    if key in ("num_ctx", "num_batch") and value < 1:
+        raise ModelfileError(f"parameter {key!r} must be at least 1, got {raw!r}", line)
+    if key in _UNIT_INTERVAL and not 0 <= value <= 1:
+        raise ModelfileError(f"parameter {key!r} must be between 0 and 1, got {raw!r}", line)
+    return value
+
+
+class _State(enum.Enum):
+    INSTRUCTION = "instruction"   # between instructions: expect a keyword, a comment or a blank line
+    BLOCK = "block"               # inside a """ value, collecting lines until the closing """
+
+
+@dataclass(slots=True)
+class _Pending:
+    """An instruction whose value is still being read (a \"\"\" block)."""
+
+    keyword: str
+    arg: str | None      # PARAMETER name or MESSAGE role
+    line: int            # where the instruction started
+    parts: list[str]
+
+
+def _split_word(text: str) -> tuple[str, str]:
+    """First whitespace-separated word and the (stripped) rest."""
+    parts = text.split(None, 1)
+    if not parts:
+        return "", ""
+    return parts[0], parts[1].strip() if len(parts) > 1 else ""
+
+
+def _unquote(text: str, line: int) -> str:
+    """Parse a ``"..."`` value that fills ``text`` exactly (escapes \\" \\\\ \\n \\t)."""
+    out: list[str] = []
+    i = 1
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            out.append({"n": "\n", "t": "\t", '"': '"', "\\": "\\"}.get(nxt, "\\" + nxt))
+            i += 2
+            continue
+        if c == '"':
+            if text[i + 1:].strip():
+                raise ModelfileError(f"unexpected text after the closing quote: {text[i + 1:].strip()!r}", line)
+            return "".join(out)
+        out.append(c)
+        i += 1
+    raise ModelfileError('unterminated quoted value; expected a closing "', line)
+
+
+class _Parser:
+    def __init__(self) -> None:
+        self.state = _State.INSTRUCTION
+        self.pending: _Pending | None = None
+        self.from_: tuple[str, int] | None = None
+        self.result = Modelfile(from_="")
+        self.seen: dict[str, int] = {}
+
+    def feed(self, lineno: int, line: str) -> None:
+        if self.state is _State.BLOCK:
+            self._block_line(lineno, line)
+            return
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            return
+        word, rest = _split_word(stripped)
+        keyword = word.upper()
+        if keyword not in INSTRUCTIONS:
+            raise ModelfileError(
+                f"unknown instruction {word!r}; expected one of {', '.join(INSTRUCTIONS)} (or a # comment)", lineno
+            )
+        rest = rest.strip()
+        arg: str | None = None
+        if keyword in ("PARAMETER", "MESSAGE"):
+            arg, rest = _split_word(rest)
+            if not arg or not rest:
+                example = "PARAMETER temperature 0.7" if keyword == "PARAMETER" else "MESSAGE user Hello"
+                raise ModelfileError(f"{keyword} needs a name and a value, e.g. '{example}'", lineno)
+        elif not rest:
+            raise ModelfileError(f"{keyword} needs a value", lineno)
+        if rest.startswith(TRIPLE):
+            body = rest[3:]
+            end = body.find(TRIPLE)
+            if end >= 0:
+                self._value_block_end(body, end, keyword, arg, lineno, lineno)
+            else:
+                self.pending = _Pending(keyword, arg, lineno, [body])
+                self.state = _State.BLOCK
+            return
+        value = _unquote(rest, lineno) if rest.startswith('"') else rest
+        self.apply(keyword, arg, value, lineno)
+
+    def _value_block_end(self, text: str, end: int, keyword: str, arg: str | None, start: int, lineno: int) -> None:
+        trailing = text[end + 3:].strip()
+        if trailing:
+            raise ModelfileError(f'unexpected text after the closing """: {trailing!r}', lineno)
+        self.apply(keyword, arg, text[:end], start)
+
+    def _block_line(self, lineno: int, line: str) -> None:
+        assert self.pending is not None
+        end = line.find(TRIPLE)
+        if end < 0:
+            self.pending.parts.append(line)
+            return
+        pending, self.pending, self.state = self.pending, None, _State.INSTRUCTION
+        text = "\n".join([*pending.parts, line])
+        self._value_block_end(text, len(text) - len(line) + end, pending.keyword, pending.arg, pending.line, lineno)
+
+    def finish(self, last_line: int) -> Modelfile:
+        if self.state is _State.BLOCK:
+            assert self.pending is not None
+            raise ModelfileError(
+                f'unterminated """ value of {self.pending.keyword} opened on line {self.pending.line}; '
+                'expected a closing """',
+                last_line,
+            )
+        if self.from_ is None:
+            raise ModelfileError("no FROM instruction; a Modelfile needs 'FROM <model name or path to a .gguf>'")
+        return self.result
+
+    def _once(self, keyword: str, lineno: int) -> None:
+        if keyword in self.seen:
+            raise ModelfileError(f"{keyword} given twice (first on line {self.seen[keyword]}); expected it once", lineno)
+        self.seen[keyword] = lineno
+
+    def apply(self, keyword: str, arg: str | None, value: str, lineno: int) -> None:
+        r = self.result
+        if keyword == "FROM":
+            self._once(keyword, lineno)
+            if not value.strip():
+                raise ModelfileError("FROM needs a model name or a path to a .gguf file", lineno)
+            self.from_ = (value.strip(), lineno)
+            r.from_ = value.strip()
+        elif keyword == "PARAMETER":
+            assert arg is not None
+            key = arg.lower()
+            typed = parse_parameter(key, value, lineno)
+            if key in LIST_PARAMS:
+                r.parameters.setdefault(key, []).append(typed)
+            else:
+                r.parameters[key] = typed
+        elif keyword == "TEMPLATE":
+            self._once(keyword, lineno)
+            r.template = value
+        elif keyword == "SYSTEM":
+            self._once(keyword, lineno)
+            r.system = value
+        elif keyword == "ADAPTER":
+            self._once(keyword, lineno)
+            if not value.strip():
+                raise ModelfileError("ADAPTER needs a path to a LoRA adapter .gguf", lineno)
+            r.adapter = value.strip()
+        elif keyword == "LICENSE":
+            r.licenses.append(value)
+        elif keyword == "MESSAGE":
+            assert arg is not None
+            role = arg.lower()
+            if role not in ROLES:
+                raise ModelfileError(f"MESSAGE role must be one of {', '.join(ROLES)}, got {arg!r}", lineno)
+            r.messages.append(Message(role, value))
+
+
+def parse(text: str) -> Modelfile:
+    """Parse Modelfile text; raises ModelfileError with the line number on any problem."""
+    if "\x00" in text:
+        raise ModelfileError("the Modelfile contains a NUL byte; expected text")
+    parser = _Parser()
+    lines = text.splitlines()
+    for lineno, line in enumerate(lines, start=1):
+        parser.feed(lineno, line)
+    return parser.finish(max(len(lines), 1))
+
+
+def quote(value: str) -> str:
+    """Render a value so that the parser reads back exactly ``value``."""
+    if TRIPLE not in value and not value.endswith('"') and ("\n" in value or value != value.strip()):
+        return TRIPLE + value + TRIPLE
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+    return f'"{escaped}"'
+
+
+def _format_param(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        return str(value)
+    return quote(str(value))
+
+
+def render(mf: Modelfile, header: str | None = None) -> str:
+    """A Modelfile text that :func:`parse` reads back to a Modelfile equal to ``mf``."""
+    out: list[str] = []
+    if header:
+        out.extend(f"# {line}" if line else "#" for line in header.splitlines())
+    from_ = mf.from_
+    out.append(f"FROM {quote(from_) if from_ != from_.strip() or from_.startswith(chr(34)) else from_}")
+    if mf.adapter is not None:
+        out.append(f"ADAPTER {quote(mf.adapter) if mf.adapter.startswith(chr(34)) else mf.adapter}")
+    if mf.template is not None:
+        out.append(f"TEMPLATE {TRIPLE}{mf.template}{TRIPLE}" if _triple_ok(mf.template) else f"TEMPLATE {quote(mf.template)}")
+    if mf.system is not None:
+        out.append(f"SYSTEM {TRIPLE}{mf.system}{TRIPLE}" if _triple_ok(mf.system) else f"SYSTEM {quote(mf.system)}")
+    for key in sorted(mf.parameters):
+        value = mf.parameters[key]
+        for item in value if isinstance(value, list) else [value]:
+            out.append(f"PARAMETER {key} {_format_param(item)}")
+    for lic in mf.licenses:
+        out.append(f"LICENSE {TRIPLE}{lic}{TRIPLE}" if _triple_ok(lic) else f"LICENSE {quote(lic)}")
+    for m in mf.messages:
+        out.append(f"MESSAGE {m.role} {quote(m.content)}")
+    return "\n".join(out) + "\n"
+
+
+def _triple_ok(value: str) -> bool:
+    return TRIPLE not in value and not value.endswith('"') and value != ""

