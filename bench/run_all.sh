@@ -21,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PY:-.venv/bin/python}
-OUT=${OUT:-bench/results/$(date -u +%Y%m%dT%H%M%SZ)}
+OUT=${OUT:-bench/out/$(date -u +%Y%m%dT%H%M%SZ)}
 REQUESTS=${REQUESTS:-8}
 LR_PORT=${LR_PORT:-11535}
 LCP_PORT=${LCP_PORT:-18080}
