@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Mapping
 from typing import Any
@@ -69,7 +70,8 @@ def create_app(
         store = default_store(settings)
     if scheduler is None:
         scheduler = Scheduler(
-            load_fn or runner_load_fn(),
+            # LOCALRUN_RUNNER_FACTORY ("module:callable") swaps the engine inside runners: a test seam.
+            load_fn or runner_load_fn(os.environ.get("LOCALRUN_RUNNER_FACTORY") or None),
             probe=memory.system_devices,
             geometry=memory.read_geometry,
             max_loaded=settings.max_loaded_models,

@@ -1,0 +1,89 @@
+"""``localrun serve`` / ``ps`` / ``stop`` and ``ensure_daemon``: a real background daemon, the CLI in-process.
+
+Runners host the fake engine (LOCALRUN_RUNNER_FACTORY) so these stay fast; the real engine is
+exercised through the daemon in test_clients.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from localrun import config
+from localrun.cli.main import main
+from localrun.client import daemon_log_path, ensure_daemon
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+FAKES = Path(__file__).parents[1] / "integration" / "server"
+
+
+def _listener_pid(port: int) -> int | None:
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+            return int(conn.pid)
+    return None
+
+
+@pytest.fixture
+def daemon_env(monkeypatch: pytest.MonkeyPatch, tiny_gguf: Path) -> Iterator[None]:
+    monkeypatch.setenv("LOCALRUN_RUNNER_FACTORY", "fake_engine:FakeEngine")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FAKES), os.environ.get("PYTHONPATH", "")]))
+    from localrun.store.registry import ModelStore
+
+    ModelStore(config.models_dir()).create("tiny", f"FROM {tiny_gguf}\n")
+    yield
+    pid = _listener_pid(config.host().port)
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        try:
+            psutil.Process(pid).wait(30)
+        except psutil.NoSuchProcess:
+            pass
+
+
+def test_ensure_daemon_starts_one_in_the_background_and_ps_stop_use_it(
+    daemon_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = ensure_daemon(timeout=60)
+    assert client.is_running() and daemon_log_path().exists()
+    pid = _listener_pid(config.host().port)
+    assert ensure_daemon().is_running() and _listener_pid(config.host().port) == pid  # reuses it
+    assert main(["ps"]) == 0
+    assert capsys.readouterr().out.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"]
+    list(client.generate("tiny", "hello", keep_alive="10m"))
+    assert main(["ps"]) == 0
+    row = capsys.readouterr().out.splitlines()[1]
+    assert row.startswith("tiny:latest") and "100% CPU" in row and "minutes from now" in row
+    runner_pid = client.ps()[0]["pid"]
+    assert main(["stop", "tiny"]) == 0
+    assert client.ps() == []
+    assert not psutil.pid_exists(runner_pid) or psutil.Process(runner_pid).status() == psutil.STATUS_ZOMBIE
+    assert main(["stop", "tiny"]) == 1
+    assert "not loaded" in capsys.readouterr().err
+
+
+def test_stopping_the_daemon_ends_its_runners(daemon_env: None) -> None:
+    client = ensure_daemon(timeout=60)
+    list(client.generate("tiny", "hello"))
+    runner_pid = client.ps()[0]["pid"]
+    daemon_pid = _listener_pid(config.host().port)
+    assert daemon_pid is not None
+    os.kill(daemon_pid, signal.SIGTERM)
+    psutil.Process(daemon_pid).wait(30)
+    for _ in range(100):
+        if not psutil.pid_exists(runner_pid):
+            break
+        time.sleep(0.1)
+    assert not psutil.pid_exists(runner_pid)
+    assert "unloading tiny:latest: server shutting down" in daemon_log_path().read_text()
+
+
+def test_cli_without_a_daemon_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ps"]) == 1
+    assert "no localrun daemon answers" in capsys.readouterr().err
