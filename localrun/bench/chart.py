@@ -22,7 +22,9 @@ Series = tuple[str, str, bool, list[tuple[float, float]]]  # label, color, dashe
 
 def _ticks(lo: float, hi: float, log: bool) -> list[float]:
     if log:
-        return [10.0**e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
+        first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+        steps = (1, 2, 5) if last - first <= 3 else (1,)
+        return [m * 10.0**e for e in range(first, last + 1) for m in steps if m * 10.0**e <= 10.0**last]
     step = 10 ** math.floor(math.log10(hi / 4)) if hi > 0 else 1
     for mult in (1, 2, 5, 10):
         if hi / (step * mult) <= 6:
