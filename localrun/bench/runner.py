@@ -71,6 +71,22 @@ class LevelResult:
     stats: LevelStats
     cpu: CpuUsage
     requests_planned: int | None
+    records: tuple[RequestRecord, ...] = ()
+    window_start: float = 0.0
+
+    def request_rows(self) -> list[dict[str, Any]]:
+        """Every request of the level (warm-up included), times in seconds from the window start."""
+        def rel(t: float | None) -> float | None:
+            return None if t is None else round(t - self.window_start, 4)
+
+        return [
+            {"client": r.client, "start": rel(r.start), "measured": r.start >= self.window_start,
+             "ttft": None if r.ttft is None else round(r.ttft, 4), "end": rel(r.end),
+             "output_tokens": r.output_tokens, "token_source": r.token_source.value,
+             "prompt_tokens": r.prompt_tokens, "outcome": r.outcome.value, "error": r.error,
+             "finish_reason": r.finish_reason}
+            for r in sorted(self.records, key=lambda r: r.start)
+        ]
 
 
 @dataclass(slots=True)
@@ -96,7 +112,8 @@ class BenchResult:
                 for t in self.targets
             ],
             "levels": [
-                {"target": lv.target, "requests_planned": lv.requests_planned, **asdict(lv.stats), "cpu": lv.cpu.as_dict()}
+                {"target": lv.target, "requests_planned": lv.requests_planned, **asdict(lv.stats),
+                 "cpu": lv.cpu.as_dict(), "requests_detail": lv.request_rows()}
                 for lv in self.levels
             ],
             "warnings": list(self.warnings),
@@ -219,7 +236,7 @@ async def run_bench(config: BenchConfig, progress: Callable[[str], None] | None 
                 run: LevelRun = await run_level(client, target, level_plan, c, next_prompt)
                 cpu = meter.stop()
                 stats = summarize(run.records, run.window, c, config.output_tokens)
-                result.levels.append(LevelResult(info.label, stats, cpu, n))
+                result.levels.append(LevelResult(info.label, stats, cpu, n, tuple(run.records), run.window.start))
                 result.warnings += warnings_for(cpu, f"{info.label} @ {c}")
                 if stats.errors or stats.timeouts:
                     result.warnings.append(

@@ -232,6 +232,8 @@ def test_cli_writes_table_json_and_chart(standin: tuple[str, StandIn], tmp_path:
     assert "out tok/s" in capsys.readouterr().out
     data = json.loads(out.read_text())
     assert [lv["concurrency"] for lv in data["levels"]] == [1, 2]
+    detail = data["levels"][1]["requests_detail"]
+    assert len(detail) == 2 and all(r["outcome"] == "ok" and r["output_tokens"] == 4 for r in detail)
     assert "<svg" in chart.read_text() and "| conc |" in md.read_text()
 
 
