@@ -1,0 +1,248 @@
+"""Layer offload planning and reading back what llama.cpp placed. Pure: no llama_cpp import.
+
+:func:`plan_offload` mirrors how llama.cpp's ``load_tensors`` assigns layers, so the plan is what the
+runner will get when it passes ``OffloadPlan.gpu_layers`` as ``n_gpu_layers``:
+
+- a model has ``n_layers`` repeating blocks plus one output layer: ``n_layers + 1`` offloadable layers
+  (Ollama and llama.cpp both count "33/33 layers" for a 32-block model); the input (token
+  embedding) layer always stays on the CPU;
+- ``n_gpu_layers = k`` puts the *last* ``k`` of them on GPUs: the output layer first, then blocks
+  ``n_layers-1, n_layers-2, ...``;
+- with several GPUs the offloaded layers are split in proportion to each GPU's free memory (llama.cpp's
+  default when ``tensor_split`` is unset), consecutive layers on the same device;
+- the KV cache of a layer lives on that layer's device (llama.cpp's default ``offload_kqv``);
+- only ``GPU`` devices take layers; integrated GPUs (``IGPU``) only when no discrete GPU exists.
+
+Signature (keyword-only after ``n_layers``/``bytes_per_layer``)::
+
+    plan_offload(n_layers, bytes_per_layer, *, kv_bytes_per_layer=0, output_bytes=0,
+                 input_bytes=0, compute_bytes=0, devices=(), num_gpu=None,
+                 reserve_bytes=DEFAULT_RESERVE) -> OffloadPlan
+
+``num_gpu=None`` offloads as many layers as fit in each GPU's free memory minus ``reserve_bytes``
+and ``compute_bytes``; an explicit ``num_gpu`` (Ollama's option) is honoured even when it does not
+fit (``OffloadPlan.fits`` is then False), clamped to ``0..n_layers+1``; a negative ``num_gpu``
+means "all layers", as in llama.cpp.
+
+:func:`parse_load_report` reads llama.cpp's load log (the ``load_tensors:`` lines, some at DEBUG
+level, so the engine's log callback must keep them) into a :class:`LoadReport` saying which device
+got each layer and how big each device's weight buffer is: the truth ``/api/ps`` should show.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+MiB = 1024 * 1024
+DEFAULT_RESERVE = 512 * MiB  # left free on every GPU for the driver, other programs and fragmentation
+
+
+class OffloadDevice(Protocol):
+    """What planning needs from a device (``localrun.devices.Device`` satisfies it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def free_bytes(self) -> int: ...
+    @property
+    def is_gpu(self) -> bool: ...
+    @property
+    def is_igpu(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadPlan:
+    """Where a model's layers go.
+
+    ``gpu_layers`` is the value for llama.cpp's ``n_gpu_layers``; ``layers_per_device`` and
+    ``bytes_per_device`` name every device that holds something (the CPU as ``"CPU"``), in order.
+    ``fits`` is False only when an explicit ``num_gpu`` asks for more than the GPUs hold.
+    """
+
+    gpu_layers: int
+    total_layers: int
+    layers_per_device: tuple[tuple[str, int], ...]
+    bytes_per_device: tuple[tuple[str, int], ...]
+    fits: bool = True
+    tensor_split: tuple[float, ...] = field(default=())
+
+    @property
+    def cpu_bytes(self) -> int:
+        return sum(b for name, b in self.bytes_per_device if name == "CPU")
+
+    @property
+    def gpu_bytes(self) -> int:
+        return sum(b for name, b in self.bytes_per_device if name != "CPU")
+
+    @property
+    def processor(self) -> str:
+        """Ollama's PROCESSOR column: ``100% CPU``, ``100% GPU`` or ``48%/52% CPU/GPU`` (by bytes)."""
+        return processor_split(self.cpu_bytes, self.gpu_bytes, self.gpu_layers, self.total_layers)
+
+
+def processor_split(cpu_bytes: int, gpu_bytes: int, gpu_layers: int, total_layers: int) -> str:
+    """``100% CPU`` when nothing is offloaded, ``100% GPU`` when every layer is, else the byte split.
+
+    A partial offload never reads ``100%/0%``: the shares are kept between 1% and 99%.
+    """
+    if gpu_layers <= 0 or gpu_bytes <= 0:
+        return "100% CPU"
+    if gpu_layers >= total_layers:
+        return "100% GPU"
+    gpu_pct = min(99, max(1, round(100 * gpu_bytes / max(1, cpu_bytes + gpu_bytes))))
+    return f"{100 - gpu_pct}%/{gpu_pct}% CPU/GPU"
+
+
+def offload_targets(devices: Iterable[OffloadDevice]) -> list[OffloadDevice]:
+    """The devices llama.cpp offloads layers to: discrete GPUs, else integrated ones."""
+    listed = list(devices)
+    gpus = [d for d in listed if d.is_gpu and not d.is_igpu]
+    return gpus or [d for d in listed if d.is_igpu]
+
+
+def _assign(n_total: int, k: int, weights: Sequence[int]) -> list[int | None]:
+    """Device index per offloadable layer (None = CPU), as llama.cpp's ``get_layer_buft_list``."""
+    start = n_total - k
+    shares = list(weights) if sum(weights) > 0 else [1] * len(weights)
+    cumulative, acc = [], 0.0
+    for w in shares:
+        acc += w / sum(shares)
+        cumulative.append(acc)
+    out: list[int | None] = []
+    for il in range(n_total):
+        if il < start:
+            out.append(None)
+        else:
+            idx = bisect.bisect_right(cumulative, (il - start) / k)
+            out.append(min(idx, len(weights) - 1))
+    return out
+
+
+def plan_offload(
+    n_layers: int,
+    bytes_per_layer: int,
+    *,
+    kv_bytes_per_layer: int = 0,
+    output_bytes: int = 0,
+    input_bytes: int = 0,
+    compute_bytes: int = 0,
+    devices: Iterable[OffloadDevice] = (),
+    num_gpu: int | None = None,
+    reserve_bytes: int = DEFAULT_RESERVE,
+) -> OffloadPlan:
+    """Plan the offload of a model with ``n_layers`` repeating blocks (see the module docstring).
+
+    ``bytes_per_layer``: weights of one block; ``kv_bytes_per_layer``: its KV cache for all sequence
+    slots; ``output_bytes``: the output layer (final norm + LM head; 0 when tied to the embeddings);
+    ``input_bytes``: token embeddings (always CPU); ``compute_bytes``: scratch buffer needed on each
+    device that holds layers (and on the CPU). Raises ValueError on negative sizes.
+    """
+    if n_layers < 0 or min(bytes_per_layer, kv_bytes_per_layer, output_bytes, input_bytes, compute_bytes) < 0:
+        raise ValueError("layer counts and sizes must not be negative")
+    n_total = n_layers + 1
+    gpus = offload_targets(devices)
+    layer_bytes = [bytes_per_layer + kv_bytes_per_layer] * n_layers + [output_bytes]
+
+    def build(k: int) -> tuple[list[int], int, list[int | None]]:
+        where = _assign(n_total, k, [max(0, g.free_bytes) for g in gpus]) if k and gpus else [None] * n_total
+        per_gpu = [0] * len(gpus)
+        cpu = input_bytes + compute_bytes
+        for il, dev in enumerate(where):
+            if dev is None:
+                cpu += layer_bytes[il]
+            else:
+                per_gpu[dev] += layer_bytes[il]
+        per_gpu = [b + compute_bytes if b else 0 for b in per_gpu]
+        return per_gpu, cpu, where
+
+    def fits(per_gpu: list[int]) -> bool:
+        return all(b <= max(0, g.free_bytes - reserve_bytes) for b, g in zip(per_gpu, gpus) if b)
+
+    if not gpus:
+        k = 0
+    elif num_gpu is None:
+        k = next((k for k in range(n_total, -1, -1) if fits(build(k)[0])), 0)
+    else:
+        k = n_total if num_gpu < 0 else min(num_gpu, n_total)
+    per_gpu, cpu, where = build(k)
+    layers_on = [sum(1 for d in where if d == i) for i in range(len(gpus))]
+    layers = [("CPU", sum(1 for d in where if d is None))]
+    layers += [(g.name, n) for g, n in zip(gpus, layers_on) if n]
+    sizes = [("CPU", cpu)] + [(g.name, b) for g, b in zip(gpus, per_gpu) if b]
+    split: tuple[float, ...] = ()
+    if k and len(gpus) > 1:
+        split = tuple(round(n / k, 4) for n in layers_on)
+    return OffloadPlan(
+        gpu_layers=k, total_layers=n_total, layers_per_device=tuple(layers),
+        bytes_per_device=tuple(sizes), fits=fits(per_gpu), tensor_split=split,
+    )
+
+
+# --- what llama.cpp says it did ---------------------------------------------------------------
+
+_LAYER_RE = re.compile(r"load_tensors: layer\s+(\d+) assigned to device (\S+?),")
+_BUFFER_RE = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
+_OFFLOADED_RE = re.compile(r"load_tensors: offloaded (\d+)/(\d+) layers to GPU")
+_HOST_BUFFERS = ("CPU", "CPU_Mapped", "CPU_REPACK", "CPU_AARCH64")
+
+
+@dataclass(frozen=True, slots=True)
+class LoadReport:
+    """llama.cpp's own account of a model load.
+
+    ``layer_devices`` maps each offloadable layer (``0..n_layers``; the last is the output layer) to
+    the device name llama.cpp chose; ``buffers`` maps buffer names (``CPU_Mapped``, ``CUDA0``...) to
+    bytes; ``offloaded`` is llama.cpp's ``(k, n)`` "offloaded k/n layers to GPU" line, when printed.
+    """
+
+    layer_devices: dict[int, str]
+    buffers: dict[str, int]
+    offloaded: tuple[int, int] | None = None
+
+    @property
+    def gpu_layers(self) -> int:
+        if self.layer_devices:
+            return sum(1 for d in self.layer_devices.values() if not d.upper().startswith("CPU"))
+        return self.offloaded[0] if self.offloaded else 0
+
+    @property
+    def total_layers(self) -> int:
+        if self.layer_devices:
+            return len(self.layer_devices)
+        return self.offloaded[1] if self.offloaded else 0
+
+    @property
+    def cpu_bytes(self) -> int:
+        return sum(b for name, b in self.buffers.items() if _is_host_buffer(name))
+
+    @property
+    def gpu_bytes(self) -> int:
+        return sum(b for name, b in self.buffers.items() if not _is_host_buffer(name))
+
+    @property
+    def processor(self) -> str:
+        return processor_split(self.cpu_bytes, self.gpu_bytes, self.gpu_layers, self.total_layers)
+
+
+def _is_host_buffer(name: str) -> bool:
+    # "CUDA_Host" is pinned host memory, not VRAM.
+    return name in _HOST_BUFFERS or name.startswith("CPU") or name.endswith("_Host")
+
+
+def parse_load_report(log_text: str) -> LoadReport:
+    """Read the ``load_tensors:`` lines of llama.cpp's model-load log (other lines are ignored)."""
+    layers: dict[int, str] = {}
+    buffers: dict[str, int] = {}
+    offloaded: tuple[int, int] | None = None
+    for line in log_text.splitlines():
+        if m := _LAYER_RE.search(line):
+            layers[int(m.group(1))] = m.group(2)
+        elif m := _BUFFER_RE.search(line):
+            buffers[m.group(1)] = buffers.get(m.group(1), 0) + int(float(m.group(2)) * MiB)
+        elif m := _OFFLOADED_RE.search(line):
+            offloaded = (int(m.group(1)), int(m.group(2)))
+    return LoadReport(layer_devices=layers, buffers=buffers, offloaded=offloaded)
