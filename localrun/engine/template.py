@@ -1,0 +1,154 @@
+"""Chat templates: turning a list of messages into one prompt string.
+
+:meth:`ChatTemplate.from_source` takes a GGUF ``tokenizer.chat_template`` (Jinja2, as on the
+Hugging Face hub) or a Modelfile ``TEMPLATE`` (Jinja2 or Ollama's Go-template syntax; detected
+from the source) or None (no template: the messages' contents joined, a bare prompt as is).
+
+Jinja2 templates run in an ``ImmutableSandboxedEnvironment``: a hostile template cannot read
+attributes like ``__class__``/``__globals__``, call methods that mutate, import, or open files;
+any such attempt is a :class:`~localrun.errors.TemplateError`. Pure Python, no llama_cpp.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import Any
+
+import jinja2
+from jinja2.exceptions import SecurityError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from ..errors import TemplateError
+from .gotemplate import GoTemplate
+
+_GO_HINT = re.compile(r"\{\{-?\s*(\.[A-Z]|\$|if\s+[.$(]|range\s|end\s*-?\}\}|with\s|else\s*-?\}\}|/\*)")
+MAX_TEMPLATE_OUTPUT = 4_000_000
+
+
+def _raise_exception(message: str) -> None:
+    raise TemplateError(f"chat template: {message}")
+
+
+def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False,
+            separators: Any = None) -> str:
+    """HF's tojson: no HTML escaping (Jinja's built-in escapes < > & ')."""
+    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys,
+                      separators=tuple(separators) if separators else None)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+class _StrictSandbox(ImmutableSandboxedEnvironment):
+    """Reaching for an unsafe attribute is an error, not a silently empty value."""
+
+    def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
+        raise SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__!r} is not allowed")
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    env = _StrictSandbox(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+_ENV = _environment()
+
+
+def is_go_template(source: str) -> bool:
+    """True when ``source`` looks like Go template syntax rather than Jinja2."""
+    if "{%" in source:
+        return False
+    return bool(_GO_HINT.search(source))
+
+
+class ChatTemplate:
+    """A compiled chat template (Jinja2, Go, or none). Immutable and thread-safe to render."""
+
+    def __init__(self, source: str | None, kind: str, compiled: Any) -> None:
+        self.source = source
+        self.kind = kind            # "jinja" | "go" | "none"
+        self._compiled = compiled
+
+    @classmethod
+    def from_source(cls, source: str | None) -> ChatTemplate:
+        """Compile ``source``; raises TemplateError on a syntax error."""
+        if source is None or not source.strip():
+            return cls(None, "none", None)
+        if is_go_template(source):
+            return cls(source, "go", GoTemplate(source))
+        try:
+            return cls(source, "jinja", _ENV.from_string(source))
+        except jinja2.TemplateError as exc:
+            raise TemplateError(f"chat template does not compile: {exc}") from exc
+
+    def render(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+               add_generation_prompt: bool = True, bos_token: str = "", eos_token: str = "",
+               **extra: Any) -> str:
+        """The prompt for ``messages`` (dicts with role, content and optionally images,
+        tool_calls, tool_name...); ``tools`` are passed to templates that use them."""
+        try:
+            if self.kind == "none":
+                return _plain(messages)
+            if self.kind == "go":
+                return _render_go(self._compiled, messages, tools, add_generation_prompt, extra)
+            text = self._compiled.render(messages=messages, tools=tools or None,
+                                         add_generation_prompt=add_generation_prompt,
+                                         bos_token=bos_token, eos_token=eos_token, **extra)
+        except TemplateError:
+            raise
+        except SecurityError as exc:
+            raise TemplateError(f"chat template tried an unsafe operation: {exc}") from exc
+        except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError,
+                ZeroDivisionError, OverflowError, RecursionError) as exc:
+            raise TemplateError(f"chat template failed to render: {exc}") from exc
+        if len(text) > MAX_TEMPLATE_OUTPUT:
+            raise TemplateError("chat template output is too large")
+        return str(text)
+
+
+def _plain(messages: list[dict[str, Any]]) -> str:
+    return "\n\n".join(str(m.get("content") or "") for m in messages if m.get("content"))
+
+
+def _render_go(template: GoTemplate, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+               add_generation_prompt: bool, extra: dict[str, Any]) -> str:
+    system = "\n\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
+    if template.uses_messages:
+        values = {"System": system, "Messages": messages, "Tools": tools or [], "Prompt": "",
+                  "Response": "", **extra}
+        return template.execute(values)
+    return _render_legacy(template, messages, add_generation_prompt)
+
+
+def _render_legacy(template: GoTemplate, messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+    """Ollama's rendering of .System/.Prompt/.Response templates: one execution per turn,
+    the last one cut after ``{{ .Response }}`` so generation continues from there."""
+    out: list[str] = []
+    turn = {"System": "", "Prompt": "", "Response": ""}
+
+    def flush(last: bool) -> None:
+        out.append(template.execute(dict(turn), cut_at_response=last and add_generation_prompt))
+        turn.update(System="", Prompt="", Response="")
+
+    for message in messages:
+        role, content = message.get("role"), str(message.get("content") or "")
+        if role == "system":
+            if turn["Prompt"] or turn["Response"]:
+                flush(False)
+            turn["System"] = content
+        elif role in ("user", "tool"):
+            if turn["Response"]:
+                flush(False)
+            turn["Prompt"] = content
+        elif role == "assistant":
+            turn["Response"] = content
+    if any(turn.values()) or not out:
+        flush(True)
+    return "".join(out)
