@@ -8,7 +8,7 @@ Grammar (keywords and parameter names are case-insensitive)::
     TEMPLATE <value>    SYSTEM <value>    ADAPTER <path>    LICENSE <value> (repeatable)
     MESSAGE <system|user|assistant|tool> <value>
 
-A value is the rest of the line, a ``"quoted"`` string (escapes ``\\" \\\\ \\n \\t``) or a
+A value is the rest of the line, a ``"quoted"`` string (escapes ``\\" \\\\ \\n \\r \\t``) or a
 ``\"\"\"`` block that may span lines. The parser is an explicit state machine
 (:class:`_State`: between instructions, or inside a ``\"\"\"`` block); every error carries the
 line number and says what was expected. :func:`render` prints a Modelfile that parses back to an
@@ -139,7 +139,7 @@ def _unquote(text: str, line: int) -> str:
         c = text[i]
         if c == "\\" and i + 1 < len(text):
             nxt = text[i + 1]
-            out.append({"n": "\n", "t": "\t", '"': '"', "\\": "\\"}.get(nxt, "\\" + nxt))
+            out.append({"n": "\n", "r": "\r", "t": "\t", '"': '"', "\\": "\\"}.get(nxt, "\\" + nxt))
             i += 2
             continue
         if c == '"':
@@ -268,7 +268,10 @@ def parse(text: str) -> Modelfile:
     if "\x00" in text:
         raise ModelfileError("the Modelfile contains a NUL byte; expected text")
     parser = _Parser()
-    lines = text.splitlines()
+    # Only \n (and \r\n) end a line: other Unicode line breaks are ordinary text in values.
+    lines = text.replace("\r\n", "\n").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
     for lineno, line in enumerate(lines, start=1):
         parser.feed(lineno, line)
     return parser.finish(max(len(lines), 1))
@@ -276,9 +279,10 @@ def parse(text: str) -> Modelfile:
 
 def quote(value: str) -> str:
     """Render a value so that the parser reads back exactly ``value``."""
-    if TRIPLE not in value and not value.endswith('"') and ("\n" in value or value != value.strip()):
+    if _triple_ok(value) and ("\n" in value or value != value.strip()):
         return TRIPLE + value + TRIPLE
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+    escaped = (value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+               .replace("\t", "\\t"))
     return f'"{escaped}"'
 
 
@@ -317,4 +321,4 @@ def render(mf: Modelfile, header: str | None = None) -> str:
 
 
 def _triple_ok(value: str) -> bool:
-    return TRIPLE not in value and not value.endswith('"') and value != ""
+    return TRIPLE not in value and not value.endswith('"') and value != "" and "\r" not in value

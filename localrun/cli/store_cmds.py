@@ -1,0 +1,291 @@
+"""Model store commands: ``pull``, ``create``, ``list``/``ls``, ``show``, ``cp``, ``rm``, ``import-ollama``.
+
+They call :class:`localrun.store.ModelStore` directly (a later issue routes them through the
+daemon when it runs). Output follows Ollama's: a ``NAME ID SIZE MODIFIED`` table, progress bars
+for transfers, ``Error: ...`` with exit code 1 on failure (main.py prints LocalrunErrors).
+Colour follows rich's rules: none when NO_COLOR is set or stdout is not a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+from .. import config
+from ..errors import InvalidRequest, LocalrunError
+
+_SHOW_FLAGS = ("modelfile", "parameters", "template", "system", "license")
+
+
+def _store() -> Any:
+    from ..store import ModelStore
+
+    return ModelStore(config.models_dir())
+
+
+def _console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def human_size(n: int) -> str:
+    """Decimal units like Ollama: ``253 MB``, ``1.3 GB``."""
+    if n >= 1_000_000_000:
+        return f"{n / 1e9:.1f} GB"
+    if n >= 1_000_000:
+        return f"{n / 1e6:.0f} MB"
+    if n >= 1_000:
+        return f"{n / 1e3:.0f} KB"
+    return f"{n} B"
+
+
+def human_ago(ts: float, now: float | None = None) -> str:
+    delta = max(0.0, (now if now is not None else time.time()) - ts)
+    for unit, seconds in (("year", 31_536_000), ("month", 2_592_000), ("week", 604_800), ("day", 86_400),
+                          ("hour", 3600), ("minute", 60)):
+        if delta >= seconds:
+            count = int(delta // seconds)
+            if count == 1:
+                return f"{'An' if unit == 'hour' else 'A'} {unit} ago" if unit != "minute" else "About a minute ago"
+            return f"{count} {unit}s ago"
+    if delta < 1:
+        return "Less than a second ago"
+    return "1 second ago" if int(delta) == 1 else f"{int(delta)} seconds ago"
+
+
+class ProgressView:
+    """Renders store Progress reports: a bar for transfers, a line for each other status."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.bars = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(bar_width=30),
+            DownloadColumn(binary_units=False),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+        )
+        self.tasks: dict[str, TaskID] = {}
+        self.last_status: str | None = None
+        self.started = False
+
+    def __enter__(self) -> ProgressView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.started:
+            self.bars.stop()
+
+    def __call__(self, p: Any) -> None:
+        if p.total and p.completed is not None and not self.console.is_terminal:
+            # No live bar in a pipe or log: one line when a transfer starts and one when it ends.
+            label = p.status if not p.digest else f"{p.status} {p.digest.removeprefix('sha256:')[:12]}"
+            if p.status != self.last_status:
+                self.last_status = p.status
+                self.console.print(f"{label}: {human_size(p.total)}")
+            elif p.completed >= p.total and label not in self.tasks:
+                self.tasks[label] = TaskID(0)
+                self.console.print(f"{label}: {human_size(p.total)} done")
+            return
+        if p.total and p.completed is not None:
+            key = f"{p.status}:{p.digest or ''}"
+            if key not in self.tasks:
+                if not self.started:
+                    self.bars.start()
+                    self.started = True
+                label = p.status if not p.digest else f"{p.status} {p.digest.removeprefix('sha256:')[:12]}"
+                self.tasks[key] = self.bars.add_task(label, total=p.total)
+            self.bars.update(self.tasks[key], completed=p.completed)
+            self.last_status = p.status
+            return
+        if p.status != self.last_status:
+            self.last_status = p.status
+            self.bars.console.print(p.status)
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    from ..store import pull
+
+    store = _store()
+    with ProgressView(_console(stderr=True)) as view:
+        pull(store, args.model, progress=view)
+    return 0
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    from ..store import Progress as StoreProgress
+    from ..store import hub_hook
+
+    path = Path(args.file).expanduser()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidRequest(f"no Modelfile at {path} (give one with -f)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"cannot read the Modelfile {path}: {exc}") from None
+    store = _store()
+    with ProgressView(_console(stderr=True)) as view:
+        view(StoreProgress("parsing modelfile"))
+        store.create(args.model, text, base_dir=path.resolve().parent, progress=view, from_hook=hub_hook(store))
+    return 0
+
+
+def format_table(headers: list[str], rows: list[list[str]], gap: int = 4) -> str:
+    """Plain aligned columns like Ollama's tabwriter output (no trailing spaces)."""
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    lines = []
+    for row in [headers, *rows]:
+        cells = [str(c).ljust(w + gap) for c, w in zip(row, widths)]
+        lines.append("".join(cells).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    entries = _store().list()
+    now = time.time()
+    rows = [[e.name, e.id, human_size(e.size), human_ago(e.modified, now)] for e in entries]
+    sys.stdout.write(format_table(["NAME", "ID", "SIZE", "MODIFIED"], rows))
+    return 0
+
+
+def _param_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return str(value)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    details = _store().show(args.model)
+    out = sys.stdout
+    chosen = [f for f in _SHOW_FLAGS if getattr(args, f, False)]
+    if len(chosen) > 1:
+        raise InvalidRequest("give only one of --" + ", --".join(_SHOW_FLAGS))
+    if chosen:
+        what = chosen[0]
+        if what == "modelfile":
+            out.write(details.modelfile)
+        elif what == "parameters":
+            for key in sorted(details.parameters):
+                value = details.parameters[key]
+                for item in value if isinstance(value, list) else [value]:
+                    out.write(f"{key:<30} {_param_text(item)}\n")
+        elif what == "template":
+            out.write((details.template or "") + ("\n" if details.template and not details.template.endswith("\n") else ""))
+        elif what == "system":
+            out.write((details.system or "") + ("\n" if details.system else ""))
+        elif what == "license":
+            out.write("\n\n".join(details.licenses) + ("\n" if details.licenses else ""))
+        return 0
+    console = _console()
+    d = details.details
+    _section(console, "Model", [
+        ("architecture", d.get("family") or "-"),
+        ("parameters", d.get("parameter_size") or "-"),
+        ("context length", str(d.get("context_length") or "-")),
+        ("quantization", d.get("quantization_level") or "-"),
+        ("template", {"modelfile": "from the Modelfile", "gguf": "from the GGUF", "none": "none"}[
+            details.template_source]),
+    ])
+    params = [(k, _param_text(v)) for k in sorted(details.parameters)
+              for v in (details.parameters[k] if isinstance(details.parameters[k], list) else [details.parameters[k]])]
+    if params:
+        _section(console, "Parameters", params)
+    if details.system:
+        _section(console, "System", [(line, "") for line in details.system.splitlines()[:10]])
+    if details.messages:
+        _section(console, "Messages", [(m.role, m.content.splitlines()[0][:60] if m.content else "")
+                                        for m in details.messages])
+    if details.licenses:
+        _section(console, "License", [(line, "") for line in details.licenses[0].splitlines()[:3]])
+    return 0
+
+
+def _section(console: Console, title: str, rows: list[tuple[str, str]]) -> None:
+    width = max(len(k) for k, _ in rows) + 4
+    lines = [f"  {title}"] + [f"    {k.ljust(width)}{v}".rstrip() for k, v in rows]
+    sys.stdout.write("\n".join(lines) + "\n\n")
+
+
+def cmd_copy(args: argparse.Namespace) -> int:
+    entry = _store().copy(args.source, args.destination)
+    print(f"copied '{args.source}' to '{entry.name}'")
+    return 0
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    store = _store()
+    failed = 0
+    for name in args.models:
+        try:
+            store.remove(name)
+        except LocalrunError as exc:
+            if len(args.models) == 1:
+                raise
+            print(f"Error: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"deleted '{name}'")
+    return 1 if failed else 0
+
+
+def cmd_import_ollama(args: argparse.Namespace) -> int:
+    from ..store import ImportStatus, import_ollama
+
+    source = Path(args.source).expanduser() if args.source else None
+    results = import_ollama(_store(), source, force=args.force)
+    sys.stdout.write(format_table(["NAME", "STATUS", "DETAIL"], [[r.name, r.status.value, r.detail] for r in results]))
+    console = _console()
+    imported = sum(r.status is ImportStatus.IMPORTED for r in results)
+    console.print(f"{imported} model{'s' if imported != 1 else ''} imported")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("pull", help="download a model (hf.co/user/repo[:quant] or a curated name)")
+    p.add_argument("model")
+    p.set_defaults(func=cmd_pull)
+
+    p = subparsers.add_parser("create", help="create a model from a Modelfile")
+    p.add_argument("model")
+    p.add_argument("-f", "--file", default="Modelfile", help="the Modelfile (default: ./Modelfile)")
+    p.set_defaults(func=cmd_create)
+
+    p = subparsers.add_parser("list", aliases=["ls"], help="list models")
+    p.set_defaults(func=cmd_list)
+
+    p = subparsers.add_parser("show", help="show a model's details")
+    p.add_argument("model")
+    for flag in _SHOW_FLAGS:
+        p.add_argument(f"--{flag}", action="store_true", help=f"print only the {flag}")
+    p.set_defaults(func=cmd_show)
+
+    p = subparsers.add_parser("cp", help="copy a model under a new name")
+    p.add_argument("source")
+    p.add_argument("destination")
+    p.set_defaults(func=cmd_copy)
+
+    p = subparsers.add_parser("rm", help="remove models")
+    p.add_argument("models", nargs="+", metavar="MODEL")
+    p.set_defaults(func=cmd_remove)
+
+    p = subparsers.add_parser("import-ollama", help="adopt the models of an Ollama store (hard links, no download)")
+    p.add_argument("--from", dest="source", help="the Ollama models dir (default: $OLLAMA_MODELS or ~/.ollama/models)")
+    p.add_argument("--force", action="store_true", help="replace models here that have the same name")
+    p.set_defaults(func=cmd_import_ollama)

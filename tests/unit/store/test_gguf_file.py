@@ -1,0 +1,78 @@
+"""GGUF validation: real metadata from a valid file, a clear error for anything else."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from localrun.errors import InvalidModelFile
+from localrun.store.gguf_file import read_gguf
+
+
+def test_reads_metadata_of_a_valid_model(tiny_gguf: Path) -> None:
+    info = read_gguf(tiny_gguf)
+    assert info.architecture == "llama"
+    assert info.parameter_count > 0 and info.tensor_count > 0
+    assert info.file_type == "F32"
+    assert info.context_length and info.context_length > 0
+    assert info.chat_template and "im_start" in info.chat_template
+    assert info.summary()["model_family"] == "llama"
+
+
+def _copy(src: Path, dst: Path, data: bytes | None = None) -> Path:
+    dst.write_bytes(src.read_bytes() if data is None else data)
+    return dst
+
+
+@pytest.mark.parametrize("keep", [0.999, 0.5, 0.01])
+def test_truncated_files_are_rejected(tiny_gguf: Path, tmp_path: Path, keep: float) -> None:
+    data = tiny_gguf.read_bytes()
+    bad = _copy(tiny_gguf, tmp_path / "cut.gguf", data[: int(len(data) * keep)])
+    with pytest.raises(InvalidModelFile, match="truncated|tensor"):
+        read_gguf(bad)
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b"", "only 0 bytes"),
+        (b"this is a text file, not a model at all\n" * 3, "magic"),
+        (b"GGUF" + struct.pack("<I", 99) + b"\0" * 40, "version 99"),
+        (b"GGUF" + struct.pack("<IQQ", 3, 2**40, 0) + b"\0" * 16, "impossible header counts"),
+        (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2**50), "truncated"),
+    ],
+)
+def test_garbage_is_rejected(tmp_path: Path, content: bytes, fragment: str) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(content)
+    with pytest.raises(InvalidModelFile, match=fragment):
+        read_gguf(bad)
+
+
+def test_impossible_tensor_size_is_rejected(tiny_gguf: Path, tmp_path: Path) -> None:
+    from gguf import GGUFWriter
+    import numpy as np
+
+    path = tmp_path / "huge.gguf"
+    w = GGUFWriter(str(path), "llama")
+    w.add_tensor("t", np.zeros((4, 4), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    data = bytearray(path.read_bytes())
+    idx = data.find(struct.pack("<QQ", 4, 4))  # the tensor's dims
+    assert idx > 0
+    data[idx:idx + 16] = struct.pack("<QQ", 2**31, 2**31)
+    path.write_bytes(bytes(data))
+    with pytest.raises(InvalidModelFile, match="needs bytes up to"):
+        read_gguf(path)
+
+
+def test_directory_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(InvalidModelFile, match="directory"):
+        read_gguf(tmp_path)
+    with pytest.raises(InvalidModelFile, match="cannot open"):
+        read_gguf(tmp_path / "nope.gguf")
