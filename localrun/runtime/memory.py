@@ -12,6 +12,7 @@ have failed to allocate or pushed the machine into swap.
 
 from __future__ import annotations
 
+import logging
 import mmap
 import struct
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ from pathlib import Path
 
 from ..engine.types import LoadOptions
 from ..errors import InvalidModelFile
+
+log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -236,26 +239,40 @@ def place(est: MemoryEstimate, options: LoadOptions, gpus: list[Device]) -> Plac
 def system_devices() -> tuple[int, list[Device]]:
     """Free RAM (psutil's "available") and the GPUs the ggml backend reports.
 
-    Uses :func:`localrun.devices.list_devices` when that module exists; otherwise CPU only.
+    Uses :func:`localrun.devices.list_devices` (probed in a child process, cached) when that
+    module exists; otherwise, or when probing fails, CPU only. Blocking: call it from a thread.
     """
     import psutil
 
     free_ram = int(psutil.virtual_memory().available)
     gpus: list[Device] = []
     try:
-        from .. import devices as devmod  # type: ignore[attr-defined]
+        from .. import devices as devmod
     except ImportError:
         return free_ram, gpus
     try:
         listed = devmod.list_devices()
-    except Exception:  # a broken GPU driver must not stop CPU inference
+    except Exception as exc:  # a broken GPU driver must not stop CPU inference
+        log.warning("device probe failed, planning for CPU only: %s", exc)
         return free_ram, gpus
     for d in listed:
-        kind = str(getattr(d, "kind", "cpu")).lower()
-        if "cpu" in kind:
-            continue
-        gpus.append(Device(str(getattr(d, "name", "gpu")), "gpu", int(getattr(d, "total", 0)), int(getattr(d, "free", 0))))
+        is_gpu = getattr(d, "is_gpu", None)
+        if is_gpu is None:
+            is_gpu = str(getattr(d, "kind", "cpu")).lower() in ("gpu", "igpu")
+        if is_gpu:  # accelerators beside the CPU (BLAS, AMX) hold no layers of their own
+            gpus.append(Device(str(d.name), "gpu", int(d.total), int(d.free)))
     return free_ram, gpus
+
+
+def devices_changed() -> None:
+    """Tell the device probe that free memory changed (a model loaded or unloaded)."""
+    try:
+        from .. import devices as devmod
+    except ImportError:
+        return
+    invalidate = getattr(devmod, "invalidate", None)
+    if invalidate is not None:
+        invalidate()
 
 
 def human_bytes(n: float) -> str:

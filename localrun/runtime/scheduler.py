@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import inspect
 import logging
 import time
 from collections import deque
@@ -86,7 +87,8 @@ class LoadSpec:
 
 
 LoadFn = Callable[[LoadSpec, Placement], Awaitable[Backend]]
-ProbeFn = Callable[[], tuple[int, list[Device]]]
+# Free RAM and GPUs; may be async (the daemon's probes devices in a thread, tests' is instant).
+ProbeFn = Callable[[], "tuple[int, list[Device]] | Awaitable[tuple[int, list[Device]]]"]
 
 
 class Phase(enum.Enum):
@@ -339,7 +341,9 @@ class Scheduler:
             req.future.set_exception(exc)
             return True
         est = estimate(geometry, spec.options)
-        plan = self._plan(est, spec)
+        probed = self._probe()
+        free_ram, gpus = await probed if inspect.isawaitable(probed) else probed
+        plan = self._plan(est, spec, free_ram, gpus)
         if isinstance(plan, errors.LocalrunError):
             req.future.set_exception(plan)
             return True
@@ -353,18 +357,17 @@ class Scheduler:
         return True
 
     def _plan(
-        self, est: MemoryEstimate, spec: LoadSpec
+        self, est: MemoryEstimate, spec: LoadSpec, free_ram: int, gpus: list[Device]
     ) -> tuple[Placement, list[ResidentModel]] | errors.LocalrunError | None:
         """Pick idle models to evict so ``est`` fits; None = wait for busy ones; error = never fits."""
         idle = sorted((m for m in self.models.values() if m.refcount == 0), key=lambda m: m.last_used)
         over = len(self.models) + 1 - self.max_loaded
         for k in range(max(0, over), len(idle) + 1):
-            placement = self._fits(est, spec, idle[:k])
+            placement = self._fits(est, spec, idle[:k], free_ram, gpus)
             if placement is not None:
                 return placement, idle[:k]
-        if self._fits(est, spec, list(self.models.values())) is not None and self.models:
+        if self.models and self._fits(est, spec, list(self.models.values()), free_ram, gpus) is not None:
             return None
-        free_ram, _ = self._probe()
         usable = free_ram + sum(m.placement.ram for m in self.models.values())
         return errors.ModelTooLarge(
             f"model {spec.name!r} needs about {human_bytes(est.total)} of memory "
@@ -374,8 +377,8 @@ class Scheduler:
             "LOCALRUN_NUM_PARALLEL"
         )
 
-    def _fits(self, est: MemoryEstimate, spec: LoadSpec, evict: list[ResidentModel]) -> Placement | None:
-        free_ram, gpus = self._probe()
+    def _fits(self, est: MemoryEstimate, spec: LoadSpec, evict: list[ResidentModel], free_ram: int,
+              gpus: list[Device]) -> Placement | None:
         free_ram += sum(m.placement.ram for m in evict)
         freed_vram: dict[str, int] = {}
         for m in evict:

@@ -51,6 +51,10 @@ def runner_load_fn(factory: str | None = None, env: Mapping[str, str] | None = N
     return load
 
 
+async def _probe_devices() -> tuple[int, list[memory.Device]]:
+    return await asyncio.to_thread(memory.system_devices)  # may start a probe process: off the loop
+
+
 def default_store(settings: Settings) -> Any:
     from ..store import ModelStore
 
@@ -72,7 +76,7 @@ def create_app(
         scheduler = Scheduler(
             # LOCALRUN_RUNNER_FACTORY ("module:callable") swaps the engine inside runners: a test seam.
             load_fn or runner_load_fn(os.environ.get("LOCALRUN_RUNNER_FACTORY") or None),
-            probe=memory.system_devices,
+            probe=_probe_devices,
             geometry=memory.read_geometry,
             max_loaded=settings.max_loaded_models,
             max_queue=settings.max_queue,
@@ -81,6 +85,7 @@ def create_app(
 
     def on_event(kind: str, model: Any, reason: str) -> None:
         metrics.loads.labels(kind).inc()
+        memory.devices_changed()
 
     scheduler.on_event = on_event
     app[SETTINGS] = settings
