@@ -1,0 +1,187 @@
+"""``localrun run [MODEL] [PROMPT...]``: talk to a model, in the chat UI or as a plain-text pipe.
+
+Steps, as ``ollama run`` takes them: make sure a daemon answers (starting ``localrun serve`` in
+the background when none does, and saying so on stderr), make sure the model is in the store
+(pulling it with a progress bar), then either print one streamed answer to stdout and exit
+(a PROMPT was given, or stdin is not a terminal: ``echo hi | localrun run m``) or open the chat UI.
+
+Exit codes: 0 success; 1 an error (message on stderr: unknown model, daemon down, generation
+failed); 2 bad usage or settings; 130 interrupted. Status lines go to stderr, so stdout holds
+only the answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from .. import config
+from ..errors import InvalidRequest, ModelNotFound, NotFound
+
+STARTER_MODEL = "gemma3:270m"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "run", help="chat with a model (or answer one prompt and exit)",
+        description="Chat with a model in the terminal UI; with a PROMPT, or with input piped in, print the "
+                    "answer as plain text and exit. Starts the daemon and pulls the model when needed.",
+        epilog="Exit codes: 0 success, 1 error, 2 bad usage, 130 interrupted. "
+               "In the chat, type /? for commands.",
+    )
+    p.add_argument("model", nargs="?", default=None, help=f"model name (default: the starter, {STARTER_MODEL})")
+    p.add_argument("prompt", nargs="*", help="a prompt to answer and exit (stdin, when piped, comes first)")
+    p.add_argument("--system", help="system message for this run")
+    p.add_argument("--keepalive", metavar="DURATION", help="how long the model stays loaded after (e.g. 5m, 0, -1)")
+    p.add_argument("--format", choices=["json"], help="ask for output in this format")
+    p.add_argument("--verbose", action="store_true", help="print timings (tokens/s, time to first token) after")
+    p.add_argument("--nowordwrap", action="store_true",
+                   help="accepted for Ollama compatibility: plain output is never wrapped")
+    p.add_argument("--insecure", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--no-save", action="store_true", help="do not save the chat under the user data dir")
+    p.set_defaults(func=run)
+
+
+def _err(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def connect() -> Any:
+    """A client of a running daemon, starting one in the background first when none answers."""
+    from ..client import Client, daemon_log_path, ensure_daemon
+
+    client = Client()
+    if client.is_running():
+        return client
+    client.close()
+    if config.host().is_loopback:
+        _err(f"Starting the localrun daemon in the background (log: {daemon_log_path()})…")
+    client = ensure_daemon()
+    return client
+
+
+def pull_with_progress(client: Any, model: str) -> None:
+    """Pull ``model``, drawing a progress bar on stderr (plain lines when stderr is not a terminal)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        last = None
+        for chunk in client.pull(model):
+            status = str(chunk.get("status") or "")
+            if status != last:
+                _err(status)
+                last = status
+        return
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  TimeRemainingColumn(), console=console, transient=False) as progress:
+        tasks: dict[str, Any] = {}
+        for chunk in client.pull(model):
+            status = str(chunk.get("status") or "")
+            key = str(chunk.get("digest") or status)
+            total, completed = chunk.get("total"), chunk.get("completed")
+            if key not in tasks:
+                tasks[key] = progress.add_task(status[:40], total=total if total else None)
+            progress.update(tasks[key], description=status[:40], completed=completed or 0,
+                            total=total if total else None)
+            if not total:
+                progress.update(tasks[key], total=1, completed=1)
+
+
+def ensure_model(client: Any, model: str) -> None:
+    """Pull ``model`` when the store does not have it (Ollama: "pulling manifest" and a bar)."""
+    try:
+        client.show(model)
+        return
+    except (ModelNotFound, NotFound):
+        pass
+    _err(f"Model '{model}' is not here yet: pulling it…")
+    pull_with_progress(client, model)
+
+
+def read_prompt(args: argparse.Namespace) -> str | None:
+    """The one-shot prompt, or None for the chat UI. Piped stdin comes first, then the arguments."""
+    parts = []
+    if not sys.stdin.isatty():
+        parts.append(sys.stdin.read())
+    if args.prompt:
+        parts.append(" ".join(args.prompt))
+    if not parts:
+        return None
+    return " ".join(p for p in parts if p.strip())
+
+
+def generate_once(client: Any, model: str, prompt: str, args: argparse.Namespace) -> int:
+    import time
+
+    from ..tui.backend import ReplyStats
+
+    fields: dict[str, Any] = {}
+    if args.system:
+        fields["system"] = args.system
+    if args.format:
+        fields["format"] = args.format
+    if args.keepalive is not None:
+        fields["keep_alive"] = args.keepalive
+    if not prompt.strip():
+        # Like Ollama: an empty prompt only loads the model.
+        for _ in client.generate(model, "", **fields):
+            pass
+        return 0
+    started = time.monotonic()
+    ttft: float | None = None
+    ended_with_newline = True
+    stats: ReplyStats | None = None
+    out = sys.stdout
+    for chunk in client.generate(model, prompt, **fields):
+        text = chunk.get("response") or ""
+        if text:
+            if ttft is None:
+                ttft = time.monotonic() - started
+            out.write(text)
+            out.flush()
+            ended_with_newline = text.endswith("\n")
+        if chunk.get("done"):
+            stats = ReplyStats.from_done(chunk, ttft)
+    if not ended_with_newline:
+        out.write("\n")
+    out.flush()
+    if args.verbose and stats is not None:
+        _err("\n".join(stats.verbose_lines()))
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    model = args.model or STARTER_MODEL
+    if args.keepalive is not None:
+        config.parse_duration(args.keepalive, "--keepalive")  # bad value: exit 2 before any work
+    prompt = read_prompt(args)
+    client = connect()
+    try:
+        ensure_model(client, model)
+        if prompt is not None:
+            return generate_once(client, model, prompt, args)
+        if not sys.stdout.isatty():
+            raise InvalidRequest("the chat needs a terminal; give a PROMPT or pipe input to answer once")
+    finally:
+        client.close()
+    return chat(model, args)
+
+
+def chat(model: str, args: argparse.Namespace) -> int:
+    from ..client import ensure_daemon
+    from ..conversations import ConversationStore
+    from ..tui.app import LocalrunApp
+    from ..tui.backend import ClientBackend
+    from ..tui.session import ChatSession
+
+    store = None if args.no_save else ConversationStore()
+    session = ChatSession.start(model, system=args.system, store=store, format=args.format,
+                                verbose=args.verbose, keep_alive=args.keepalive)
+    restart = (lambda: ensure_daemon().close()) if config.host().is_loopback else None
+    app = LocalrunApp(ClientBackend(), session=session, conversations=store, restart_daemon=restart)
+    code = app.run()
+    return int(code or 0)
+

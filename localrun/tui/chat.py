@@ -1,0 +1,351 @@
+"""The chat screen: conversation log, prompt editor, streaming replies and Ollama's slash commands.
+
+All daemon I/O runs in workers: the reply stream (group ``reply``, exclusive, cancelled by Esc,
+keeping the partial reply) and model operations (group ``model``). The screen mutates the
+:class:`~localrun.tui.session.ChatSession`; nothing else does while it is shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from ..errors import DaemonUnavailable, LocalrunError, StoreError
+from . import commands as cmd
+from . import model_ops
+from .backend import ReplyStats
+from .session import ChatSession
+from .widgets import AssistantMessage, InfoMessage, PromptInput, PullProgress, UserMessage
+
+
+class ChatScreen(Screen[None]):
+    BINDINGS = [
+        Binding("escape", "stop", "Stop reply"),
+        Binding("f2", "pick_model", "Models"),
+        Binding("f3", "settings", "Settings"),
+        Binding("f4", "conversations", "Chats"),
+        Binding("f5", "dashboard", "Dashboard"),
+        Binding("ctrl+n", "new_chat", "New chat"),
+    ]
+
+    streaming: reactive[bool] = reactive(False)
+
+    def __init__(self, session: ChatSession) -> None:
+        super().__init__()
+        self.session = session
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="chat-title")
+        yield VerticalScroll(id="log")
+        yield Static(id="status")
+        yield PromptInput(id="prompt", placeholder="Send a message (/? for help)")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#log", VerticalScroll).anchor()
+        self.watch(self.app, "connected", self._connection_changed, init=False)
+        self.render_conversation()
+        self.query_one(PromptInput).focus()
+
+    # ----- drawing -----------------------------------------------------------------------------
+
+    def update_title(self) -> None:
+        s = self.session
+        parts = [s.model]
+        if s.conversation.system:
+            parts.append("system prompt set")
+        if s.conversation.options:
+            parts.append(" ".join(f"{k}={v}" for k, v in sorted(s.conversation.options.items())))
+        if s.format:
+            parts.append(f"format {s.format}")
+        if not getattr(self.app, "connected", True):
+            parts.append("daemon unreachable: reconnecting")
+        self.query_one("#chat-title", Static).update(Text(" · ".join(parts)))
+        self.query_one("#chat-title").set_class(not getattr(self.app, "connected", True), "disconnected")
+
+    def set_status(self, text: str) -> None:
+        self.query_one("#status", Static).update(Text(text))
+
+    def render_conversation(self) -> None:
+        """Redraw the log from the session (after /clear, or when a saved chat is reopened)."""
+        log = self.query_one("#log", VerticalScroll)
+        log.remove_children()
+        widgets: list[Static | AssistantMessage] = []
+        conv = self.session.conversation
+        if not conv.messages:
+            widgets.append(InfoMessage(f"Chatting with {conv.model}. Enter sends, Ctrl+J adds a line, "
+                                       "Esc stops a reply. Type /? for help."))
+        for message in conv.messages:
+            if message["role"] == "user":
+                widgets.append(UserMessage(message["content"]))
+            elif message["role"] == "assistant":
+                footer = "stopped" if message.get("stopped") else ""
+                widgets.append(AssistantMessage(message["content"], model=conv.model, footer=footer))
+        log.mount_all(widgets)
+        self.update_title()
+        self.set_status("")
+
+    def info(self, text: str, *, error: bool = False) -> None:
+        self.query_one("#log", VerticalScroll).mount(InfoMessage(text, error=error))
+
+    def _connection_changed(self, connected: bool) -> None:
+        self.update_title()
+
+    # ----- input -------------------------------------------------------------------------------
+
+    @on(PromptInput.Submitted)
+    def submitted(self, event: PromptInput.Submitted) -> None:
+        text = event.text.strip()
+        if not text:
+            return
+        if self.streaming:
+            self.notify("A reply is still streaming: Esc stops it.", timeout=3)
+            return
+        event.prompt_input.remember(text)
+        event.prompt_input.clear()
+        if cmd.is_command(text):
+            self.run_command(text)
+        else:
+            self.send(cmd.unquote(text) if text.startswith('"""') else text)
+
+    def send(self, prompt: str) -> None:
+        log = self.query_one("#log", VerticalScroll)
+        view = AssistantMessage(model=self.session.model)
+        log.mount_all([UserMessage(prompt), view])
+        log.anchor()
+        self.stream_reply(prompt, view)
+
+    @work(exclusive=True, group="reply")
+    async def stream_reply(self, prompt: str, view: AssistantMessage) -> None:
+        session = self.session
+        messages = session.request_messages(prompt)
+        fields = session.request_fields()
+        parts: list[str] = []
+        stats: ReplyStats | None = None
+        state, error = "done", ""
+        started = time.monotonic()
+        ttft: float | None = None
+        self.streaming = True
+        self.set_status(f"{session.model} is thinking… (Esc stops)")
+        view.start_stream()
+        try:
+            async for chunk in self.app.backend.chat(session.model, messages, **fields):  # type: ignore[attr-defined]
+                text = (chunk.get("message") or {}).get("content") or ""
+                if text:
+                    if ttft is None:
+                        ttft = time.monotonic() - started
+                        self.set_status("Streaming… (Esc stops)")
+                    parts.append(text)
+                    await view.write(text)
+                if chunk.get("done"):
+                    stats = ReplyStats.from_done(chunk, ttft)
+        except asyncio.CancelledError:
+            state = "stopped"
+            raise
+        except DaemonUnavailable as exc:
+            state, error = "error", str(exc).splitlines()[0]
+            self.app.connection_lost()  # type: ignore[attr-defined]
+        except LocalrunError as exc:
+            state, error = "error", str(exc)
+        finally:
+            await self._finish_reply(prompt, "".join(parts), view, state, error, stats)
+
+    async def _finish_reply(self, prompt: str, reply: str, view: AssistantMessage, state: str, error: str,
+                            stats: ReplyStats | None) -> None:
+        self.streaming = False
+        self.set_status("")
+        if state == "done":
+            footer = stats.summary() if stats else ""
+            if stats and self.session.verbose:
+                footer = "\n".join(stats.verbose_lines())
+        elif state == "stopped":
+            footer = f"stopped after {len(reply)} characters (kept)"
+        else:
+            footer = f"Error: {error}"
+        await view.finish(footer, state=state)
+        if state == "error" and not reply:
+            # Nothing came back: give the prompt back to the editor so nothing is lost.
+            prompt_input = self.query_one(PromptInput)
+            if not prompt_input.text:
+                prompt_input.load_text(prompt)
+            return
+        self.session.add_turn(prompt, reply, stopped=state != "done")
+        self.save_conversation()
+
+    def save_conversation(self) -> None:
+        try:
+            self.session.save()
+        except StoreError as exc:
+            self.notify(f"Could not save the conversation: {exc}", severity="error")
+
+    # ----- actions ------------------------------------------------------------------------------
+
+    def action_stop(self) -> None:
+        if self.streaming:
+            self.workers.cancel_group(self, "reply")
+
+    def action_new_chat(self) -> None:
+        if self.streaming:
+            self.action_stop()
+        self.session.new_conversation()
+        self.render_conversation()
+
+    def action_pick_model(self) -> None:
+        from .dialogs import ModelPicker
+
+        def picked(name: str | None) -> None:
+            if name and name != self.session.model:
+                self.switch_model(name)
+
+        self.app.push_screen(ModelPicker(self.session.model), picked)
+
+    def action_settings(self) -> None:
+        from .dialogs import SettingsDialog, SettingsResult
+
+        def done(result: SettingsResult | None) -> None:
+            if result is None:
+                return
+            self.session.conversation.system = result.system
+            self.session.conversation.options = dict(result.options)
+            self.update_title()
+            self.info("Settings updated.")
+
+        conv = self.session.conversation
+        self.app.push_screen(SettingsDialog(conv.system, conv.options), done)
+
+    def action_conversations(self) -> None:
+        from .dialogs import ConversationList
+
+        store = self.session.store
+        if store is None:
+            self.notify("Conversations are not saved in this session.")
+            return
+
+        def opened(conversation_id: str | None) -> None:
+            if not conversation_id:
+                return
+            try:
+                conversation = store.load(conversation_id)
+            except LocalrunError as exc:
+                self.notify(str(exc), severity="error")
+                return
+            if self.streaming:
+                self.action_stop()
+            self.session.conversation = conversation
+            self.render_conversation()
+            self.info(f"Reopened “{conversation.title or conversation.auto_title()}”.")
+
+        self.app.push_screen(ConversationList(store, current=self.session.conversation.id), opened)
+
+    def action_dashboard(self) -> None:
+        from .dashboard import DashboardScreen
+
+        self.app.push_screen(DashboardScreen())
+
+    # ----- slash commands -----------------------------------------------------------------------
+
+    def run_command(self, line: str) -> None:
+        self.query_one("#log", VerticalScroll).mount(UserMessage(line))
+        try:
+            command = cmd.parse(line)
+        except LocalrunError as exc:
+            self.info(str(exc), error=True)
+            return
+        s = self.session
+        match command:
+            case cmd.Help(text):
+                self.info(text)
+            case cmd.Bye():
+                self.app.exit(0)
+            case cmd.Clear():
+                self.action_new_chat()
+                self.info("Cleared session context.")
+            case cmd.ListParameters():
+                self.info(cmd.HELP_SET)
+            case cmd.SetParameter(name, value):
+                s.set_parameter(name, value)
+                self.info(f"Set parameter '{name}' to '{cmd.format_parameter_value(value)}'")
+            case cmd.SetSystem(text):
+                s.conversation.system = text
+                self.info("Set system message." if text else "Cleared system message.")
+            case cmd.SetFormat(fmt):
+                s.format = fmt
+                self.info("Set format to 'json' mode." if fmt else "Disabled format.")
+            case cmd.SetVerbose(verbose):
+                s.verbose = verbose
+                self.info("Set 'verbose' mode." if verbose else "Set 'quiet' mode.")
+            case cmd.SetHistory(keep):
+                s.keep_history = keep
+                self.info("Set history." if keep else "Set 'nohistory' mode.")
+            case cmd.Show(topic):
+                self.show(topic)
+            case cmd.Load(model):
+                self.switch_model(model)
+            case cmd.Save(name):
+                self.save_model(name)
+        self.update_title()
+
+    @work(exclusive=True, group="model")
+    async def show(self, topic: str) -> None:
+        try:
+            info = await self.app.backend.show(self.session.model)  # type: ignore[attr-defined]
+        except LocalrunError as exc:
+            self.info(f"Couldn't get model info: {exc}", error=True)
+            return
+        conv = self.session.conversation
+        self.info(cmd.show_text(topic, info, conv.system, conv.options))
+
+    @work(exclusive=True, group="model")
+    async def switch_model(self, model: str) -> None:
+        log = self.query_one("#log", VerticalScroll)
+        self.info(f"Loading model '{model}'")
+        progress: PullProgress | None = None
+
+        def on_progress(status: str, completed: float | None, total: float | None) -> None:
+            nonlocal progress
+            if progress is None:
+                progress = PullProgress(model)
+                log.mount(progress)
+            pulls = self.app.pulls  # type: ignore[attr-defined]
+            from .app import PullState
+
+            previous = pulls.get(model)
+            if total is None and previous is not None:  # status-only lines keep the last byte counts
+                completed, total = previous.completed, previous.total
+            pulls[model] = PullState(model, status, completed, total)
+            if progress.is_mounted:
+                progress.update_from(status, completed, total)
+
+        try:
+            await model_ops.ensure_loaded(self.app.backend, model, on_progress,  # type: ignore[attr-defined]
+                                          self.session.keep_alive)
+        except LocalrunError as exc:
+            self.info(f"Couldn't load '{model}': {exc}", error=True)
+            return
+        finally:
+            state = self.app.pulls.get(model)  # type: ignore[attr-defined]
+            if state is not None:
+                state.done = True
+        self.session.conversation.model = model
+        self.update_title()
+        self.info(f"Now chatting with {model}.")
+
+    @work(exclusive=True, group="model")
+    async def save_model(self, name: str) -> None:
+        conv = self.session.conversation
+        modelfile = cmd.save_modelfile(conv.model, conv.system, conv.options, conv.messages)
+        try:
+            await model_ops.create(self.app.backend, name, modelfile)  # type: ignore[attr-defined]
+        except LocalrunError as exc:
+            self.info(f"Couldn't save model '{name}': {exc}", error=True)
+            return
+        self.info(f"Created new model '{name}'")

@@ -1,0 +1,329 @@
+"""Ollama's interactive slash commands: parsing, typed parameter values, /show text and /save Modelfiles.
+
+Headless (no textual): :func:`parse` turns one input line starting with ``/`` into a command
+dataclass, or raises :class:`~localrun.errors.InvalidRequest` whose message is what to show the
+user (usage included). The chat screen executes the commands; this module only decides what
+they mean.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidRequest
+
+# Parameter name -> type, as Ollama's `/set parameter` and Modelfile PARAMETER accept them.
+PARAMETER_TYPES: dict[str, type] = {
+    "seed": int, "num_predict": int, "top_k": int, "top_p": float, "min_p": float, "typical_p": float,
+    "num_ctx": int, "num_batch": int, "num_gpu": int, "num_thread": int, "num_keep": int,
+    "temperature": float, "repeat_penalty": float, "repeat_last_n": int, "presence_penalty": float,
+    "frequency_penalty": float, "stop": list,
+}
+# Parameters that must not be negative, and those that are probabilities.
+_NON_NEGATIVE = {"num_ctx", "num_batch", "num_thread", "num_keep", "top_k", "temperature", "repeat_penalty"}
+_UNIT = {"top_p", "min_p", "typical_p"}
+
+SHOW_TOPICS = ("info", "license", "modelfile", "parameters", "system", "template")
+
+HELP = """\
+Available commands:
+  /set            Set session variables (/set parameter, /set system, /set format, /set verbose)
+  /show           Show model information (/show info|modelfile|parameters|template|system|license)
+  /load MODEL     Switch to another model (the conversation continues; /clear starts over)
+  /save NAME      Save this session as a new model (FROM + SYSTEM + PARAMETERs + MESSAGEs)
+  /clear          Clear the conversation (the current one stays in the saved list)
+  /bye            Exit
+  /?, /help       Help for a command (/? set, /? show, /? shortcuts)
+
+Keys: Enter sends · Ctrl+J (or Shift+Enter where the terminal reports it) inserts a newline ·
+Esc stops the reply (the partial text is kept) · F2 models · F3 settings · F4 saved chats ·
+F5 dashboard · Ctrl+N new chat · Ctrl+Q quit. Text starting with \"\"\" is sent as is."""
+
+HELP_SET = """\
+Available /set commands:
+  /set parameter NAME VALUE   Set a parameter (e.g. /set parameter temperature 0.2)
+  /set system TEXT            Set the system message
+  /set format json            Ask for JSON output;  /set noformat to stop
+  /set verbose                Show timings after each reply;  /set quiet to show only the short line
+  /set history | nohistory    Keep (default) or forget earlier turns when sending
+
+Parameters: """ + ", ".join(sorted(PARAMETER_TYPES))
+
+HELP_SHOW = """\
+Available /show commands:
+  /show info        Details about this model
+  /show modelfile   The Modelfile of this model
+  /show parameters  Parameters of this model and of this session
+  /show system      The system message
+  /show template    The prompt template
+  /show license     The license"""
+
+HELP_SHORTCUTS = """\
+Keyboard shortcuts:
+  Enter        send the message
+  Ctrl+J       insert a newline (Shift+Enter / Alt+Enter where the terminal reports them)
+  Up / Down    previous / next message you sent, when the cursor is on the first / last line
+  Esc          stop the reply that is streaming (keeps what arrived)
+  F2           pick a model          F3  system prompt and parameters
+  F4           saved conversations   F5  dashboard (loaded models, tokens/s)
+  Ctrl+N       new conversation      Ctrl+Q  quit"""
+
+
+@dataclass(frozen=True, slots=True)
+class SetParameter:
+    name: str
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ListParameters:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class SetSystem:
+    text: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SetFormat:
+    format: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SetVerbose:
+    verbose: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SetHistory:
+    keep: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Show:
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class Save:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Clear:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Bye:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Help:
+    text: str
+
+
+Command = (SetParameter | ListParameters | SetSystem | SetFormat | SetVerbose | SetHistory | Show | Load | Save
+           | Clear | Bye | Help)
+
+
+def is_command(line: str) -> bool:
+    """True for ``/word...`` input; a path like ``/etc/hosts is...`` is not sent as a command either."""
+    return line.startswith("/") and not line.startswith('"""')
+
+
+def parse(line: str) -> Command:
+    """Parse one slash command; raises InvalidRequest with a message meant for the user."""
+    text = line.strip()
+    head, _, rest = text.partition(" ")
+    rest = rest.strip()
+    word = head.lower()
+    if word in ("/?", "/help"):
+        topic = rest.lower()
+        if topic in ("set", "/set"):
+            return Help(HELP_SET)
+        if topic in ("show", "/show"):
+            return Help(HELP_SHOW)
+        if topic in ("shortcut", "shortcuts", "keys"):
+            return Help(HELP_SHORTCUTS)
+        return Help(HELP)
+    if word in ("/bye", "/exit", "/quit"):
+        return Bye()
+    if word == "/clear":
+        return Clear()
+    if word == "/load":
+        if not rest or " " in rest:
+            raise InvalidRequest("Usage:\n  /load MODEL")
+        return Load(rest)
+    if word == "/save":
+        if not rest or " " in rest:
+            raise InvalidRequest("Usage:\n  /save MODEL")
+        return Save(rest)
+    if word == "/show":
+        topic = rest.lower()
+        if topic not in SHOW_TOPICS:
+            raise InvalidRequest(HELP_SHOW)
+        return Show(topic)
+    if word == "/set":
+        return _parse_set(rest)
+    raise InvalidRequest(f"Unknown command '{head}'. Type /? for help")
+
+
+def _parse_set(rest: str) -> Command:
+    sub, _, value = rest.partition(" ")
+    sub, value = sub.lower(), value.strip()
+    if sub == "parameter":
+        if not value:
+            return ListParameters()
+        name, _, raw = value.partition(" ")
+        if not raw.strip():
+            raise InvalidRequest("Usage:\n  /set parameter NAME VALUE")
+        return SetParameter(name.lower(), parse_parameter(name, raw.strip()))
+    if sub == "system":
+        return SetSystem(unquote(value) or None)
+    if sub == "format":
+        if value.lower() != "json":
+            raise InvalidRequest("Usage:\n  /set format json   (or /set noformat)")
+        return SetFormat("json")
+    if sub == "noformat":
+        return SetFormat(None)
+    if sub in ("verbose", "quiet"):
+        return SetVerbose(sub == "verbose")
+    if sub in ("history", "nohistory"):
+        return SetHistory(sub == "history")
+    if sub in ("wordwrap", "nowordwrap"):
+        raise InvalidRequest("The chat view always wraps words; `localrun run MODEL PROMPT` never does.")
+    raise InvalidRequest(HELP_SET)
+
+
+def unquote(text: str) -> str:
+    """Strip one pair of surrounding ``\"\"\"`` or ``"`` quotes, as Ollama does for /set system."""
+    for quote in ('"""', '"'):
+        if len(text) >= 2 * len(quote) and text.startswith(quote) and text.endswith(quote):
+            return text[len(quote):-len(quote)]
+    return text
+
+
+def parse_parameter(name: str, raw: str) -> Any:
+    """The typed value of a parameter, or InvalidRequest saying what was expected."""
+    key = name.lower()
+    kind = PARAMETER_TYPES.get(key)
+    if kind is None:
+        raise InvalidRequest(f"Unknown parameter '{name}'. Known: {', '.join(sorted(PARAMETER_TYPES))}")
+    if kind is list:
+        return [unquote(part) for part in raw.split()] if raw.strip() else []
+    try:
+        value: Any = int(raw) if kind is int else float(raw)
+    except ValueError:
+        expected = "a whole number" if kind is int else "a number"
+        raise InvalidRequest(f"Couldn't set parameter '{key}': expected {expected}, got {raw!r}") from None
+    if kind is float and value != value:  # NaN
+        raise InvalidRequest(f"Couldn't set parameter '{key}': expected a number, got {raw!r}")
+    if key in _NON_NEGATIVE and value < 0:
+        raise InvalidRequest(f"Couldn't set parameter '{key}': must not be negative")
+    if key in _UNIT and not 0 <= value <= 1:
+        raise InvalidRequest(f"Couldn't set parameter '{key}': must be between 0 and 1")
+    return value
+
+
+def _quoted(text: str) -> str:
+    """A Modelfile value: a triple-quoted block, or a quoted string when the text holds triple quotes."""
+    if '"""' not in text and not text.endswith('"'):
+        return f'"""{text}"""'
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+    return f'"{escaped}"'
+
+
+def format_parameter_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value) if (not value or any(c.isspace() or c == '"' for c in value)) else value
+    return str(value)
+
+
+def save_modelfile(model: str, system: str | None, options: dict[str, Any],
+                   messages: list[dict[str, Any]]) -> str:
+    """The Modelfile ``/save`` creates: FROM the current model, SYSTEM, PARAMETERs and MESSAGEs."""
+    lines = [f"FROM {model}"]
+    if system:
+        lines.append(f"SYSTEM {_quoted(system)}")
+    for name in sorted(options):
+        value = options[name]
+        for item in value if isinstance(value, list) else [value]:
+            lines.append(f"PARAMETER {name} {format_parameter_value(item)}")
+    for message in messages:
+        role, content = message.get("role"), str(message.get("content", ""))
+        if role in ("user", "assistant", "system", "tool"):
+            lines.append(f"MESSAGE {role} {_quoted(content)}")
+    return "\n".join(lines) + "\n"
+
+
+def show_text(topic: str, info: dict[str, Any], session_system: str | None,
+              session_options: dict[str, Any]) -> str:
+    """What ``/show TOPIC`` prints, from the daemon's /api/show answer and this session's settings."""
+    if topic == "info":
+        return info_text(info)
+    if topic == "modelfile":
+        return str(info.get("modelfile") or "(no Modelfile)")
+    if topic == "template":
+        return str(info.get("template") or "No prompt template was specified for this model.")
+    if topic == "license":
+        return str(info.get("license") or "No license was specified for this model.")
+    if topic == "system":
+        text = session_system or info.get("system")
+        return str(text) if text else "No system message was specified for this model."
+    lines = []
+    model_params = str(info.get("parameters") or "").strip()
+    if model_params:
+        lines += ["Model defined parameters:", *("  " + line for line in model_params.splitlines())]
+    else:
+        lines.append("No model parameters were specified for this model.")
+    if session_options:
+        lines.append("User defined parameters:")
+        lines += [f"  {k:<16}{format_parameter_value(v)}" for k, v in sorted(session_options.items())]
+    return "\n".join(lines)
+
+
+def info_text(info: dict[str, Any]) -> str:
+    details = info.get("details") or {}
+    model_info = info.get("model_info") or {}
+    arch = str(model_info.get("general.architecture") or details.get("family") or "")
+
+    def arch_key(suffix: str) -> Any:
+        return model_info.get(f"{arch}.{suffix}") if arch else None
+
+    rows = [
+        ("architecture", arch),
+        ("parameters", details.get("parameter_size") or model_info.get("general.parameter_count") or ""),
+        ("context length", arch_key("context_length") or ""),
+        ("embedding length", arch_key("embedding_length") or ""),
+        ("quantization", details.get("quantization_level") or ""),
+    ]
+    lines = ["Model"] + [f"  {k:<20}{v}" for k, v in rows if v not in ("", None)]
+    capabilities = info.get("capabilities")
+    if capabilities:
+        lines += ["", "Capabilities"] + [f"  {c}" for c in capabilities]
+    params = str(info.get("parameters") or "").strip()
+    if params:
+        lines += ["", "Parameters"] + ["  " + line for line in params.splitlines()]
+    system = info.get("system")
+    if system:
+        lines += ["", "System", "  " + str(system).strip().splitlines()[0]]
+    license_text = info.get("license")
+    if license_text:
+        first = str(license_text[0] if isinstance(license_text, list) else license_text).strip().splitlines()
+        if first:
+            lines += ["", "License", "  " + first[0]]
+    return "\n".join(lines)

@@ -1,0 +1,51 @@
+"""Model operations the chat performs through the backend: load (pulling when missing) and /save.
+
+Headless async functions, so the screens stay thin and tests can call them with a fake backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import InvalidRequest, ModelNotFound, NotFound
+from .backend import Backend
+
+ProgressFn = Callable[[str, float | None, float | None], object]
+
+
+async def pull(backend: Backend, model: str, on_progress: ProgressFn) -> None:
+    """Download ``model``, calling ``on_progress(status, completed, total)`` for each chunk."""
+    async for chunk in backend.pull(model):
+        total = chunk.get("total")
+        completed = chunk.get("completed")
+        on_progress(str(chunk.get("status") or ""),
+                    float(completed) if isinstance(completed, (int, float)) else None,
+                    float(total) if isinstance(total, (int, float)) else None)
+
+
+async def ensure_loaded(backend: Backend, model: str, on_progress: ProgressFn,
+                        keep_alive: str | None = None) -> bool:
+    """Load ``model``, pulling it first when the store does not have it; True when it pulled."""
+    try:
+        await backend.load(model, keep_alive)
+        return False
+    except (ModelNotFound, NotFound):
+        pass
+    await pull(backend, model, on_progress)
+    await backend.load(model, keep_alive)
+    return True
+
+
+async def create(backend: Backend, name: str, modelfile: str) -> str:
+    """Create model ``name`` from Modelfile text; returns the daemon's last status line."""
+    if not name.strip():
+        raise InvalidRequest("a model name is needed")
+    last = ""
+    async for chunk in backend.create(name, modelfile):
+        last = str(chunk.get("status") or last)
+    return last or "success"
+
+
+def model_names(models: list[dict[str, Any]]) -> list[str]:
+    return sorted(str(m.get("name") or m.get("model") or "") for m in models if m.get("name") or m.get("model"))

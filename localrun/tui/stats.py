@@ -1,0 +1,136 @@
+"""Numbers for the dashboard, computed from what the daemon exposes (headless, no textual).
+
+:func:`parse_metrics` reads the daemon's Prometheus text (``GET /metrics``) with
+prometheus_client's own parser into a :class:`MetricsSnapshot`; two snapshots give rates
+(:func:`rate`). :func:`countdown` and :func:`human_bytes` format ``/api/ps`` fields.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSnapshot:
+    """Totals since the daemon started (counters) and current values (gauges), at time ``at``."""
+
+    at: float
+    generated_tokens: float = 0.0
+    prompt_tokens: float = 0.0
+    cached_tokens: float = 0.0
+    requests: float = 0.0
+    queue_depth: float = 0.0
+    kv_used: dict[str, float] = field(default_factory=dict)
+    kv_total: dict[str, float] = field(default_factory=dict)
+    active: dict[str, float] = field(default_factory=dict)
+    generated_by_model: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def cache_hit_rate(self) -> float | None:
+        """Share of prompt tokens served from the prefix cache, or None before any prompt."""
+        if self.prompt_tokens <= 0:
+            return None
+        return min(1.0, self.cached_tokens / self.prompt_tokens)
+
+
+def parse_metrics(text: str, at: float) -> MetricsSnapshot:
+    """Parse the daemon's /metrics; unknown or malformed families are ignored (never raises ValueError)."""
+    counters: dict[str, float] = defaultdict(float)
+    by_model: dict[str, dict[str, float]] = defaultdict(dict)
+    queue = 0.0
+    try:
+        families = list(text_string_to_metric_families(text))
+    except (ValueError, TypeError, IndexError):
+        families = []
+    for family in families:
+        for sample in family.samples:
+            name, labels, value = sample.name, sample.labels, float(sample.value)
+            base = name.removesuffix("_total")
+            if base in ("localrun_generated_tokens", "localrun_prompt_tokens", "localrun_prefix_cache_hit_tokens",
+                        "localrun_requests") and name.endswith("_total"):
+                counters[base] += value
+                if base == "localrun_generated_tokens" and "model" in labels:
+                    by_model["generated"][labels["model"]] = by_model["generated"].get(labels["model"], 0) + value
+            elif name == "localrun_queue_depth":
+                queue = value
+            elif name in ("localrun_kv_cache_used_cells", "localrun_kv_cache_cells", "localrun_active_requests"):
+                by_model[name][labels.get("model", "")] = value
+    return MetricsSnapshot(
+        at=at,
+        generated_tokens=counters["localrun_generated_tokens"],
+        prompt_tokens=counters["localrun_prompt_tokens"],
+        cached_tokens=counters["localrun_prefix_cache_hit_tokens"],
+        requests=counters["localrun_requests"],
+        queue_depth=queue,
+        kv_used=dict(by_model["localrun_kv_cache_used_cells"]),
+        kv_total=dict(by_model["localrun_kv_cache_cells"]),
+        active=dict(by_model["localrun_active_requests"]),
+        generated_by_model=dict(by_model["generated"]),
+    )
+
+
+def rate(previous: MetricsSnapshot | None, current: MetricsSnapshot) -> float:
+    """Generated tokens per second between two snapshots; 0 when unknown or the daemon restarted."""
+    if previous is None or current.at <= previous.at:
+        return 0.0
+    delta = current.generated_tokens - previous.generated_tokens
+    if delta < 0:  # counters went back: a new daemon
+        return 0.0
+    return delta / (current.at - previous.at)
+
+
+def human_bytes(n: float) -> str:
+    """Decimal units like Ollama: ``253 MB``, ``1.2 GB``."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit in ("B", "KB", "MB") else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"  # pragma: no cover
+
+
+def countdown(expires_at: str | None, now: dt.datetime | None = None) -> str:
+    """Keep-alive left: ``4m 12s``, ``forever``, ``unloading``."""
+    if not expires_at:
+        return "forever"
+    try:
+        when = dt.datetime.fromisoformat(str(expires_at).replace("Z", "+00:00"))
+    except ValueError:
+        return str(expires_at)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    now = now or dt.datetime.now(dt.timezone.utc)
+    seconds = int((when - now).total_seconds())
+    if seconds > 10 * 365 * 86400:
+        return "forever"
+    if seconds <= 0:
+        return "unloading"
+    return countdown_seconds(seconds)
+
+
+def countdown_seconds(seconds: float) -> str:
+    """``1h 05m``, ``4m 12s``, ``9s``."""
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"
+
+
+def processor(model: dict[str, object]) -> str:
+    """The PROCESSOR column: the daemon's own split, else computed from size / size_vram."""
+    given = model.get("processor")
+    if isinstance(given, str) and given:
+        return given
+    size = float(model.get("size") or 0)  # type: ignore[arg-type]
+    vram = float(model.get("size_vram") or 0)  # type: ignore[arg-type]
+    if vram <= 0 or size <= 0:
+        return "100% CPU"
+    gpu = round(100 * vram / size)
+    return "100% GPU" if gpu >= 100 else f"{100 - gpu}%/{gpu}% CPU/GPU"

@@ -1,0 +1,57 @@
+"""Dashboard numbers from /metrics and /api/ps, and the per-reply stats line."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from localrun.tui import stats as st
+from localrun.tui.backend import ReplyStats, format_seconds
+
+from tui_fakes import METRICS
+
+
+def test_parse_metrics_of_the_daemon_format() -> None:
+    snap = st.parse_metrics(METRICS.format(generated=1000.0), at=10.0)
+    assert snap.generated_tokens == 1000 and snap.prompt_tokens == 200 and snap.cached_tokens == 150
+    assert snap.requests == 7 and snap.queue_depth == 1
+    assert snap.cache_hit_rate == 0.75
+    assert snap.kv_used == {"tiny:latest": 512} and snap.kv_total == {"tiny:latest": 2048}
+
+
+def test_parse_metrics_tolerates_garbage_and_empty() -> None:
+    assert st.parse_metrics("", 1.0).cache_hit_rate is None
+    assert st.parse_metrics("this is { not prometheus", 1.0).generated_tokens == 0
+
+
+def test_rate_between_snapshots_and_after_restart() -> None:
+    a = st.MetricsSnapshot(at=10.0, generated_tokens=100)
+    b = st.MetricsSnapshot(at=12.0, generated_tokens=180)
+    assert st.rate(a, b) == 40.0
+    assert st.rate(None, b) == 0.0
+    assert st.rate(b, st.MetricsSnapshot(at=13.0, generated_tokens=5)) == 0.0  # counters reset
+
+
+def test_countdown_and_sizes() -> None:
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    assert st.countdown("2026-01-01T00:04:12Z", now) == "4m 12s"
+    assert st.countdown("2026-01-01T01:05:00+00:00", now) == "1h 05m"
+    assert st.countdown("2025-12-31T23:59:00Z", now) == "unloading"
+    assert st.countdown(None, now) == "forever"
+    assert st.countdown("2318-01-01T00:00:00Z", now) == "forever"
+    assert st.human_bytes(253_000_000) == "253 MB" and st.human_bytes(1_500_000_000) == "1.5 GB"
+    assert st.processor({"size": 100, "size_vram": 52}) == "48%/52% CPU/GPU"
+    assert st.processor({"size": 100, "processor": "100% GPU"}) == "100% GPU"
+
+
+def test_reply_stats_line_and_verbose_block() -> None:
+    done = {"done": True, "done_reason": "stop", "eval_count": 64, "eval_duration": 1_600_000_000,
+            "prompt_eval_count": 12, "prompt_eval_duration": 30_000_000, "prompt_eval_cached_count": 8,
+            "total_duration": 1_800_000_000, "load_duration": 2_000_000}
+    stats = ReplyStats.from_done(done, ttft_s=0.12)
+    assert stats.tokens_per_second == 40.0
+    assert stats.summary() == "first token 120ms · 40.0 tok/s · 64 tokens · prompt 12 (8 cached)"
+    verbose = "\n".join(stats.verbose_lines())
+    assert "eval rate:            40.00 tokens/s" in verbose and "prompt eval count:    12 token(s)" in verbose
+    assert "time to first token" in verbose
+    assert ReplyStats.from_done({"eval_count": "x"}, None).summary() == "0 tokens · prompt 0"
+    assert format_seconds(0.0004) == "400µs" and format_seconds(125) == "2m05s"
