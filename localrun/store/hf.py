@@ -89,7 +89,7 @@ def list_ggufs(repo: str) -> list[HubFile]:
         if status == 404:
             raise ModelNotFound(f"hf.co/{repo} not found on the hub") from None
         raise PullError(f"the hub at {url} answered {status} for hf.co/{repo}") from None
-    except (httpx.HTTPError, OSError) as exc:
+    except Exception as exc:  # huggingface_hub 2.x raises its own httpx fork's errors: translate them all
         raise PullError(f"cannot reach the hub at {url}: {exc}") from None
     revision = info.sha or "main"
     files = []
@@ -200,7 +200,7 @@ def _transfer(http: httpx.Client, url: str, headers: dict[str, str], partial: Pa
                     mode, offset = "wb", 0  # the server sent the whole file
                 with open(partial, mode) as out:
                     done = offset
-                    for block in r.iter_bytes(CHUNK):
+                    for block in r.iter_bytes():  # as received: no bytes lost if the connection drops
                         if done + len(block) > file.size:
                             raise PullError(f"the hub sent more than the advertised {file.size} bytes of {file.filename}")
                         out.write(block)

@@ -25,6 +25,12 @@ def snapshot(root: Path) -> dict[str, int]:
 
 
 @pytest.fixture
+def snap() -> object:
+    """The snapshot function, as a fixture (test modules here are not importable packages)."""
+    return snapshot
+
+
+@pytest.fixture
 def store(tmp_path: Path) -> ModelStore:
     return ModelStore(tmp_path / "models")
 

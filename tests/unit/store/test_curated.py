@@ -1,0 +1,38 @@
+"""Curated Modelfiles: every one parses, points at an hf.co GGUF, and the starter is there."""
+
+from __future__ import annotations
+
+import pytest
+
+from localrun.store.curated import curated_modelfile, curated_names, modelfiles_dir
+from localrun.store.modelfile import parse
+from localrun.store.names import ModelName
+
+
+def test_curated_names_cover_the_popular_small_models() -> None:
+    names = {str(n) for n in curated_names()}
+    assert {"gemma3:270m", "qwen2.5:0.5b", "llama3.2:1b", "smollm2:360m", "gemma3:1b"} <= names
+    assert modelfiles_dir() is not None
+
+
+@pytest.mark.parametrize("name", [str(n) for n in curated_names()])
+def test_each_curated_modelfile_is_valid(name: str) -> None:
+    text = curated_modelfile(ModelName.parse(name))
+    assert text is not None
+    mf = parse(text)
+    assert ModelName.parse(mf.from_).is_hf
+    assert mf.template and ".Messages" in mf.template
+    assert mf.parameters.get("stop"), "a chat model needs stop tokens"
+    assert mf.licenses
+
+
+def test_starter_modelfile_has_gemma_turns_and_parameters() -> None:
+    mf = parse(curated_modelfile(ModelName.parse("gemma3:270m")) or "")
+    assert "<start_of_turn>" in (mf.template or "")
+    assert mf.parameters == {"stop": ["<end_of_turn>"], "temperature": 1.0, "top_k": 64, "top_p": 0.95}
+
+
+def test_lookup_is_case_insensitive_and_default_host_only() -> None:
+    assert curated_modelfile(ModelName.parse("Qwen2.5:0.5B")) is not None
+    assert curated_modelfile(ModelName.parse("someone/qwen2.5:0.5b")) is None
+    assert curated_modelfile(ModelName.parse("qwen2.5:999b")) is None
