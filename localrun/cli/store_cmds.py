@@ -1,7 +1,8 @@
 """Model store commands: ``pull``, ``create``, ``list``/``ls``, ``show``, ``cp``, ``rm``, ``import-ollama``.
 
-They call :class:`localrun.store.ModelStore` directly (a later issue routes them through the
-daemon when it runs). Output follows Ollama's: a ``NAME ID SIZE MODIFIED`` table, progress bars
+When a daemon answers at LOCALRUN_HOST, ``pull``, ``create``, ``list``, ``cp`` and ``rm`` go
+through it (:mod:`localrun.client`), so it unloads what is removed and shows the same store;
+otherwise they call :class:`localrun.store.ModelStore` directly. Output follows Ollama's: a ``NAME ID SIZE MODIFIED`` table, progress bars
 for transfers, ``Error: ...`` with exit code 1 on failure (main.py prints LocalrunErrors).
 Colour follows rich's rules: none when NO_COLOR is set or stdout is not a terminal.
 """
@@ -35,6 +36,23 @@ def _store() -> Any:
     from ..store import ModelStore
 
     return ModelStore(config.models_dir())
+
+
+def _daemon() -> Any:
+    """A client of the running daemon, or None when none answers (then the store is used directly)."""
+    from ..client import Client
+
+    client = Client(timeout=None)
+    if client.is_running():
+        return client
+    client.close()
+    return None
+
+
+def _progress(chunk: dict[str, Any]) -> Any:
+    from ..store import Progress as StoreProgress
+
+    return StoreProgress(str(chunk.get("status", "")), chunk.get("digest"), chunk.get("total"), chunk.get("completed"))
 
 
 def _console(stderr: bool = False) -> Console:
@@ -121,6 +139,12 @@ class ProgressView:
 def cmd_pull(args: argparse.Namespace) -> int:
     from ..store import pull
 
+    daemon = _daemon()
+    if daemon is not None:
+        with daemon, ProgressView(_console(stderr=True)) as view:
+            for chunk in daemon.pull(args.model):
+                view(_progress(chunk))
+        return 0
     store = _store()
     with ProgressView(_console(stderr=True)) as view:
         pull(store, args.model, progress=view)
@@ -138,6 +162,13 @@ def cmd_create(args: argparse.Namespace) -> int:
         raise InvalidRequest(f"no Modelfile at {path} (give one with -f)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"cannot read the Modelfile {path}: {exc}") from None
+    daemon = _daemon()
+    if daemon is not None:
+        with daemon, ProgressView(_console(stderr=True)) as view:
+            view(StoreProgress("parsing modelfile"))
+            for chunk in daemon.create(args.model, text, base_dir=str(path.resolve().parent)):
+                view(_progress(chunk))
+        return 0
     store = _store()
     with ProgressView(_console(stderr=True)) as view:
         view(StoreProgress("parsing modelfile"))
@@ -156,8 +187,15 @@ def format_table(headers: list[str], rows: list[list[str]], gap: int = 4) -> str
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    entries = _store().list()
     now = time.time()
+    daemon = _daemon()
+    if daemon is not None:
+        with daemon:
+            rows = [[m["name"], str(m.get("digest", "")).removeprefix("sha256:")[:12], human_size(int(m.get("size", 0))),
+                     human_ago(_timestamp(m.get("modified_at")), now)] for m in daemon.list()]
+        sys.stdout.write(format_table(["NAME", "ID", "SIZE", "MODIFIED"], rows))
+        return 0
+    entries = _store().list()
     rows = [[e.name, e.id, human_size(e.size), human_ago(e.modified, now)] for e in entries]
     sys.stdout.write(format_table(["NAME", "ID", "SIZE", "MODIFIED"], rows))
     return 0
@@ -223,18 +261,34 @@ def _section(console: Console, title: str, rows: list[tuple[str, str]]) -> None:
     sys.stdout.write("\n".join(lines) + "\n\n")
 
 
+def _timestamp(iso: Any) -> float:
+    import datetime as dt
+
+    try:
+        return dt.datetime.fromisoformat(str(iso).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return time.time()
+
+
 def cmd_copy(args: argparse.Namespace) -> int:
+    daemon = _daemon()
+    if daemon is not None:
+        with daemon:
+            daemon.copy(args.source, args.destination)
+        print(f"copied '{args.source}' to '{args.destination}'")
+        return 0
     entry = _store().copy(args.source, args.destination)
     print(f"copied '{args.source}' to '{entry.name}'")
     return 0
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
-    store = _store()
+    daemon = _daemon()
+    remove = daemon.delete if daemon is not None else _store().remove  # the daemon also unloads it
     failed = 0
     for name in args.models:
         try:
-            store.remove(name)
+            remove(name)
         except LocalrunError as exc:
             if len(args.models) == 1:
                 raise

@@ -87,3 +87,23 @@ def test_stopping_the_daemon_ends_its_runners(daemon_env: None) -> None:
 def test_cli_without_a_daemon_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["ps"]) == 1
     assert "no localrun daemon answers" in capsys.readouterr().err
+
+
+def test_store_commands_go_through_a_running_daemon(
+    daemon_env: None, capsys: pytest.CaptureFixture[str], tiny_gguf: Path, tmp_path: Path
+) -> None:
+    client = ensure_daemon(timeout=60)
+    assert main(["cp", "tiny", "twin"]) == 0
+    list(client.generate("twin", "hello"))
+    assert [m["name"] for m in client.ps()] == ["twin:latest"]
+    assert main(["rm", "twin"]) == 0
+    assert client.ps() == []  # removed through the daemon, which unloaded it first
+    modelfile = tmp_path / "Modelfile"
+    modelfile.write_text("FROM ./model.gguf\nPARAMETER temperature 0.1\n")
+    (tmp_path / "model.gguf").write_bytes(tiny_gguf.read_bytes())
+    assert main(["create", "made", "-f", str(modelfile)]) == 0
+    capsys.readouterr()
+    assert main(["list"]) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert sorted(names) == ["made:latest", "tiny:latest"]
+    assert main(["rm", "nothing-here"]) == 1
