@@ -133,6 +133,16 @@ class AsyncClient:
     async def version(self) -> str:
         return str((await self._request("GET", "/api/version"))["version"])
 
+    async def metrics(self) -> str:
+        """The Prometheus text of ``/metrics``."""
+        try:
+            response = await self._http.get("/metrics")
+        except httpx.TransportError as exc:
+            raise errors.DaemonUnavailable(f"no localrun daemon answers at {self.base_url} ({exc})") from exc
+        if response.status_code >= 400:
+            raise error_from(response.status_code, _json_or_text(response), response.headers)
+        return response.text
+
     def generate(self, model: str, prompt: str, **fields: Any) -> AsyncIterator[dict[str, Any]]:
         """Stream /api/generate chunks; extra fields (system, options, keep_alive, format...) pass through."""
         return self._stream("/api/generate", _payload(model=model, prompt=prompt, stream=True, **fields))
@@ -222,6 +232,16 @@ class Client:
 
     def version(self) -> str:
         return str(self._request("GET", "/api/version")["version"])
+
+    def metrics(self) -> str:
+        """The Prometheus text of ``/metrics``."""
+        try:
+            response = self._http.get("/metrics")
+        except httpx.TransportError as exc:
+            raise errors.DaemonUnavailable(f"no localrun daemon answers at {self.base_url} ({exc})") from exc
+        if response.status_code >= 400:
+            raise error_from(response.status_code, _json_or_text(response), response.headers)
+        return response.text
 
     def generate(self, model: str, prompt: str, **fields: Any) -> Iterator[dict[str, Any]]:
         return self._stream("/api/generate", _payload(model=model, prompt=prompt, stream=True, **fields))
