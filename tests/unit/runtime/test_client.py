@@ -1,0 +1,62 @@
+"""localrun.client against injected transports: error mapping, streams, an absent daemon."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from localrun import errors
+from localrun.client import AsyncClient, Client
+
+
+def _handler(request: httpx.Request) -> httpx.Response:
+    if request.url.path == "/api/tags":
+        return httpx.Response(200, json={"models": [{"name": "a:latest"}]})
+    if request.url.path == "/api/generate":
+        body = json.loads(request.content)
+        if body["model"] == "busy":
+            return httpx.Response(503, json={"error": "busy", "code": "server_busy"}, headers={"Retry-After": "4"})
+        if body["model"] == "crash":
+            lines = [{"response": "a", "done": False}, {"error": "runner died", "code": "runner_crashed"}]
+        else:
+            lines = [{"response": "a", "done": False}, {"response": "", "done": True, "done_reason": "stop"}]
+        return httpx.Response(200, content="".join(json.dumps(x) + "\n" for x in lines).encode())
+    if request.url.path == "/api/show":
+        return httpx.Response(404, json={"error": "model 'x' not found", "code": "model_not_found"})
+    if request.url.path == "/v1/models/x":
+        return httpx.Response(404, json={"error": {"message": "nope", "type": "invalid_request_error",
+                                                   "code": "model_not_found"}})
+    return httpx.Response(500, text="boom")
+
+
+def test_sync_client_maps_errors_and_streams() -> None:
+    with Client("http://daemon", transport=httpx.MockTransport(_handler)) as c:
+        assert c.list() == [{"name": "a:latest"}]
+        assert [x["done"] for x in c.generate("m", "hi")] == [False, True]
+        with pytest.raises(errors.Busy) as busy:
+            list(c.generate("busy", "hi"))
+        assert busy.value.retry_after == 4
+        with pytest.raises(errors.RunnerCrashed, match="runner died"):
+            list(c.generate("crash", "hi"))
+        with pytest.raises(errors.ModelNotFound):
+            c.show("x")
+        with pytest.raises(errors.ModelNotFound):
+            c._request("GET", "/v1/models/x")
+        with pytest.raises(errors.LocalrunError):
+            c.ps()
+
+
+async def test_async_client_streams_and_maps_errors() -> None:
+    async with AsyncClient("http://daemon", transport=httpx.MockTransport(_handler)) as c:
+        assert [x["done"] async for x in c.generate("m", "hi")] == [False, True]
+        with pytest.raises(errors.ModelNotFound):
+            await c.show("x")
+
+
+def test_no_daemon_is_a_clear_error() -> None:
+    c = Client("http://127.0.0.1:9")  # nothing listens on the discard port
+    assert not c.is_running()
+    with pytest.raises(errors.DaemonUnavailable, match="no localrun daemon answers"):
+        c.ps()
