@@ -129,7 +129,7 @@ def forced_call_schema(tools: list[dict[str, Any]], choice: Any) -> dict[str, An
             "type": "object",
             "properties": {
                 "name": {"const": fn["name"]},
-                "arguments": fn.get("parameters") or {"type": "object"},
+                "arguments": enforceable(fn.get("parameters") or {"type": "object"}),
             },
             "required": ["name", "arguments"],
             "additionalProperties": False,
@@ -137,6 +137,35 @@ def forced_call_schema(tools: list[dict[str, Any]], choice: Any) -> dict[str, An
         for fn in wanted
     ]
     return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+
+_KEEP = {"type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems",
+         "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "pattern", "minLength", "maxLength",
+         "$defs", "definitions", "description", "title"}
+_GRAMMAR_FORMATS = {"date", "time", "date-time", "uuid"}
+
+
+def enforceable(schema: Any) -> Any:
+    """A tool's parameter schema without the keywords a grammar cannot enforce (minimum, ...).
+
+    Tool schemas are written for documentation as much as validation; forcing a call must not
+    fail because one property says ``minimum: 0``. Structure (names, types, required) is kept.
+    """
+    if isinstance(schema, list):
+        return [enforceable(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
+            out[key] = {k: enforceable(v) for k, v in value.items()}
+        elif key in ("items", "additionalProperties", "anyOf", "oneOf", "allOf", "prefixItems"):
+            out[key] = enforceable(value)
+        elif key == "format" and value in _GRAMMAR_FORMATS:
+            out[key] = value
+        elif key in _KEEP:
+            out[key] = value
+    return out
 
 
 class ToolStreamFilter:

@@ -180,3 +180,17 @@ def test_response_shapes() -> None:
     assert struct.unpack("<2f", raw) == (1.0, -2.0)
     lp = oc.completion_logprobs([TokenLogprob("a", -1.0, (("a", -1.0),)), TokenLogprob("bc", -2.0)])
     assert lp["text_offset"] == [0, 1] and lp["top_logprobs"][0] == {"a": -1.0}
+
+
+def test_forced_schemas_drop_keywords_a_grammar_cannot_enforce() -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "description": "count"},
+                                         "when": {"type": "string", "format": "date"},
+                                         "tags": {"type": "array", "items": {"type": "string", "format": "email"}}},
+        "required": ["n"]}}}]
+    schema = forced_call_schema(tools, "required")
+    args = schema["properties"]["arguments"]  # type: ignore[index]
+    assert args["properties"]["n"] == {"type": "integer", "description": "count"}
+    assert args["properties"]["when"]["format"] == "date"
+    assert args["properties"]["tags"]["items"] == {"type": "string"}
+    assert args["required"] == ["n"]
