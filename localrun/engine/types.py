@@ -135,3 +135,25 @@ class EngineStats:
     prefix_cache_hit_tokens: int   # cumulative
     prompt_tokens: int             # cumulative
     generated_tokens: int          # cumulative
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """What a loaded model is (for /api/show and /api/ps); sizes in bytes, lengths in tokens."""
+
+    architecture: str
+    n_params: int
+    n_ctx_train: int
+    n_embd: int
+    n_layer: int
+    n_vocab: int
+    chat_template: str | None      # the GGUF's tokenizer.chat_template
+    template: str | None           # the template in use: the Modelfile TEMPLATE, else chat_template
+    bos_text: str
+    eos_text: str
+    size_bytes: int
+    num_ctx: int                   # context per sequence actually used (capped at n_ctx_train)
+    num_parallel: int
+    n_swa: int = 0                 # sliding-window size, 0 = none
+    generation: bool = True        # False: an embeddings-only model
+    prefix_cache: bool = True      # False: the model's cache cannot be shared (recurrent models)
