@@ -91,7 +91,7 @@ class ProgressView:
         self.console = console
         self.bars = Progress(
             TextColumn("{task.description}"),
-            BarColumn(bar_width=30),
+            BarColumn(bar_width=25),
             DownloadColumn(binary_units=False),
             TransferSpeedColumn(),
             TimeRemainingColumn(),
@@ -112,7 +112,7 @@ class ProgressView:
     def __call__(self, p: Any) -> None:
         if p.total and p.completed is not None and not self.console.is_terminal:
             # No live bar in a pipe or log: one line when a transfer starts and one when it ends.
-            label = p.status if not p.digest else f"{p.status} {p.digest.removeprefix('sha256:')[:12]}"
+            label = _label(p)
             if p.status != self.last_status:
                 self.last_status = p.status
                 self.console.print(f"{label}: {human_size(p.total)}")
@@ -126,7 +126,7 @@ class ProgressView:
                 if not self.started:
                     self.bars.start()
                     self.started = True
-                label = p.status if not p.digest else f"{p.status} {p.digest.removeprefix('sha256:')[:12]}"
+                label = _label(p)
                 self.tasks[key] = self.bars.add_task(label, total=p.total)
             self.bars.update(self.tasks[key], completed=p.completed)
             self.last_status = p.status
@@ -134,6 +134,14 @@ class ProgressView:
         if p.status != self.last_status:
             self.last_status = p.status
             self.bars.console.print(p.status)
+
+
+def _label(p: Any) -> str:
+    """Short bar label like Ollama's ``pulling a5fd3b62230a``."""
+    if not p.digest:
+        return str(p.status)
+    verb = {"downloading": "pulling"}.get(p.status, str(p.status).split()[0])
+    return f"{verb} {p.digest.removeprefix('sha256:')[:12]}"
 
 
 def cmd_pull(args: argparse.Namespace) -> int:

@@ -129,7 +129,7 @@ def download(blobs: BlobStore, file: HubFile, progress: ProgressFn | None = None
              *, client: httpx.Client | None = None, retries: int = MAX_RETRIES) -> str:
     """Download ``file`` into the store (resuming any partial bytes); returns its digest."""
     from huggingface_hub import hf_hub_url
-    from huggingface_hub.utils import build_hf_headers
+    from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
 
     digest = f"sha256:{file.sha256}"
     blobs.ensure_dirs()

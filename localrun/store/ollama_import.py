@@ -118,15 +118,19 @@ def _adopt(store: ModelStore, src: Path, name: ModelName, manifest: Manifest, fo
     if missing:
         return ImportResult(str(name), ImportStatus.SKIPPED, f"blob {missing[0]} is missing from the Ollama store")
     report(progress, f"importing {name}")
-    methods = set()
-    for digest in sorted(manifest.digests):
-        if store.blobs.has(digest):
-            continue
-        try:
+    methods: set[str] = set()
+    linked: set[str] = set()
+    try:
+        for digest in sorted(manifest.digests):
+            if store.blobs.has(digest):
+                continue
             methods.add(_link(src / "blobs" / digest.replace(":", "-"), store.blobs.dir, store.blobs.path(digest)))
-        except OSError as exc:
-            return ImportResult(str(name), ImportStatus.SKIPPED, f"cannot link {digest}: {exc.strerror or exc}")
-    store.commit_manifest(name, manifest)
+            linked.add(digest)
+        store.commit_manifest(name, manifest)
+    except (OSError, StoreError) as exc:
+        store.collect_garbage(linked)  # leave the store as it was
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return ImportResult(str(name), ImportStatus.SKIPPED, f"cannot adopt it: {detail}")
     how = " and ".join(sorted(methods - {"already present"})) or "shared blobs"
     log.info("adopted Ollama model %s by %s", name, how)
     return ImportResult(str(name), ImportStatus.IMPORTED, how)

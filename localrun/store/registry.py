@@ -16,6 +16,7 @@ while any manifest references them.
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 from collections.abc import Iterable
@@ -105,7 +106,7 @@ class ModelStore:
             return {}
         return config if isinstance(config, dict) else {}
 
-    def _messages(self, manifest: Manifest) -> list[Message]:
+    def _messages(self, manifest: Manifest) -> builtins.list[Message]:
         raw = self._json(manifest.first(mt.MESSAGES), [])
         return [Message(str(m.get("role", "")), str(m.get("content", ""))) for m in raw if isinstance(m, dict)]
 

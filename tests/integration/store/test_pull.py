@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fakehub import FakeHub
-from localrun.errors import DigestMismatch, ModelNotFound, PullError
+from localrun.errors import DigestMismatch, InvalidModelFile, ModelNotFound, PullError
 from localrun.store import ModelStore, Progress, pull
 from localrun.store import curated, hf
 
@@ -161,3 +161,12 @@ def test_two_processes_pulling_the_same_file(store: ModelStore, hub: FakeHub, ti
         assert p.exitcode == 0
     assert len(hub.downloads("tiny-Q4_K_M.gguf")) == 1  # the second waited and found the blob
     assert store.resolve(f"hf.co/{REPO}:Q4_K_M").model_path.read_bytes() == tiny_gguf.read_bytes()
+
+
+def test_hub_file_that_is_not_a_gguf(store: ModelStore, hub: FakeHub, snap) -> None:  # type: ignore[no-untyped-def]
+    hub.add_file("org/Broken-GGUF", "broken-Q4_K_M.gguf", b"<html>not a model</html>" * 100)
+    store.blobs.ensure_dirs()
+    before = snap(store.root)
+    with pytest.raises(InvalidModelFile, match="magic"):
+        pull(store, "hf.co/org/Broken-GGUF")
+    assert {k: v for k, v in snap(store.root).items() if not k.endswith(".lock")} == before
