@@ -21,7 +21,7 @@ from .http import NDJSONStream, get, now_iso, read_json
 from .keys import SERVICE
 from .options import parse_keep_alive
 from .service import Generation, Target
-from .tools import ToolStreamFilter, tool_names, validate_tools
+from .tools import ToolStreamFilter, parse_tool_calls, tool_names, validate_tools
 
 
 def check_format(value: Any) -> str | dict[str, Any] | None:
@@ -184,17 +184,11 @@ async def _respond(request: web.Request, gen: Generation, stream: bool, chunk: A
 def _final_message(text: str, tool_filter: ToolStreamFilter | None) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if tool_filter is not None:
-        content, calls = prompts_parse(text, tool_filter)
+        content, calls = parse_tool_calls(text, tool_filter.names)
         message["content"] = content
         if calls:
             message["tool_calls"] = [{"function": {"name": c.name, "arguments": c.arguments}} for c in calls]
     return message
-
-
-def prompts_parse(text: str, tool_filter: ToolStreamFilter) -> Any:
-    from .tools import parse_tool_calls
-
-    return parse_tool_calls(text, tool_filter.names)
 
 
 async def chat(request: web.Request) -> web.StreamResponse:
