@@ -1,0 +1,89 @@
+"""``localrun info [--json]``: what this installation can run on, read locally (no daemon needed)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import textwrap
+from typing import Any
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("info", help="show versions, the llama.cpp build, devices, CPU features and the store")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (the same as GET /api/info)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..sysinfo import collect_info
+
+    info = collect_info()
+    print(json.dumps(info, indent=2) if args.json else render(info))
+    return 0
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n:.1f} GiB"
+
+
+def render(info: dict[str, Any]) -> str:
+    """The human-readable report (sections of aligned ``key: value`` lines)."""
+    lines: list[str] = []
+
+    def section(title: str, rows: list[tuple[str, Any]]) -> None:
+        lines.append(title)
+        width = max((len(k) for k, _ in rows), default=0)
+        lines.extend(f"  {k + ':':<{width + 1}} {v}" for k, v in rows)
+        lines.append("")
+
+    lr, lc, build, cpu = info["localrun"], info["llama_cpp"], info["build"], info["cpu"]
+    section("localrun", [("version", lr["version"]), ("python", f"{lr['python']} ({lr['executable']})"),
+                         ("platform", lr["platform"])])
+    commit = f", commit {lc['ggml_commit']}" if lc.get("ggml_commit") else ""
+    section("llama.cpp", [
+        ("llama-cpp-python", lc.get("llama_cpp_python") or "not installed"),
+        ("ggml", f"{lc.get('ggml_version') or '?'}{commit}"),
+        ("libllama", lc.get("llama_version") or "?"),
+        ("build backend", build.get("backend") or "unknown"),
+        ("registered", ", ".join(build.get("registered_backends") or []) or "-"),
+        ("GPU offload", "yes" if build.get("supports_gpu_offload") else "no"),
+    ])
+    rows = [(d["name"], f"{d['kind'].upper():5} {_size(d['free_bytes'])} free of {_size(d['total_bytes'])}"
+             f"  {d.get('description', '')}") for d in info["devices"]]
+    section("devices", rows or [("none", "the device probe failed (see errors)")])
+    if info["host_gpus"]:
+        section("GPUs on this machine", [(g["vendor"], f"{g['name']} (found by {g['source']})")
+                                         for g in info["host_gpus"]])
+    features = [k for k, on in cpu["features"].items() if on and k not in ("OPENMP", "REPACK", "LLAMAFILE")]
+    section("cpu", [
+        ("model", cpu.get("model") or "?"),
+        ("cores", f"{cpu.get('cores_physical') or '?'} physical, {cpu.get('cores_logical') or '?'} logical"),
+        ("llama.cpp uses", " ".join(features) or "?"),
+        ("CPU flags", " ".join(cpu["flags"]) or "-"),
+        ("memory", f"{_size(info['memory']['available_bytes'])} available of {_size(info['memory']['total_bytes'])}"),
+    ])
+    for w in info["workarounds"]:
+        state = "active" if w["active"] else "off"
+        lines.append(f"workaround {w['setting']} ({state}{', needed on this CPU' if w['applies'] else ''})")
+        lines.extend(textwrap.wrap(w["reason"], 100, initial_indent="  ", subsequent_indent="  "))
+        lines.append("")
+    m = info["models"]
+    if m:
+        free = f", {_size(m['disk_free_bytes'])} free on disk" if m.get("disk_free_bytes") is not None else ""
+        where = m["dir"] if m["exists"] else f"{m['dir']} (not created yet)"
+        section("models", [("dir", where), ("used", f"{_size(m['used_bytes'])}{free}")])
+    settings = info.get("settings") or {}
+    if settings:
+        section("settings", list(settings.items()))
+    for text in info["advice"]:
+        lines.append(f"NOTE: {text}")
+        lines.append("")
+    for text in info["errors"]:
+        lines.append(f"problem: {text}")
+    return "\n".join(lines).rstrip() + "\n"

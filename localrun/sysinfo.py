@@ -1,0 +1,190 @@
+"""What ``localrun info`` and ``GET /api/info`` report: versions, build, devices, CPU, workarounds, store.
+
+:func:`collect_info` returns a plain JSON-ready dict (the daemon serves it as is; the CLI prints it).
+It never raises for a missing or broken llama.cpp: problems go into ``errors`` and the rest is still
+reported. It takes about 0.3 s on a CPU-only machine (a child process probes the devices, see
+:mod:`localrun.devices`), longer the first time a GPU driver initialises; callers in the daemon should
+run it in a thread.
+
+Keys: ``localrun`` (version, python, platform), ``llama_cpp`` (versions, commit, system_info, library
+dir), ``build`` (``backend``: "CPU", "CUDA", "Metal"..., registered backends, GPU offload support),
+``devices`` (list of Device dicts), ``host_gpus`` (GPUs on the machine whatever the build),
+``cpu`` (model, cores, ``features`` from llama.cpp, ``flags`` from the OS), ``memory``,
+``workarounds`` (list of {name, setting, active, applies, reason}), ``models`` (dir, bytes used, disk
+free), ``settings``, ``advice`` (strings, e.g. the reinstall command), ``errors`` (strings).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import __version__, config, hostgpu
+from .devices import NativeReport, probe_native, with_current_ram
+from .errors import LocalrunError
+
+# CPU flags worth showing (Linux /proc/cpuinfo names); AMX is the one with a workaround.
+_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16",
+          "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16", "asimd", "asimddp", "i8mm", "sve", "sve2", "sme")
+AMX_FLAGS = ("amx_tile", "amx_int8", "amx_bf16")
+NO_EXTRA_BUFTS_REASON = (
+    "Every model is loaded with llama_model_params.use_extra_bufts=False (llama.cpp's --no-repack): "
+    "with llama.cpp's default extra buffer types, a CPU that advertises AMX inside a VM that does not "
+    "let processes use it crashes the runner with SIGSEGV in ggml_backend_amx_mul_mat. The cost: no "
+    "repacked CPU weight layouts (AMX, and the Q4_0/IQ4_NL interleaving), so prompt processing of "
+    "those quantisations on CPU can be slower."
+)
+
+
+def parse_system_info(text: str) -> dict[str, bool]:
+    """``llama_print_system_info()`` (``CPU : AVX2 = 1 | ...``) as {"AVX2": True, ...}."""
+    return {k: v != "0" for k, v in re.findall(r"([A-Z][A-Z0-9_]*) = (\d+)", text)}
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str | None, list[str]]:
+    """CPU model name and the interesting flags the OS reports (Linux /proc/cpuinfo, macOS sysctl)."""
+    model: str | None = None
+    flags: set[str] = set()
+    try:
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip().lower()
+            if key in ("model name", "hardware") and model is None:
+                model = value.strip()
+            elif key in ("flags", "features"):
+                flags.update(value.split())
+                break
+    except OSError:
+        if sys.platform == "darwin":
+            model = _sysctl("machdep.cpu.brand_string")
+            feats = f"{_sysctl('machdep.cpu.features') or ''} {_sysctl('machdep.cpu.leaf7_features') or ''}"
+            flags.update(f.lower().replace(".", "_") for f in feats.split())
+    return model or platform.processor() or None, [f for f in _FLAGS if f in flags]
+
+
+def _sysctl(name: str) -> str | None:
+    try:
+        out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def dir_usage(path: Path) -> dict[str, Any]:
+    """Bytes of regular files under ``path`` (symlinks not followed) and the free space of its disk."""
+    used = 0
+    stack = [path]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(Path(entry.path))
+                    elif entry.is_file(follow_symlinks=False):
+                        used += entry.stat(follow_symlinks=False).st_size
+        except OSError:
+            continue
+    probe = path
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    try:
+        disk = shutil.disk_usage(probe)
+        free, total = disk.free, disk.total
+    except OSError:
+        free = total = None
+    return {"dir": str(path), "exists": path.is_dir(), "used_bytes": used,
+            "disk_free_bytes": free, "disk_total_bytes": total}
+
+
+def _settings(errors: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, get in (("host", lambda: config.host().url), ("num_parallel", config.num_parallel),
+                     ("max_loaded_models", config.max_loaded_models), ("keep_alive_s", config.keep_alive),
+                     ("log_dir", lambda: str(config.log_dir()))):
+        try:
+            out[key] = get()
+        except LocalrunError as exc:
+            errors.append(str(exc))
+    return out
+
+
+def collect_info(
+    native: Callable[[], NativeReport] = probe_native,
+    host_gpus: Callable[[], list[hostgpu.HostGpu]] = hostgpu.detect,
+    cpuinfo: Path = Path("/proc/cpuinfo"),
+) -> dict[str, Any]:
+    """Everything ``localrun info`` shows, as a JSON-ready dict (see the module docstring)."""
+    import psutil
+
+    errors: list[str] = []
+    report: NativeReport | None = None
+    try:
+        report = native()
+    except LocalrunError as exc:
+        errors.append(str(exc))
+    gpus = host_gpus()
+    model, flags = cpu_flags(cpuinfo)
+    build = report.build if report else None
+    devices = [with_current_ram(d) for d in report.devices] if report else []
+    gpu_backends = build.gpu_backends if build else ()
+    version = build.llama_cpp_python if build else _installed_version()
+    try:
+        models = dir_usage(config.models_dir())
+    except LocalrunError as exc:
+        errors.append(str(exc))
+        models = {}
+    vm = psutil.virtual_memory()
+    has_amx = any(f in flags for f in AMX_FLAGS)
+    return {
+        "localrun": {"version": __version__, "python": platform.python_version(),
+                     "executable": sys.executable, "platform": platform.platform()},
+        "llama_cpp": {
+            "llama_cpp_python": version,
+            "ggml_version": build.ggml_version if build else None,
+            "ggml_commit": build.ggml_commit if build else None,
+            "llama_version": build.llama_version if build else None,
+            "system_info": build.system_info if build else None,
+            "lib_dir": build.lib_dir if build else None,
+        },
+        "build": {
+            "backend": "+".join(gpu_backends) if gpu_backends else ("CPU" if build else None),
+            "gpu_backends": list(gpu_backends),
+            "registered_backends": list(build.backends) if build else [],
+            "supports_gpu_offload": build.supports_gpu_offload if build else False,
+        },
+        "devices": [d.to_dict() for d in devices],
+        "host_gpus": [g.to_dict() for g in gpus],
+        "cpu": {
+            "model": model, "cores_physical": psutil.cpu_count(logical=False),
+            "cores_logical": psutil.cpu_count(logical=True), "arch": platform.machine(),
+            "features": parse_system_info(build.system_info) if build else {}, "flags": flags,
+        },
+        "memory": {"total_bytes": int(vm.total), "available_bytes": int(vm.available)},
+        "workarounds": [{
+            "name": "no_extra_bufts", "setting": "use_extra_bufts=False", "active": True,
+            "applies": has_amx,
+            "reason": NO_EXTRA_BUFTS_REASON + (" This CPU advertises AMX (" + ", ".join(
+                f for f in flags if f in AMX_FLAGS) + ")." if has_amx else " This CPU does not advertise AMX."),
+        }],
+        "models": models,
+        "settings": _settings(errors),
+        "advice": hostgpu.rebuild_advice(gpus, gpu_backends, sum(1 for d in devices if d.is_gpu),
+                                         build.llama_cpp_python) if build else [],
+        "errors": errors,
+    }
+
+
+def _installed_version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("llama-cpp-python")
+    except metadata.PackageNotFoundError:
+        return None
