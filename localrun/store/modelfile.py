@@ -290,7 +290,8 @@ def _format_param(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return repr(value)
+        text = repr(value)  # shortest text that reads back to the same float
+        return text[:-2] if text.endswith(".0") else text
     if isinstance(value, int):
         return str(value)
     return quote(str(value))
