@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import json
 import logging
@@ -32,6 +31,11 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import CorruptBlob, StoreError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: msvcrt byte-range locks instead
+    fcntl = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
 
@@ -222,12 +226,13 @@ class BlobStore:
 
     @staticmethod
     def _link_or_copy(src: Path, tmp: Path) -> str:
-        try:
-            with open(src, "rb") as fin, open(tmp, "wb") as fout:
-                fcntl.ioctl(fout.fileno(), _FICLONE, fin.fileno())
-            return "reflink"
-        except OSError:
-            pass
+        if fcntl is not None:
+            try:
+                with open(src, "rb") as fin, open(tmp, "wb") as fout:
+                    fcntl.ioctl(fout.fileno(), _FICLONE, fin.fileno())
+                return "reflink"
+            except OSError:
+                pass
         tmp.unlink(missing_ok=True)
         try:
             os.link(src, tmp)
@@ -276,6 +281,7 @@ class BlobStore:
         path = self.path(digest)
         if not path.is_file():
             raise CorruptBlob(f"blob {digest} is missing from the store")
+        log.info("verifying %s (%d bytes)", path.name, path.stat().st_size)
         actual = sha256_file(path, progress)
         if actual != normalize_digest(digest):
             self._marker(digest).unlink(missing_ok=True)
@@ -314,10 +320,15 @@ def file_lock(path: Path) -> Iterator[None]:
     try:
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                if fcntl is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                else:  # pragma: no cover - Windows
+                    import msvcrt
+
+                    msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
                 break
-            except OSError as exc:  # pragma: no cover - EINTR
-                if exc.errno != errno.EINTR:
+            except OSError as exc:
+                if exc.errno not in (errno.EINTR, errno.EDEADLK):  # EDEADLK: msvcrt gave up after 10 s
                     raise
         yield
     finally:
