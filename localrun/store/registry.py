@@ -194,13 +194,23 @@ class ModelStore:
         return file_lock(self.root / ".lock")
 
     def commit_manifest(self, name: ModelName, manifest: Manifest) -> str:
-        """Write ``manifest`` for ``name`` once every layer it lists is present; returns its digest."""
+        """Write ``manifest`` for ``name`` once every layer it lists is present; returns its digest.
+
+        When it replaces another manifest, blobs only the replaced one used are deleted.
+        """
         with self.lock():
             for digest in manifest.digests:
                 if not self.blobs.has(digest):
                     raise StoreError(f"blob {digest} vanished while creating {name} (removed concurrently?); "
                                      "run the command again")
-            return self.manifests.write(name, manifest)
+            try:
+                old = self.manifests.read(name)
+            except StoreError:
+                old = None
+            digest = self.manifests.write(name, manifest)
+            if old is not None:
+                self._collect_locked(old.manifest.digests - manifest.digests)
+            return digest
 
     def create(
         self,

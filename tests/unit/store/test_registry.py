@@ -171,3 +171,12 @@ def test_missing_starter_is_imported_on_resolve(store: ModelStore, starter_gguf:
     assert r.model_path.stat().st_size == starter_gguf.stat().st_size
     assert "<start_of_turn>" in (r.template or "")
     assert r.parameters["stop"] == ["<end_of_turn>"]
+
+
+def test_replacing_a_model_drops_blobs_only_it_used(store: ModelStore, tiny_model: str) -> None:
+    store.create(tiny_model, f"FROM {tiny_model}\nSYSTEM first\n")
+    count = len(list(store.blobs.digests()))
+    store.create(tiny_model, f"FROM {tiny_model}\nSYSTEM second\n")
+    assert len(list(store.blobs.digests())) == count  # the "first" system layer is gone
+    assert store.resolve(tiny_model).system == "second"
+    store.resolve(tiny_model)  # every layer it lists is still present
