@@ -36,7 +36,6 @@ log = logging.getLogger(__name__)
 DEFAULT_QUANT = "Q4_K_M"
 DEFAULT_ENDPOINT = "https://huggingface.co"
 MAX_RETRIES = 5
-CHUNK = 1 << 20
 _QUANT_RE = re.compile(r"(?:^|[-._])((?:I?Q\d[A-Z0-9_]*)|BF16|F16|F32|FP16|FP32)$", re.IGNORECASE)
 _SPLIT_RE = re.compile(r"-\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)
 
@@ -126,7 +125,7 @@ def pick(files: list[HubFile], quant: str | None, repo: str) -> HubFile:
 
 
 def download(blobs: BlobStore, file: HubFile, progress: ProgressFn | None = None,
-             *, client: httpx.Client | None = None, retries: int = MAX_RETRIES) -> str:
+             *, client: httpx.Client | None = None, retries: int | None = None) -> str:
     """Download ``file`` into the store (resuming any partial bytes); returns its digest."""
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
@@ -143,7 +142,8 @@ def download(blobs: BlobStore, file: HubFile, progress: ProgressFn | None = None
         own = client is None
         http = client or httpx.Client(follow_redirects=True, timeout=httpx.Timeout(30.0, connect=10.0))
         try:
-            _transfer(http, url, headers, partial, file, digest, progress, retries)
+            _transfer(http, url, headers, partial, file, digest, progress,
+                      MAX_RETRIES if retries is None else retries)
         finally:
             if own:
                 http.close()

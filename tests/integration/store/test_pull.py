@@ -24,7 +24,6 @@ def hub(tiny_gguf: Path, tiny_gguf_b: Path, monkeypatch: pytest.MonkeyPatch) -> 
         h.add_file(REPO, "tiny-Q8_0.gguf", tiny_gguf_b.read_bytes())
         h.add_file(REPO, "README.md", b"# tiny\n")
         monkeypatch.setenv("HF_ENDPOINT", h.url)
-        monkeypatch.setattr(hf, "CHUNK", 64 * 1024)  # several chunks even for a tiny file
         yield h
 
 
@@ -87,7 +86,6 @@ def test_interrupted_pull_resumes_on_the_next_run(store: ModelStore, hub: FakeHu
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     size = _size(tiny_gguf)
     monkeypatch.setattr(hf, "MAX_RETRIES", 0)
-    monkeypatch.setattr(hf.download, "__kwdefaults__", {"client": None, "retries": 0})
     hub.cut_after["tiny-Q4_K_M.gguf"] = [size // 2]
     with pytest.raises(PullError, match="run the same pull again to resume"):
         pull(store, f"hf.co/{REPO}:Q4_K_M")
