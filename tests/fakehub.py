@@ -8,7 +8,7 @@ It answers the calls huggingface_hub 2.x and localrun's downloader make:
 - ``GET|HEAD /{repo}/resolve/{rev}/{filename}`` with ``Range`` support (206 + Content-Range) and
   the hub's ``X-Repo-Commit``, ``X-Linked-Etag``, ``X-Linked-Size`` and ``ETag`` headers.
 
-Faults for tests: ``cut_after[filename] = [n1, n2, ...]`` closes the connection after sending
+Faults for tests: ``omit_lfs_in_info`` leaves LFS metadata out of model info; ``cut_after[filename] = [n1, n2, ...]`` closes the connection after sending
 ``n`` body bytes on successive downloads of that file; ``advertise_sha[filename]`` publishes a
 wrong sha256. Every request is recorded in ``requests`` as (method, path, Range header).
 The server runs in a daemon thread and stops when the ``with`` block ends.
@@ -32,6 +32,7 @@ class FakeHub:
         self.cut_after: dict[str, list[int]] = {}
         self.advertise_sha: dict[str, str] = {}
         self.required_token: str | None = None
+        self.omit_lfs_in_info = False  # model_info without LFS metadata (paths-info still has it)
         self.requests: list[tuple[str, str, str | None]] = []
         self.body_bytes_sent = 0
         self._lock = threading.Lock()
@@ -159,8 +160,10 @@ class _Handler(BaseHTTPRequestHandler):
             if repo not in self.hub.files:
                 self._json(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
                 return
-            self._json(200, {"id": repo, "modelId": repo, "sha": COMMIT, "private": False,
-                             "siblings": self._siblings(repo)})
+            siblings = self._siblings(repo)
+            if self.hub.omit_lfs_in_info:
+                siblings = [{k: v for k, v in s.items() if k != "lfs"} for s in siblings]
+            self._json(200, {"id": repo, "modelId": repo, "sha": COMMIT, "private": False, "siblings": siblings})
             return
         found = self._repo_and_rest(path, "/resolve/")
         if found is None:

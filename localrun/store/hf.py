@@ -1,6 +1,7 @@
 """Hugging Face hub access: list a repo's GGUF files, pick one by quant, download it resumably.
 
-Listing goes through ``huggingface_hub`` (``HfApi.model_info(files_metadata=True)``), which
+Listing goes through ``huggingface_hub`` (``HfApi.model_info(files_metadata=True)``, then
+``get_paths_info`` for files the listing gives no LFS sha256 for), which
 honours ``HF_ENDPOINT`` and the user's token (``HF_TOKEN`` or ``hf auth login``); the endpoint
 is read when called, so a changed ``HF_ENDPOINT`` takes effect without a restart. The download
 itself is streamed with httpx from ``hf_hub_url`` with ``build_hf_headers`` so that it can:
@@ -73,10 +74,21 @@ def list_ggufs(repo: str) -> list[HubFile]:
     from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
 
     url = endpoint()
+    api = HfApi(endpoint=url, library_name="localrun", library_version=__version__)
     try:
-        info = HfApi(endpoint=url, library_name="localrun", library_version=__version__).model_info(
-            repo, files_metadata=True, timeout=30
-        )
+        info = api.model_info(repo, files_metadata=True, timeout=30)
+        revision = info.sha or "main"
+        found: dict[str, tuple[int | None, str | None]] = {}
+        for s in info.siblings or []:
+            if _is_weights(s.rfilename):
+                lfs = s.lfs
+                found[s.rfilename] = (getattr(lfs, "size", None) if lfs else s.size, getattr(lfs, "sha256", None))
+        lacking = [name for name, (_, sha) in found.items() if not sha]
+        if lacking:  # no LFS metadata in the listing: ask paths-info, which always carries it
+            for entry in api.get_paths_info(repo, lacking, revision=revision):
+                lfs = getattr(entry, "lfs", None)
+                if lfs is not None:
+                    found[entry.path] = (lfs.size, lfs.sha256)
     except GatedRepoError:
         raise PullError(
             f"hf.co/{repo} is gated: accept its license on the hub and log in (`hf auth login` or HF_TOKEN)"
@@ -90,18 +102,12 @@ def list_ggufs(repo: str) -> list[HubFile]:
         raise PullError(f"the hub at {url} answered {status} for hf.co/{repo}") from None
     except Exception as exc:  # huggingface_hub 2.x raises its own httpx fork's errors: translate them all
         raise PullError(f"cannot reach the hub at {url}: {exc}") from None
-    revision = info.sha or "main"
     files = []
-    for s in info.siblings or []:
-        if not _is_weights(s.rfilename):
-            continue
-        lfs = s.lfs
-        sha = getattr(lfs, "sha256", None) if lfs is not None else None
-        size = getattr(lfs, "size", None) if lfs is not None else s.size
+    for filename, (size, sha) in found.items():
         if not sha or size is None:
-            log.warning("hf.co/%s: %s has no LFS sha256 on the hub; skipping it", repo, s.rfilename)
+            log.warning("hf.co/%s: %s has no LFS sha256 on the hub; skipping it", repo, filename)
             continue
-        files.append(HubFile(repo, s.rfilename, int(size), str(sha).lower(), revision))
+        files.append(HubFile(repo, filename, int(size), str(sha).lower(), revision))
     return files
 
 

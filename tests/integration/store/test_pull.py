@@ -168,3 +168,10 @@ def test_hub_file_that_is_not_a_gguf(store: ModelStore, hub: FakeHub, snap) -> N
     with pytest.raises(InvalidModelFile, match="magic"):
         pull(store, "hf.co/org/Broken-GGUF")
     assert {k: v for k, v in snap(store.root).items() if not k.endswith(".lock")} == before
+
+
+def test_sha_from_paths_info_when_the_listing_lacks_it(store: ModelStore, hub: FakeHub, tiny_gguf: Path) -> None:
+    hub.omit_lfs_in_info = True
+    entry = pull(store, f"hf.co/{REPO}:Q4_K_M")
+    assert any(m == "POST" and "/paths-info/" in p for m, p, _ in hub.requests)
+    assert store.resolve(entry.name).model_path.read_bytes() == tiny_gguf.read_bytes()
