@@ -148,7 +148,9 @@ def plan_offload(
     layer_bytes = [bytes_per_layer + kv_bytes_per_layer] * n_layers + [output_bytes]
 
     def build(k: int) -> tuple[list[int], int, list[int | None]]:
-        where = _assign(n_total, k, [max(0, g.free_bytes) for g in gpus]) if k and gpus else [None] * n_total
+        where: list[int | None] = [None] * n_total
+        if k and gpus:
+            where = _assign(n_total, k, [max(0, g.free_bytes) for g in gpus])
         per_gpu = [0] * len(gpus)
         cpu = input_bytes + compute_bytes
         for il, dev in enumerate(where):

@@ -94,11 +94,13 @@ def dir_usage(path: Path) -> dict[str, Any]:
     probe = path
     while not probe.exists() and probe.parent != probe:
         probe = probe.parent
+    free: int | None = None
+    total: int | None = None
     try:
         disk = shutil.disk_usage(probe)
         free, total = disk.free, disk.total
     except OSError:
-        free = total = None
+        pass
     return {"dir": str(path), "exists": path.is_dir(), "used_bytes": used,
             "disk_free_bytes": free, "disk_total_bytes": total}
 
