@@ -267,7 +267,10 @@ class ServiceManager:
         spec.log_dir.mkdir(parents=True, exist_ok=True)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_bytes(render(self.kind, spec))
+        # Created private, so an API key in it is never readable by others, even for a moment.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(render(self.kind, spec))
         tmp.chmod(0o600 if spec.has_secrets else 0o644)
         os.replace(tmp, self.path)
         cmds = self._start_commands() if start else self._register_commands()

@@ -59,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
     st = manager.status()
     print(f"service:   {st.kind.value}")
     print(f"file:      {st.path} ({'installed' if st.installed else 'not installed'})")
-    print(f"state:     {st.state or 'unknown (no service manager answers)'}")
+    none = "n/a (the Startup folder has no state)" if st.kind is ServiceKind.WINDOWS else \
+        "unknown (no service manager answers)"
+    print(f"state:     {st.state or none}")
     print(f"daemon:    {_daemon_state()}")
     return 0 if st.installed else 3  # 3: like `systemctl status` for a unit that is not there
 
