@@ -279,6 +279,20 @@ class ModelStore:
                 log.warning("could not remove unused blob %s: %s", digest, exc)
         return freed
 
+    def check_integrity(self) -> list[str]:
+        """Problems found (empty when sound): layers missing, or blobs no manifest uses.
+
+        Cheap (no hashing); tests call it after every operation.
+        """
+        problems: list[str] = []
+        used: set[str] = set()
+        for stored in self.manifests.all():
+            used |= stored.manifest.digests
+            problems += [f"{stored.name}: blob {d} is missing" for d in sorted(stored.manifest.digests)
+                         if not self.blobs.has(d)]
+        problems += [f"blob {d} is used by no manifest" for d in sorted(set(self.blobs.digests()) - used)]
+        return problems
+
     def verify(self, name: str) -> None:
         """Re-hash every layer of ``name``; raises CorruptBlob naming the first bad one."""
         stored = self._require(name, fetch_starter=False)
