@@ -279,12 +279,12 @@ class ModelStore:
                 log.warning("could not remove unused blob %s: %s", digest, exc)
         return freed
 
-    def check_integrity(self) -> list[str]:
+    def check_integrity(self) -> builtins.list[str]:
         """Problems found (empty when sound): layers missing, or blobs no manifest uses.
 
         Cheap (no hashing); tests call it after every operation.
         """
-        problems: list[str] = []
+        problems: builtins.list[str] = []
         used: set[str] = set()
         for stored in self.manifests.all():
             used |= stored.manifest.digests
