@@ -70,16 +70,16 @@ wait_ready "http://127.0.0.1:$LCP_PORT" llama-cpp-python "$LCP_PID" "$OUT/llama_
 BENCH=("$PY" -m localrun bench --base-url "127.0.0.1:$LR_PORT" --model "$LR_MODEL" --label localrun
        --compare "127.0.0.1:$LCP_PORT" --compare-label llama-cpp-python
        --tokenizer-url "127.0.0.1:$LCP_PORT"
-       --output-tokens 64 --requests "$REQUESTS" --timeout 300 --pause 1)
+       --output-tokens 64 --requests "$REQUESTS" --timeout 180 --pause 1)
 
 # 3. Concurrency levels (an error or timeout makes bench exit 1; the results are still written).
 echo "== concurrency 1,4,8,16" >&2
-"${BENCH[@]}" --concurrency 1,4,8,16 --input-tokens 128 \
+timeout 480 "${BENCH[@]}" --concurrency 1,4,8,16 --input-tokens 128 \
     --json "$OUT/concurrency.json" --markdown "$OUT/concurrency.md" --chart "$OUT/concurrency.html" || true
 
 # 4. Shared prefix.
 echo "== 1,300-token shared prefix, 8 streams" >&2
-"${BENCH[@]}" --concurrency 8 --shared-prefix 1300 --input-tokens 40 \
+timeout 480 "${BENCH[@]}" --concurrency 8 --shared-prefix 1300 --input-tokens 40 \
     --json "$OUT/shared_prefix.json" --markdown "$OUT/shared_prefix.md" --chart "$OUT/shared_prefix.html" || true
 
 # 5. The ratios BENCHMARKS.md states its targets in.
