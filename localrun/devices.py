@@ -44,7 +44,7 @@ from .offload import LoadReport, OffloadPlan, parse_load_report, plan_offload, p
 __all__ = [
     "BuildInfo", "Device", "DeviceKind", "DeviceProbe", "FakeProbe", "GgmlProbe", "LoadReport",
     "NativeReport", "OffloadPlan", "SubprocessProbe", "cpu_device", "fake_gpu", "invalidate",
-    "list_devices", "parse_load_report", "plan_offload", "probe_native", "processor_split",
+    "list_devices", "parse_load_report", "with_current_ram", "plan_offload", "probe_native", "processor_split",
 ]
 
 log = logging.getLogger(__name__)
@@ -371,10 +371,12 @@ class _Cache:
                     self.error, self.at = exc, time.monotonic()
                     raise
             assert self.devices is not None
-            return [_refresh_cpu(d) for d in self.devices]
+            return [with_current_ram(d) for d in self.devices]
 
 
-def _refresh_cpu(d: Device) -> Device:
+def with_current_ram(d: Device) -> Device:
+    """``d`` with the RAM figures psutil reports now, when it is a CPU device (ggml's CPU device
+    reports total RAM as free)."""
     if d.kind is not DeviceKind.CPU:
         return d
     import psutil
