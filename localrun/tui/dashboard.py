@@ -38,7 +38,7 @@ class DashboardScreen(Screen[None]):
     def __init__(self, *, standalone: bool = False) -> None:
         super().__init__()
         self.standalone = standalone
-        self.samples: deque[float] = deque([0.0], maxlen=HISTORY)
+        self.samples: deque[float] = deque([0.0] * HISTORY, maxlen=HISTORY)
         self.previous: st.MetricsSnapshot | None = None
 
     def compose(self) -> ComposeResult:
@@ -107,7 +107,7 @@ class DashboardScreen(Screen[None]):
         queued = health.get("queue_depth", snapshot.queue_depth if snapshot else 0)
         hit = snapshot.cache_hit_rate if snapshot else None
         self._total("throughput", "tokens/s", f"{tps:.1f}", f"peak {max(self.samples):.1f}")
-        self._total("requests", "requests", f"{snapshot.requests:.0f}" if snapshot else "–", f"{active} active")
+        self._total("requests", "HTTP requests", f"{snapshot.requests:.0f}" if snapshot else "–", f"{active} active")
         self._total("queue", "queued", f"{queued}", f"{len(models)} loaded")
         cached = f"{snapshot.cached_tokens:.0f} of {snapshot.prompt_tokens:.0f} prompt tok" if snapshot else ""
         self._total("cache", "prefix cache hits", f"{hit:.0%}" if hit is not None else "–", cached)

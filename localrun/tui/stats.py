@@ -28,6 +28,9 @@ class MetricsSnapshot:
     kv_total: dict[str, float] = field(default_factory=dict)
     active: dict[str, float] = field(default_factory=dict)
     generated_by_model: dict[str, float] = field(default_factory=dict)
+    # Tokens streamed so far, counted as they go out (first-token + inter-token histogram
+    # counts): live during a long reply, where the generated-tokens counter moves only at the end.
+    streamed_tokens: float = 0.0
 
     @property
     def cache_hit_rate(self) -> float | None:
@@ -55,6 +58,9 @@ def parse_metrics(text: str, at: float) -> MetricsSnapshot:
                 counters[base] += value
                 if base == "localrun_generated_tokens" and "model" in labels:
                     by_model["generated"][labels["model"]] = by_model["generated"].get(labels["model"], 0) + value
+            elif name in ("localrun_time_to_first_token_seconds_count",
+                          "localrun_inter_token_latency_seconds_count"):
+                counters["streamed"] += value
             elif name == "localrun_queue_depth":
                 queue = value
             elif name in ("localrun_kv_cache_used_cells", "localrun_kv_cache_cells", "localrun_active_requests"):
@@ -70,14 +76,21 @@ def parse_metrics(text: str, at: float) -> MetricsSnapshot:
         kv_total=dict(by_model["localrun_kv_cache_cells"]),
         active=dict(by_model["localrun_active_requests"]),
         generated_by_model=dict(by_model["generated"]),
+        streamed_tokens=counters["streamed"],
     )
 
 
 def rate(previous: MetricsSnapshot | None, current: MetricsSnapshot) -> float:
-    """Generated tokens per second between two snapshots; 0 when unknown or the daemon restarted."""
+    """Tokens per second streamed between two snapshots; 0 when unknown or the daemon restarted.
+
+    Uses the live streamed-token count when the daemon exports it, else the generated-tokens counter.
+    """
     if previous is None or current.at <= previous.at:
         return 0.0
-    delta = current.generated_tokens - previous.generated_tokens
+    if current.streamed_tokens or previous.streamed_tokens:
+        delta = current.streamed_tokens - previous.streamed_tokens
+    else:
+        delta = current.generated_tokens - previous.generated_tokens
     if delta < 0:  # counters went back: a new daemon
         return 0.0
     return delta / (current.at - previous.at)

@@ -55,3 +55,19 @@ def test_reply_stats_line_and_verbose_block() -> None:
     assert "time to first token" in verbose
     assert ReplyStats.from_done({"eval_count": "x"}, None).summary() == "0 tokens · prompt 0"
     assert format_seconds(0.0004) == "400µs" and format_seconds(125) == "2m05s"
+
+
+def test_rate_is_live_from_token_latency_histograms() -> None:
+    text = """\
+# TYPE localrun_time_to_first_token_seconds histogram
+localrun_time_to_first_token_seconds_bucket{model="m",le="+Inf"} 2.0
+localrun_time_to_first_token_seconds_count{model="m"} 2.0
+localrun_time_to_first_token_seconds_sum{model="m"} 0.4
+# TYPE localrun_inter_token_latency_seconds histogram
+localrun_inter_token_latency_seconds_bucket{model="m",le="+Inf"} {n}
+localrun_inter_token_latency_seconds_count{model="m"} {n}
+localrun_inter_token_latency_seconds_sum{model="m"} 1.0
+"""
+    a = st.parse_metrics(text.replace("{n}", "98.0"), at=1.0)
+    b = st.parse_metrics(text.replace("{n}", "148.0"), at=2.0)
+    assert a.streamed_tokens == 100 and st.rate(a, b) == 50.0

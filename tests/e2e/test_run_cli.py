@@ -1,0 +1,120 @@
+"""``localrun run`` and ``localrun top`` end to end through the installed entry point, as a user types them.
+
+The daemon is real (started in the background by ``localrun run`` itself); its runner processes
+host the fake engine (LOCALRUN_RUNNER_FACTORY), which answers " w0 w1 w2 w3 w4", so these stay
+fast. Each test has its own port, store and data dirs (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from localrun import __version__, config
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+FAKES = Path(__file__).parents[1] / "integration" / "server"
+ANSI = re.compile(r"\x1b\[")
+
+
+def _listener_pid(port: int) -> int | None:
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+            return int(conn.pid)
+    return None
+
+
+def stop_daemon() -> None:
+    pid = _listener_pid(config.host().port)
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        try:
+            psutil.Process(pid).wait(30)
+        except psutil.NoSuchProcess:
+            pass
+
+
+@pytest.fixture
+def store_with_tiny(monkeypatch: pytest.MonkeyPatch, tiny_gguf: Path) -> Iterator[None]:
+    monkeypatch.setenv("LOCALRUN_RUNNER_FACTORY", "fake_engine:FakeEngine")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FAKES), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from localrun.store import ModelStore
+
+    ModelStore(config.models_dir()).create("tiny", f"FROM {tiny_gguf}\n")
+    yield
+    stop_daemon()
+
+
+def localrun(*args: str, stdin: str | None = None, env: dict[str, str] | None = None,
+             timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the ``localrun`` command (the console script's entry point) with piped stdin/stdout."""
+    return subprocess.run(
+        [sys.executable, "-c", "import sys; from localrun.cli.main import main; sys.exit(main())", *args],
+        input=stdin if stdin is not None else "", capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_pipe_mode_starts_the_daemon_and_prints_the_answer(store_with_tiny: None) -> None:
+    result = localrun("run", "tiny", stdin="hello there\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == " w0 w1 w2 w3 w4\n"
+    assert "Starting the localrun daemon in the background" in result.stderr
+    assert _listener_pid(config.host().port) is not None  # it keeps running for the next command
+    again = localrun("run", "tiny", "say", "more", stdin="")
+    assert again.returncode == 0 and again.stdout == " w0 w1 w2 w3 w4\n"
+    assert "Starting" not in again.stderr  # the running daemon is reused
+
+
+def test_prompt_argument_with_verbose_timings_on_stderr(store_with_tiny: None) -> None:
+    result = localrun("run", "tiny", "why", "is", "the", "sky", "blue?", "--verbose", "--keepalive", "10m")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "w0 w1 w2 w3 w4"
+    for line in ("total duration:", "prompt eval count:", "eval count:           5 token(s)", "eval rate:"):
+        assert line in result.stderr
+    top = localrun("top", "--once")
+    assert top.returncode == 0, top.stderr
+    header, row = top.stdout.splitlines()[:2]
+    assert header.split() == ["NAME", "PROCESSOR", "RAM", "VRAM", "CONTEXT", "ACTIVE", "QUEUED", "UNTIL"]
+    assert row.startswith("tiny:latest") and "100% CPU" in row and re.search(r"\d+m \d\ds", row)
+    assert "requests:" in top.stdout and "prefix cache hit rate:" in top.stdout
+
+
+def test_unknown_model_fails_with_a_message_and_exit_1(store_with_tiny: None) -> None:
+    result = localrun("run", "no-such-model", "hi", env={"NO_COLOR": "1"})
+    assert result.returncode == 1
+    assert "Error:" in result.stderr and "no-such-model" in result.stderr
+    assert result.stdout == ""
+    assert not ANSI.search(result.stderr)
+
+
+def test_bad_keepalive_is_a_usage_error_before_any_work() -> None:
+    result = localrun("run", "tiny", "hi", "--keepalive", "soon")
+    assert result.returncode == 2
+    assert "--keepalive" in result.stderr
+    assert _listener_pid(config.host().port) is None  # no daemon was started for a typo
+
+
+def test_top_without_a_daemon_exits_1() -> None:
+    result = localrun("top", "--once")
+    assert result.returncode == 1
+    assert "no localrun daemon answers" in result.stderr and "localrun serve" in result.stderr
+
+
+def test_version_and_help_per_command() -> None:
+    version = localrun("--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"localrun {__version__}"
+    for command in ("run", "top"):
+        result = localrun(command, "--help")
+        assert result.returncode == 0 and f"usage: localrun {command}" in result.stdout
+        assert "Exit codes" in result.stdout
+    assert localrun("run", "--format", "yaml").returncode == 2
