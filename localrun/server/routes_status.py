@@ -31,7 +31,7 @@ def details(geometry: ModelGeometry | None) -> dict[str, Any]:
         "family": geometry.architecture,
         "families": [geometry.architecture],
         "parameter_size": geometry.size_label or "",
-        "quantization_level": _QUANTS.get(geometry.file_type or -1, "unknown") if geometry.file_type is not None
+        "quantization_level": _QUANTS.get(geometry.file_type, "unknown") if geometry.file_type is not None
         else "unknown",
     }
 
