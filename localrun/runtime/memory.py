@@ -70,22 +70,41 @@ class MemoryEstimate:
 
 @dataclass(frozen=True, slots=True)
 class Device:
-    """A memory pool: ``kind`` is "cpu" or "gpu" (any non-CPU backend device counts as GPU)."""
+    """A memory pool the planner may put layers on: ``kind`` is "gpu" or "igpu"."""
 
     name: str
     kind: str
     total: int
     free: int
 
+    # The names localrun.offload's planner reads.
+    @property
+    def free_bytes(self) -> int:
+        return self.free
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind in ("gpu", "igpu")
+
+    @property
+    def is_igpu(self) -> bool:
+        return self.kind == "igpu"
+
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Where a model goes: ``gpu_layers`` of its layers on ``gpu`` (None = all on CPU)."""
+    """Where a model goes: ``gpu_layers`` of its layers on GPUs, the rest in RAM.
+
+    ``vram_by_device`` names each GPU holding a part; ``fits`` is False only when an explicit
+    ``num_gpu`` asks for more than the GPUs hold (honoured anyway, as Ollama does).
+    """
 
     gpu_layers: int
     ram: int
     vram: int
-    gpu: str | None = None
+    total_layers: int = 1
+    vram_by_device: tuple[tuple[str, int], ...] = ()
+    fits: bool = True
 
     @property
     def size(self) -> int:
@@ -93,12 +112,9 @@ class Placement:
 
     def processor(self) -> str:
         """Ollama's PROCESSOR column: ``100% CPU``, ``100% GPU`` or ``48%/52% CPU/GPU``."""
-        if self.vram <= 0:
-            return "100% CPU"
-        if self.ram <= 0:
-            return "100% GPU"
-        gpu_pct = round(100 * self.vram / self.size)
-        return f"{100 - gpu_pct}%/{gpu_pct}% CPU/GPU"
+        from ..offload import processor_split
+
+        return processor_split(self.ram, self.vram, self.gpu_layers, self.total_layers)
 
 
 class _Reader:
@@ -212,28 +228,21 @@ def estimate(geometry: ModelGeometry, options: LoadOptions) -> MemoryEstimate:
 
 
 def place(est: MemoryEstimate, options: LoadOptions, gpus: list[Device]) -> Placement:
-    """Choose how many layers to offload: ``num_gpu`` when given, else as many as fit in free VRAM.
-
-    With several GPUs the one with most free memory (or ``main_gpu``) takes the layers; splitting
-    one model across GPUs is left to llama.cpp's defaults and not modelled here.
+    """Choose how many layers to offload with :func:`localrun.offload.plan_offload` (llama.cpp's rules):
+    ``num_gpu`` when given, else as many as fit in each GPU's free memory (minus a reserve).
     """
-    layers_total = est.n_layer + 1  # the output layer offloads too
-    if not gpus or options.num_gpu == 0:
-        return Placement(gpu_layers=0, ram=est.total, vram=0)
-    if options.num_gpu is not None and options.main_gpu < len(gpus):
-        gpu = gpus[options.main_gpu]
-    else:
-        gpu = max(gpus, key=lambda d: d.free)
-    if options.num_gpu is not None:
-        layers = min(max(0, options.num_gpu), layers_total)
-    else:
-        budget = gpu.free - est.compute
-        layers = max(0, min(layers_total, budget // max(1, est.per_layer)))
-    if layers == 0:
-        return Placement(gpu_layers=0, ram=est.total, vram=0)
-    vram = layers * est.per_layer + est.compute
-    ram = max(0, est.total - vram) + (0 if layers == layers_total else est.compute // 4)
-    return Placement(gpu_layers=int(layers), ram=int(ram), vram=int(vram), gpu=gpu.name)
+    from ..offload import plan_offload
+
+    n = max(1, est.n_layer)
+    per_layer = est.weights // (n + 2)  # n blocks + token embeddings (CPU) + output layer
+    plan = plan_offload(
+        n, per_layer, kv_bytes_per_layer=est.kv_cache // n, output_bytes=per_layer, input_bytes=per_layer,
+        compute_bytes=est.compute, devices=gpus, num_gpu=options.num_gpu,
+    )
+    return Placement(
+        gpu_layers=plan.gpu_layers, ram=plan.cpu_bytes, vram=plan.gpu_bytes, total_layers=plan.total_layers,
+        vram_by_device=tuple((name, b) for name, b in plan.bytes_per_device if name != "CPU"), fits=plan.fits,
+    )
 
 
 def system_devices() -> tuple[int, list[Device]]:
@@ -260,7 +269,8 @@ def system_devices() -> tuple[int, list[Device]]:
         if is_gpu is None:
             is_gpu = str(getattr(d, "kind", "cpu")).lower() in ("gpu", "igpu")
         if is_gpu:  # accelerators beside the CPU (BLAS, AMX) hold no layers of their own
-            gpus.append(Device(str(d.name), "gpu", int(d.total), int(d.free)))
+            kind = "igpu" if getattr(d, "is_igpu", False) else "gpu"
+            gpus.append(Device(str(d.name), kind, int(d.total), int(d.free)))
     return free_ram, gpus
 
 

@@ -382,16 +382,14 @@ class Scheduler:
         free_ram += sum(m.placement.ram for m in evict)
         freed_vram: dict[str, int] = {}
         for m in evict:
-            if m.placement.gpu:
-                freed_vram[m.placement.gpu] = freed_vram.get(m.placement.gpu, 0) + m.placement.vram
+            for name, size in m.placement.vram_by_device:
+                freed_vram[name] = freed_vram.get(name, 0) + size
         gpus = [dataclasses.replace(g, free=g.free + freed_vram.get(g.name, 0)) for g in gpus]
         placement = place(est, spec.options, gpus)
         if placement.ram > free_ram:
             return None
-        if placement.gpu is not None:
-            gpu = next(g for g in gpus if g.name == placement.gpu)
-            if placement.vram > gpu.free and spec.options.num_gpu is None:
-                return None
+        if not placement.fits and spec.options.num_gpu is None:
+            return None
         return placement
 
     async def _load(self, req: _Pending, est: MemoryEstimate, placement: Placement, reason: str) -> None:

@@ -287,7 +287,7 @@ async def test_layers_go_to_the_gpu_when_it_has_room_and_num_gpu_overrides(world
     assert s.models["a"].placement.processor() == "100% GPU"
     (await s.acquire(spec("b", num_gpu=0))).release()
     assert s.models["b"].placement.processor() == "100% CPU"
-    world.gpus = [Device("GPU0", "gpu", 8 * GiB, 200 * MiB)]  # room for one of three layers
+    world.gpus = [Device("GPU0", "gpu", 8 * GiB, 712 * MiB)]  # room for one layer past the 512 MiB reserve
     world.sizes["/models/c.gguf"] = 300 * MiB
     (await s.acquire(spec("c"))).release()
     processor = s.models["c"].placement.processor()
