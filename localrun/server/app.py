@@ -119,7 +119,9 @@ def create_app(
 
 
 async def start_site(app: web.Application, settings: Settings) -> web.AppRunner:
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    # Handler cancellation: a client that disconnects cancels its handler, and so its engine request.
+    # On shutdown, streams still running get a few seconds to end before they are cut.
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
     await runner.setup()
     site = web.TCPSite(runner, settings.host.host, settings.host.port)
     await site.start()
