@@ -1,0 +1,260 @@
+"""Continuous batching: one llama_decode per step for every running sequence.
+
+A step reads: retire cancelled requests, admit waiting ones (prefix-cache match), build one
+batch (a decode token per generating sequence, then prompt chunks within the token budget),
+decode, then sample, stream and retire. Long prompts are split across steps so generating
+sequences keep producing a token every step.
+
+A waiting request whose prompt shares a long prefix with a prompt still being prefilled waits
+for that prefill (it is registered in the prefix tree chunk by chunk) instead of computing the
+same prefix again: eight requests with one system prompt compute it once.
+
+Owned by the engine thread (nothing here is thread-safe); ``RequestHandle.cancel`` only sets
+a flag that the next step reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+
+import llama_cpp as lc
+
+from ..errors import EngineError, GrammarError, LocalrunError
+from .kvcache import KVCache
+from .native import Batch, Vocab
+from .sampling import GrammarDeadEnd, TokenData, accept_prompt, sample, token_logprobs
+from .sequence import Sequence, SeqState
+from .types import DoneEvent, DoneReason, ErrorEvent, TokenEvent, TokenLogprob
+
+log = logging.getLogger(__name__)
+
+SHARE_MIN = 32  # tokens of shared prefix worth waiting for another prefill
+
+
+class Batcher:
+    def __init__(self, ctx: lc.llama_context_p, vocab: Vocab, kv: KVCache, *, n_batch: int,
+                 num_parallel: int) -> None:
+        self.ctx = ctx
+        self.vocab = vocab
+        self.kv = kv
+        self.n_batch = n_batch
+        self.num_parallel = num_parallel
+        self.batch = Batch(n_batch)
+        self.scratch = TokenData(vocab.n_vocab)
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        self.generated_tokens = 0
+
+    # -- accounting --------------------------------------------------------------------
+    def used_cells(self) -> int:
+        private = sum(s.n_past - s.lease.shared_len for s in self.running if s.lease is not None)
+        return self.kv.cached_cells + private
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # -- the step ----------------------------------------------------------------------
+    def step(self) -> bool:
+        """Run one step; returns False when there was nothing to decode."""
+        self._retire_cancelled()
+        self._admit()
+        participants = self._build()
+        if not participants:
+            return False
+        if not self._decode(participants):
+            return True
+        for seq in participants:
+            try:
+                self._advance(seq)
+            except LocalrunError as exc:
+                self._fail(seq, exc)
+        return True
+
+    def _retire_cancelled(self) -> None:
+        for seq in [s for s in self.waiting if s.handle.cancelled]:
+            self.waiting.remove(seq)
+            seq.sampler.free()
+            seq.state = SeqState.DONE
+            seq.handle.put(self._done_event(seq, DoneReason.CANCELLED))
+        for seq in [s for s in self.running if s.handle.cancelled]:
+            self._finish(seq, DoneReason.CANCELLED)
+
+    def _admit(self) -> None:
+        deferred: list[Sequence] = []
+        while self.waiting and len(self.running) < self.num_parallel:
+            seq = self.waiting.popleft()
+            if self._should_wait_for_shared_prefill(seq):
+                deferred.append(seq)
+                continue
+            seq.lease = self.kv.acquire(seq.tokens[: seq.prompt_len])
+            seq.n_past = seq.lease.cached
+            seq.state = SeqState.PREFILL
+            seq.t_start = time.perf_counter()
+            accept_prompt(seq.sampler, seq.tokens[: seq.prompt_len], seq.last_n)
+            self.running.append(seq)
+            self.prompt_tokens += seq.prompt_len
+            self.cached_tokens += seq.lease.cached
+        self.waiting.extendleft(reversed(deferred))
+
+    def _should_wait_for_shared_prefill(self, seq: Sequence) -> bool:
+        if not self.kv.enabled:
+            return False
+        prompt = seq.tokens[: seq.prompt_len]
+        cached = self.kv.tree.match_prefix(prompt[:-1]).length
+        for other in self.running:
+            if other.state is SeqState.PREFILL and other.n_past < other.prompt_len:
+                shared = _common_prefix_len(prompt[:-1], other.tokens[: other.prompt_len])
+                if shared >= cached + SHARE_MIN and other.n_past < shared:
+                    return True
+        return False
+
+    def _build(self) -> list[Sequence]:
+        batch = self.batch
+        batch.clear()
+        decoding = [s for s in self.running if s.state is SeqState.DECODE]
+        prefilling = [s for s in self.running if s.state is SeqState.PREFILL]
+        wanted = len(decoding) + sum(s.prompt_len - s.n_past for s in prefilling)
+        free = self.kv.n_cells - self.used_cells()
+        if free < min(wanted, self.n_batch):
+            self.kv.evict(min(wanted, self.n_batch) - free)
+            free = self.kv.n_cells - self.used_cells()
+        for seq in decoding:
+            seq.chunk = 0
+            seq.row = batch.add_one(seq.lease.seq_id, seq.n_past, seq.tokens[-1])  # type: ignore[union-attr]
+        budget = min(self.n_batch - len(decoding), free - len(decoding))
+        participants = list(decoding)
+        for seq in prefilling:
+            if budget <= 0:
+                break
+            take = min(budget, seq.prompt_len - seq.n_past)
+            last = seq.n_past + take == seq.prompt_len
+            row = batch.add(seq.lease.seq_id, seq.n_past,  # type: ignore[union-attr]
+                            seq.tokens[seq.n_past: seq.n_past + take], want_last_logits=last)
+            seq.row = row if last else None
+            seq.chunk = take
+            budget -= take
+            participants.append(seq)
+        return participants
+
+    def _decode(self, participants: list[Sequence]) -> bool:
+        rc = self.batch.decode(self.ctx)
+        if rc == 1:  # no KV slot: drop all unlocked cache and retry, then decode tokens only
+            self.kv.evict_all()
+            rc = self.batch.decode(self.ctx)
+            if rc == 1 and any(s.chunk for s in participants):
+                log.warning("KV cache full: postponing prompt chunks this step")
+                decoding = [s for s in participants if s.state is SeqState.DECODE]
+                self.batch.clear()
+                for seq in decoding:
+                    seq.row = self.batch.add_one(seq.lease.seq_id, seq.n_past, seq.tokens[-1])  # type: ignore[union-attr]
+                for seq in participants:
+                    if seq.state is SeqState.PREFILL:
+                        seq.chunk, seq.row = 0, None
+                participants[:] = decoding
+                rc = self.batch.decode(self.ctx) if decoding else 0
+        if rc == 0:
+            return True
+        why = "the KV cache is full" if rc == 1 else f"llama_decode failed ({rc})"
+        log.error("decode of %d tokens failed: %s", self.batch.n_tokens, why)
+        for seq in list(participants):
+            self._fail(seq, EngineError(f"generation failed: {why}"), keep=False)
+        return False
+
+    def _advance(self, seq: Sequence) -> None:
+        if seq.state is SeqState.PREFILL:
+            seq.n_past += seq.chunk
+            self.kv.register(seq.lease, seq.tokens[: seq.n_past])  # type: ignore[arg-type]
+            if seq.n_past < seq.prompt_len:
+                return
+            seq.state = SeqState.DECODE
+            seq.t_first = time.perf_counter()
+            if seq.num_predict == 0:
+                self._finish(seq, DoneReason.LENGTH)
+                return
+        else:
+            seq.n_past += 1
+        assert seq.row is not None
+        try:
+            token = sample(seq.sampler, self.ctx, seq.row, self.scratch, self.vocab)
+        except GrammarDeadEnd as exc:
+            raise GrammarError(f"constrained output cannot continue: {exc}") from exc
+        if self.vocab.is_eog(token):
+            self._finish(seq, DoneReason.STOP)
+            return
+        logprobs: tuple[TokenLogprob, ...] = ()
+        if seq.sampler.logprobs:
+            logprobs = (token_logprobs(self.ctx, seq.row, self.vocab.n_vocab, token,
+                                       seq.sampler.top_logprobs, self.vocab),)
+        seq.tokens.append(token)
+        seq.generated += 1
+        self.generated_tokens += 1
+        text = seq.text.push(self.vocab.piece(token))
+        if text or logprobs:
+            seq.handle.put(TokenEvent(text, logprobs))
+        if seq.text.stopped:
+            self._finish(seq, DoneReason.STOP)
+        elif seq.num_predict is not None and seq.generated >= seq.num_predict:
+            self._finish(seq, DoneReason.LENGTH)
+        elif len(seq.tokens) >= seq.num_ctx:
+            self._finish(seq, DoneReason.LENGTH)
+
+    # -- retiring ----------------------------------------------------------------------
+    def _finish(self, seq: Sequence, reason: DoneReason) -> None:
+        tail = seq.text.flush()
+        if tail:
+            seq.handle.put(TokenEvent(tail))
+        self._retire(seq, keep=True)
+        seq.handle.put(self._done_event(seq, reason))
+
+    def _fail(self, seq: Sequence, error: Exception, keep: bool = True) -> None:
+        self._retire(seq, keep=keep)
+        seq.handle.put(ErrorEvent(error))
+
+    def _retire(self, seq: Sequence, keep: bool) -> None:
+        if seq in self.running:
+            self.running.remove(seq)
+        if seq.lease is not None:
+            self.kv.release(seq.lease, seq.tokens[: seq.n_past], keep=keep)
+        seq.sampler.free()
+        seq.state = SeqState.DONE
+
+    def fail_all(self, error: Exception) -> None:
+        for seq in list(self.running):
+            self._fail(seq, error, keep=False)
+        while self.waiting:
+            seq = self.waiting.popleft()
+            seq.sampler.free()
+            seq.handle.put(ErrorEvent(error))
+
+    def _done_event(self, seq: Sequence, reason: DoneReason) -> DoneEvent:
+        now = time.perf_counter()
+        first = seq.t_first or now
+        start = seq.t_start or first
+        return DoneEvent(
+            done_reason=reason,
+            prompt_eval_count=seq.prompt_len,
+            cached_tokens=seq.cached,
+            eval_count=seq.generated,
+            prompt_eval_duration=int((first - start) * 1e9),
+            eval_duration=int((now - first) * 1e9) if seq.t_first else 0,
+            truncated_tokens=seq.truncated,
+            context=tuple(seq.tokens),
+        )
+
+
+def _common_prefix_len(a: list[int], b: list[int]) -> int:
+    """Length of the common prefix, found with C-speed slice comparisons (binary search)."""
+    lo, hi = 0, min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    while lo < hi:  # invariant: a[:lo] == b[:lo], a[:hi+1] != b[:hi+1] somewhere
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -1,0 +1,120 @@
+"""Embeddings: a batch of inputs in one llama_decode on a dedicated embeddings context.
+
+The context is created on first use (``embeddings = True``), with the model's pooling, or mean
+pooling when the model declares none. Each input is its own sequence in the batch; inputs are
+packed into as few passes as the context allows. Vectors are L2-normalised. An input longer than
+the context is cut (and reported in ``truncated``) or rejected with ContextOverflow.
+Thread-safe: calls are serialised by a lock; the engine thread's context is never touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+
+import llama_cpp as lc
+import numpy as np
+
+from ..errors import ContextOverflow, EngineError, InvalidRequest
+from . import native
+from .native import Batch, Vocab
+from .types import EmbedResult
+
+log = logging.getLogger(__name__)
+
+MAX_EMBED_CTX = 8192
+MAX_SEQS_PER_PASS = 32
+MAX_INPUTS = 2048
+
+
+class Embedder:
+    def __init__(self, model: lc.llama_model_p, vocab: Vocab, arch: str, num_ctx: int, threads: int) -> None:
+        self._model = model
+        self._vocab = vocab
+        self._arch = arch
+        self._threads = threads
+        self.n_ctx = min(num_ctx, MAX_EMBED_CTX)
+        self._ctx: lc.llama_context_p | None = None
+        self._batch: Batch | None = None
+        self._lock = threading.Lock()
+
+    def _context(self) -> lc.llama_context_p:
+        if self._ctx is None:
+            declared = native.meta(self._model, f"{self._arch}.pooling_type")
+            pooling = int(declared) if declared and declared.isdigit() and int(declared) > 0 else None
+            spec = native.ContextSpec(n_ctx=self.n_ctx, n_seq_max=MAX_SEQS_PER_PASS, n_batch=self.n_ctx,
+                                      n_threads=self._threads, swa_full=False, embeddings=True,
+                                      pooling=pooling if pooling is not None else lc.LLAMA_POOLING_TYPE_MEAN)
+            self._ctx = native.create_context(self._model, spec)
+            self.n_ctx = int(lc.llama_n_ctx(self._ctx))
+            self._batch = Batch(self.n_ctx)
+            log.info("embeddings context ready (%d tokens, pooling %s)", self.n_ctx,
+                     "model" if pooling is not None else "mean")
+        return self._ctx
+
+    def embed(self, inputs: list[str], *, truncate: bool = True) -> EmbedResult:
+        if not isinstance(inputs, list) or not inputs:
+            raise InvalidRequest("input must be a non-empty list of strings")
+        if len(inputs) > MAX_INPUTS:
+            raise InvalidRequest(f"at most {MAX_INPUTS} inputs per request, got {len(inputs)}")
+        if not all(isinstance(text, str) for text in inputs):
+            raise InvalidRequest("every input must be a string")
+        with self._lock:
+            ctx = self._context()
+            n_embd = int(lc.llama_model_n_embd(self._model))
+            token_lists, cut = [], []
+            for i, text in enumerate(inputs):
+                tokens = self._vocab.tokenize(text, add_special=True) or [self._vocab.bos]
+                if len(tokens) > self.n_ctx:
+                    if not truncate:
+                        raise ContextOverflow(f"input {i} is {len(tokens)} tokens; the context holds {self.n_ctx}")
+                    tokens = tokens[: self.n_ctx]
+                    cut.append(True)
+                else:
+                    cut.append(False)
+                token_lists.append(tokens)
+            vectors: list[list[float]] = [[] for _ in inputs]
+            for group in self._passes(token_lists):
+                self._run_pass(ctx, group, token_lists, vectors, n_embd)
+            return EmbedResult(embeddings=vectors, prompt_eval_count=sum(map(len, token_lists)), truncated=cut)
+
+    def _passes(self, token_lists: list[list[int]]) -> list[list[int]]:
+        groups: list[list[int]] = [[]]
+        used = 0
+        for i, tokens in enumerate(token_lists):
+            if groups[-1] and (used + len(tokens) > self.n_ctx or len(groups[-1]) >= MAX_SEQS_PER_PASS):
+                groups.append([])
+                used = 0
+            groups[-1].append(i)
+            used += len(tokens)
+        return groups
+
+    def _run_pass(self, ctx: lc.llama_context_p, group: list[int], token_lists: list[list[int]],
+                  vectors: list[list[float]], n_embd: int) -> None:
+        batch = self._batch
+        assert batch is not None
+        mem = lc.llama_get_memory(ctx)
+        if mem:
+            lc.llama_memory_clear(mem, True)
+        batch.clear()
+        for seq, i in enumerate(group):
+            n = batch.n_tokens
+            batch.add(seq, 0, token_lists[i], want_last_logits=False)
+            batch.logits[n: batch.n_tokens] = 1
+        rc = batch.decode(ctx)
+        if rc != 0:
+            raise EngineError(f"embedding failed: llama_decode returned {rc}")
+        for seq, i in enumerate(group):
+            ptr = lc.llama_get_embeddings_seq(ctx, seq)
+            if not ptr:
+                raise EngineError("the model produced no pooled embedding")
+            vec = np.ctypeslib.as_array(ptr, shape=(n_embd,)).astype(np.float64)
+            norm = math.sqrt(float(vec @ vec))
+            vectors[i] = (vec / norm if norm > 0 else vec).tolist()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._ctx is not None:
+                lc.llama_free(self._ctx)
+                self._ctx = None

@@ -1,0 +1,258 @@
+"""The public engine: one loaded model, one llama context, one engine thread.
+
+``Engine(model_path, options, template=...)`` loads the GGUF and creates one context with a
+unified KV cache of ``num_ctx * num_parallel`` cells shared by ``num_parallel`` running
+sequences and the prefix cache. The engine thread owns the context and runs the
+:class:`~localrun.engine.batcher.Batcher` loop; callers on any thread ``submit()`` requests
+(validated synchronously: OptionError, GrammarError, ContextOverflow, InvalidRequest) and read
+events from the returned :class:`RequestHandle`. ``embed()`` uses a second, lazily created
+context and is serialised by its own lock. ``close()`` stops the thread and frees native memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+
+import llama_cpp as lc
+
+from ..errors import ContextOverflow, EngineError, InvalidRequest, OptionError
+from . import native
+from .batcher import Batcher
+from .detok import TextStream
+from .embedding import Embedder
+from .grammar import grammar_for
+from .kvcache import KVCache
+from .sampling import build_sampler, validate
+from .sequence import RequestHandle, Sequence
+from .template import ChatTemplate
+from .types import EmbedResult, EngineStats, ErrorEvent, GenerateRequest, LoadOptions, ModelInfo, Truncation
+
+log = logging.getLogger(__name__)
+
+MAX_SEQ_IDS = 64  # llama.cpp's LLAMA_MAX_SEQ is larger; running + cached sequences fit well within
+
+
+def check_load_options(options: LoadOptions) -> None:
+    for name, low in (("num_ctx", 16), ("num_batch", 1), ("num_parallel", 1)):
+        value = getattr(options, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise OptionError(f"{name} must be a whole number of at least {low}, got {value!r}")
+    if options.num_thread is not None and (not isinstance(options.num_thread, int) or options.num_thread < 1):
+        raise OptionError(f"num_thread must be at least 1, got {options.num_thread!r}")
+    if options.num_parallel > MAX_SEQ_IDS // 2:
+        raise OptionError(f"num_parallel must be at most {MAX_SEQ_IDS // 2}, got {options.num_parallel}")
+
+
+class Engine:
+    """A loaded model serving many concurrent requests by continuous batching."""
+
+    def __init__(self, model_path: str, options: LoadOptions, *, template: str | None = None) -> None:
+        check_load_options(options)
+        self.options = options
+        self._model = native.load_model(model_path, options)
+        self._ctx: lc.llama_context_p | None = None
+        self._closed = False
+        try:
+            self._setup(model_path, options, template)
+        except BaseException:
+            self._free_native()
+            raise
+
+    def _setup(self, model_path: str, options: LoadOptions, template: str | None) -> None:
+        model = self._model
+        self.vocab = native.Vocab(model)
+        n_ctx_train = int(lc.llama_model_n_ctx_train(model))
+        num_ctx = min(options.num_ctx, n_ctx_train) if n_ctx_train > 0 else options.num_ctx
+        if num_ctx < options.num_ctx:
+            log.info("num_ctx %d capped at the model's training context %d", options.num_ctx, num_ctx)
+        self.num_ctx = num_ctx
+        self.threads = options.num_thread or native.default_threads()
+        n_swa = int(lc.llama_model_n_swa(model))
+        recurrent = bool(lc.llama_model_is_recurrent(model) or lc.llama_model_is_hybrid(model))
+        generation = not options.embedding and bool(lc.llama_model_has_decoder(model)) and not (
+            lc.llama_model_has_encoder(model) and not lc.llama_model_has_decoder(model))
+        arch = native.meta(model, "general.architecture") or "unknown"
+        chat_template = native.meta(model, "tokenizer.chat_template")
+        self.template = ChatTemplate.from_source(template if template is not None else chat_template)
+        self.embedder = Embedder(model, self.vocab, arch, num_ctx, self.threads)
+        self._cond = threading.Condition()
+        self._incoming: deque[Sequence] = deque()
+        self._next_id = 0
+        self.batcher: Batcher | None = None
+        if generation:
+            n_seq_max = min(MAX_SEQ_IDS, options.num_parallel + max(8, 2 * options.num_parallel))
+            spec = native.ContextSpec(n_ctx=num_ctx * options.num_parallel, n_seq_max=n_seq_max,
+                                      n_batch=options.num_batch, n_threads=self.threads, swa_full=n_swa > 0)
+            self._ctx = native.create_context(model, spec)
+            n_cells = int(lc.llama_n_ctx(self._ctx))
+            kv = KVCache(lc.llama_get_memory(self._ctx), n_cells, n_seq_max, enabled=not recurrent)
+            self.batcher = Batcher(self._ctx, self.vocab, kv, n_batch=options.num_batch,
+                                   num_parallel=options.num_parallel)
+        self._info = ModelInfo(
+            architecture=arch, n_params=int(lc.llama_model_n_params(model)), n_ctx_train=n_ctx_train,
+            n_embd=int(lc.llama_model_n_embd(model)), n_layer=int(lc.llama_model_n_layer(model)),
+            n_vocab=self.vocab.n_vocab, chat_template=chat_template, template=self.template.source,
+            bos_text=self.vocab.special_text(self.vocab.bos), eos_text=self.vocab.special_text(self.vocab.eos),
+            size_bytes=int(lc.llama_model_size(model)), num_ctx=num_ctx, num_parallel=options.num_parallel,
+            n_swa=n_swa, generation=generation, prefix_cache=generation and not recurrent,
+        )
+        self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
+        if generation:
+            self._thread.start()
+        log.info("loaded %s (%s, %d parallel x %d ctx, %d threads, prefix cache %s)", arch, model_path,
+                 options.num_parallel, num_ctx, self.threads, "on" if self._info.prefix_cache else "off")
+
+    # -- public API ----------------------------------------------------------------------
+    @property
+    def info(self) -> ModelInfo:
+        return self._info
+
+    def submit(self, request: GenerateRequest) -> RequestHandle:
+        """Validate and queue ``request``; it joins the running batch at the next step."""
+        if self._closed:
+            raise EngineError("the model is unloaded")
+        if self.batcher is None:
+            raise InvalidRequest("this model only supports embeddings")
+        options = request.sampling
+        validate(options)
+        tokens = self._prompt_tokens(request)
+        num_predict = options.num_predict if options.num_predict is None or options.num_predict >= 0 else None
+        tokens, truncated = self._fit(tokens, request, num_predict)
+        gbnf = grammar_for(request.format, request.grammar)
+        sampler = build_sampler(options, self.vocab, gbnf, self.num_ctx)
+        last_n = self.num_ctx if options.repeat_last_n == -1 else options.repeat_last_n
+        with self._cond:
+            self._next_id += 1
+            handle = RequestHandle(self._next_id, self._wake)
+            seq = Sequence(handle=handle, tokens=tokens, prompt_len=len(tokens), truncated=truncated,
+                           sampler=sampler, text=TextStream(options.stop), num_ctx=self.num_ctx,
+                           num_predict=num_predict, last_n=last_n)
+            self._incoming.append(seq)
+            self._cond.notify()
+        return handle
+
+    def embed(self, inputs: list[str], *, truncate: bool = True) -> EmbedResult:
+        if self._closed:
+            raise EngineError("the model is unloaded")
+        return self.embedder.embed(inputs, truncate=truncate)
+
+    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
+        if not isinstance(text, str):
+            raise InvalidRequest("text to tokenize must be a string")
+        return self.vocab.tokenize(text, add_special=add_special)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        self._check_ids(tokens)
+        return self.vocab.detokenize(tokens)
+
+    def stats(self) -> EngineStats:
+        b = self.batcher
+        if b is None:
+            return EngineStats(0, 0, 0, 0, 0, 0, 0, 0)
+        return EngineStats(
+            slots_total=b.num_parallel, slots_active=len(b.running), queued=len(b.waiting) + len(self._incoming),
+            kv_cells_total=b.kv.n_cells, kv_cells_used=b.used_cells(), prefix_cache_hit_tokens=b.cached_tokens,
+            prompt_tokens=b.prompt_tokens, generated_tokens=b.generated_tokens,
+        )
+
+    def close(self) -> None:
+        """Stop the engine thread, end every open request with an error, free native memory."""
+        if self._closed:
+            return
+        self._closed = True
+        if hasattr(self, "_cond"):
+            with self._cond:
+                self._cond.notify_all()
+            if self._thread.is_alive():
+                self._thread.join()
+        self._free_native()
+
+    # -- internals -----------------------------------------------------------------------
+    def _prompt_tokens(self, request: GenerateRequest) -> list[int]:
+        prompt = request.prompt
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise InvalidRequest("prompt is empty")
+            tokens = self.vocab.tokenize(prompt, add_special=request.add_special)
+        elif isinstance(prompt, (list, tuple)):
+            tokens = list(prompt)
+            self._check_ids(tokens)
+        else:
+            raise InvalidRequest("prompt must be text or a list of token ids")
+        if not tokens:
+            raise InvalidRequest("prompt is empty")
+        return tokens
+
+    def _check_ids(self, tokens: list[int]) -> None:
+        n = self.vocab.n_vocab
+        for t in tokens:
+            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < n:
+                raise InvalidRequest(f"token id {t!r} is not in the vocabulary (0..{n - 1})")
+
+    def _fit(self, tokens: list[int], request: GenerateRequest, num_predict: int | None) -> tuple[list[int], int]:
+        """Apply the context limit: FRONT truncation keeps the first num_keep tokens (and BOS)."""
+        num_ctx = self.num_ctx
+        if len(tokens) < num_ctx:
+            return tokens, 0
+        if request.truncation is Truncation.REJECT:
+            raise ContextOverflow(f"the prompt is {len(tokens)} tokens; the context holds {num_ctx} "
+                                  "(shorten it, raise num_ctx, or allow truncation)")
+        if isinstance(request.num_keep, bool) or not isinstance(request.num_keep, int) or request.num_keep < 0:
+            raise OptionError(f"num_keep must be a whole number >= 0, got {request.num_keep!r}")
+        reserve = max(1, min(num_predict if num_predict else num_ctx // 4, num_ctx // 2))
+        limit = num_ctx - reserve
+        keep = max(request.num_keep, 1 if tokens[0] == self.vocab.bos else 0)
+        keep = min(keep, limit - 1)
+        kept = tokens[:keep] + tokens[len(tokens) - (limit - keep):]
+        log.info("prompt of %d tokens truncated to %d (context %d)", len(tokens), len(kept), num_ctx)
+        return kept, len(tokens) - len(kept)
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    def _run(self) -> None:
+        batcher = self.batcher
+        assert batcher is not None
+        idle = False
+        while True:
+            with self._cond:
+                while not self._closed and not self._incoming and (idle or not batcher.has_work()):
+                    if not self._cond.wait(timeout=0.05 if batcher.has_work() else None):
+                        break
+                if self._closed:
+                    break
+                batcher.waiting.extend(self._incoming)
+                self._incoming.clear()
+            try:
+                idle = not batcher.step()
+            except Exception as exc:  # a bug must end requests with an error, never kill the thread silently
+                log.exception("engine step failed")
+                batcher.fail_all(EngineError(f"engine error: {exc}"))
+        error = EngineError("the model was unloaded")
+        batcher.waiting.extend(self._incoming)
+        self._incoming.clear()
+        batcher.fail_all(error)
+
+    def _free_native(self) -> None:
+        if getattr(self, "batcher", None) is not None:
+            self.batcher = None
+        if getattr(self, "embedder", None) is not None:
+            self.embedder.close()
+        if self._ctx is not None:
+            lc.llama_free(self._ctx)
+            self._ctx = None
+        if self._model is not None:
+            lc.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["Engine", "RequestHandle", "ErrorEvent"]

@@ -1,0 +1,112 @@
+"""Constrained output: ``format: "json"`` and JSON Schemas turned into GBNF grammars.
+
+llama-cpp-python ships llama.cpp's JSON-Schema-to-GBNF converter; it silently ignores keywords
+it cannot enforce, which would give JSON that parses but does not validate. So the schema is
+checked first against the keywords the converter honours, and anything else is a
+:class:`~localrun.errors.GrammarError` before generation starts, naming the keyword and where it is.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
+
+from ..errors import GrammarError
+
+# Keywords that only annotate a schema: nothing to enforce.
+_ANNOTATIONS = {
+    "$schema", "$id", "$comment", "title", "description", "default", "examples", "deprecated",
+    "readOnly", "writeOnly", "$defs", "definitions", "contentMediaType", "contentEncoding",
+}
+# Keywords the converter enforces (with the constraints checked in ``_check``).
+_ENFORCED = {
+    "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems",
+    "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "pattern", "format",
+    "minLength", "maxLength",
+}
+_FORMATS = {"date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5"}
+_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
+
+
+def grammar_for(format: str | dict[str, Any] | None, grammar: str | None) -> str | None:
+    """The GBNF text for a request (raw ``grammar`` wins), or None when output is free."""
+    if grammar is not None:
+        if not isinstance(grammar, str) or not grammar.strip():
+            raise GrammarError("grammar must be a non-empty GBNF string")
+        return grammar
+    if format is None or format == "":
+        return None
+    if format == "json":
+        return JSON_GBNF
+    if isinstance(format, str):
+        try:
+            format = json.loads(format)
+        except ValueError:
+            raise GrammarError(f"format must be \"json\" or a JSON Schema object, got {format!r}") from None
+    if not isinstance(format, dict):
+        raise GrammarError("format must be \"json\" or a JSON Schema object")
+    return schema_to_gbnf(format)
+
+
+def schema_to_gbnf(schema: dict[str, Any]) -> str:
+    """Convert a JSON Schema; GrammarError for any feature the output could not be held to."""
+    _check(schema, "#", schema)
+    try:
+        return str(json_schema_to_gbnf(json.dumps(schema)))
+    except (AssertionError, ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise GrammarError(f"JSON schema cannot be enforced: {exc}") from exc
+
+
+def _check(node: Any, where: str, root: dict[str, Any]) -> None:
+    if isinstance(node, bool):
+        if node is True:
+            return
+        raise GrammarError(f"JSON schema at {where}: 'false' schemas are not supported")
+    if not isinstance(node, dict):
+        raise GrammarError(f"JSON schema at {where}: expected an object, got {type(node).__name__}")
+    for key in node:
+        if key not in _ENFORCED and key not in _ANNOTATIONS:
+            raise GrammarError(f"JSON schema keyword {key!r} at {where} is not supported "
+                               "(it could not be enforced during generation)")
+    kinds = node.get("type")
+    for kind in kinds if isinstance(kinds, list) else [kinds] if kinds is not None else []:
+        if kind not in _TYPES:
+            raise GrammarError(f"JSON schema at {where}: unknown type {kind!r}")
+    if "format" in node and node["format"] not in _FORMATS:
+        raise GrammarError(f"JSON schema string format {node['format']!r} at {where} is not supported "
+                           f"(supported: {', '.join(sorted(_FORMATS))})")
+    if ("minLength" in node or "maxLength" in node) and ("pattern" in node or "format" in node
+                                                         or node.get("type") != "string"):
+        raise GrammarError(f"JSON schema at {where}: minLength/maxLength need type \"string\" "
+                           "and no pattern or format")
+    if "pattern" in node:
+        pattern = node["pattern"]
+        if not (isinstance(pattern, str) and pattern.startswith("^") and pattern.endswith("$")):
+            raise GrammarError(f"JSON schema pattern at {where} must be anchored with ^...$")
+    if "allOf" in node:
+        for i, part in enumerate(node["allOf"]):
+            if not isinstance(part, dict) or set(part) - _ANNOTATIONS - {"properties", "required", "type",
+                                                                          "$ref", "anyOf"}:
+                raise GrammarError(f"JSON schema allOf at {where}/allOf/{i}: only object schemas "
+                                   "with properties can be combined")
+    if "$ref" in node:
+        ref = node["$ref"]
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            raise GrammarError(f"JSON schema $ref {ref!r} at {where}: only local references (#/...) are supported")
+    for key in ("properties", "$defs", "definitions"):
+        for name, sub in (node.get(key) or {}).items():
+            _check(sub, f"{where}/{key}/{name}", root)
+    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+        for i, sub in enumerate(node.get(key) or []):
+            _check(sub, f"{where}/{key}/{i}", root)
+    items = node.get("items")
+    if isinstance(items, list):
+        for i, sub in enumerate(items):
+            _check(sub, f"{where}/items/{i}", root)
+    elif items is not None:
+        _check(items, f"{where}/items", root)
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict):
+        _check(extra, f"{where}/additionalProperties", root)

@@ -1,0 +1,172 @@
+"""The unified KV cache of one context: sequence ids, the shared prefix tree, eviction.
+
+Every llama sequence id is in exactly one state:
+
+- free: holds no cells;
+- active: a running request's sequence; it holds positions ``[0, n_past)``, of which
+  ``[0, lease.shared_len)`` are the tree's cells (copied with ``llama_memory_seq_cp``, so a
+  prefix exists once) and the rest are private;
+- idle holder: a finished request's sequence kept as cache; it owns one tree leaf and holds
+  exactly the positions of the path from the root to that leaf.
+
+Each tree leaf is owned by one sequence whose cells cover the whole path to it, so any leaf
+below a matched node can lend the match with ``seq_cp``. A sequence that computed cells the tree
+already has (two requests prefilled the same text at once) drops its copies and takes the
+tree's instead (``seq_rm`` + ``seq_cp``) when it registers, so every cached position is counted
+once and ``used_cells`` is exact. Models whose cache cannot be partially removed (recurrent,
+hybrid) run with the prefix cache disabled: every request recomputes its prompt.
+
+Owned by the engine thread; nothing here is thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import llama_cpp as lc
+
+from .radix import RadixCache, RadixNode
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Lease:
+    """An active sequence's hold on the cache: its id, shared prefix length and locked node."""
+
+    seq_id: int
+    cached: int                      # prompt tokens reused at admission
+    shared_len: int                  # positions [0, shared_len) are tree cells
+    node: RadixNode | None = None    # locked; ends at shared_len
+
+
+class KVCache:
+    def __init__(self, mem: lc.llama_memory_t, n_cells: int, n_seq_max: int, enabled: bool) -> None:
+        self.mem = mem
+        self.n_cells = n_cells
+        self.enabled = enabled
+        self.tree = RadixCache()
+        self._free = list(range(n_seq_max - 1, -1, -1))  # pop() gives the lowest id
+        self._owned: dict[int, RadixNode] = {}
+        self._active: set[int] = set()
+
+    # -- sequences ---------------------------------------------------------------------
+    def acquire(self, prompt: list[int]) -> Lease:
+        """Take a sequence id for a new request and give it the longest cached prefix of
+        ``prompt`` (never the whole prompt: its last token must be decoded for fresh logits)."""
+        seq = self._take_id()
+        self._active.add(seq)
+        if not self.enabled or len(prompt) < 2:
+            return Lease(seq, 0, 0)
+        match = self.tree.match_prefix(prompt[:-1])
+        if match.length == 0:
+            return Lease(seq, 0, 0)
+        owner = self.tree.path_owner(match.node)
+        assert owner is not None and owner != seq
+        lc.llama_memory_seq_cp(self.mem, owner, seq, 0, match.length)
+        self.tree.lock(match.node)
+        return Lease(seq, match.length, match.length, match.node)
+
+    def register(self, lease: Lease, tokens: list[int]) -> None:
+        """Make the KV of ``tokens`` (positions 0..len-1, computed by this active sequence)
+        part of the shared cache, so other requests can reuse it."""
+        if not self.enabled or len(tokens) <= lease.shared_len:
+            return
+        seq = lease.seq_id
+        match = self.tree.match_prefix(tokens)
+        if match.length > lease.shared_len:  # our own cells duplicate cached ones: use theirs
+            other = self.tree.path_owner(match.node)
+            assert other is not None and other != seq
+            if not lc.llama_memory_seq_rm(self.mem, seq, lease.shared_len, match.length):
+                self._disable("partial removal refused")
+                return
+            lc.llama_memory_seq_cp(self.mem, other, seq, lease.shared_len, match.length)
+        node = match.node
+        if match.length < len(tokens):
+            result = self.tree.insert(tokens, seq)
+            node = result.node
+            displaced = result.displaced_owner
+            if displaced is not None:
+                self._owned.pop(displaced, None)
+                if displaced != seq and displaced not in self._active:
+                    self._drop(displaced)  # an idle holder whose path we now cover
+            self._owned[seq] = node
+        self.tree.lock(node)
+        if lease.node is not None:
+            self.tree.unlock(lease.node)
+        lease.node, lease.shared_len = node, len(tokens)
+
+    def release(self, lease: Lease, tokens: list[int], keep: bool) -> None:
+        """A request ended; with ``keep`` its KV (``tokens`` = those with KV) stays as cache."""
+        seq = lease.seq_id
+        if keep:
+            self.register(lease, tokens)
+        if lease.node is not None:
+            self.tree.unlock(lease.node)
+            lease.node = None
+        self._active.discard(seq)
+        node = self._owned.get(seq) if self.enabled else None
+        if node is not None:  # idle holder: keep exactly the path to its leaf
+            if not lc.llama_memory_seq_rm(self.mem, seq, node.end, -1):
+                self._disable("partial removal refused")
+        else:
+            self._drop(seq)
+
+    # -- memory ------------------------------------------------------------------------
+    @property
+    def cached_cells(self) -> int:
+        return self.tree.total_size
+
+    def evict(self, num_tokens: int) -> int:
+        """Free at least ``num_tokens`` cached cells if possible (LRU leaves first)."""
+        if not self.enabled or num_tokens <= 0:
+            return 0
+        freed = self.tree.evict(num_tokens, self._on_evict)
+        if freed:
+            log.debug("prefix cache: evicted %d tokens", freed)
+        return freed
+
+    def evict_all(self) -> int:
+        return self.evict(self.tree.evictable_size)
+
+    def _on_evict(self, leaf: RadixNode, inherited: bool) -> None:
+        owner = leaf.owner
+        assert owner is not None and owner not in self._active, "evicted a leaf of a running sequence"
+        self._owned.pop(owner, None)
+        if inherited and lc.llama_memory_seq_rm(self.mem, owner, leaf.start, -1):
+            assert leaf.parent is not None
+            self._owned[owner] = leaf.parent
+            return
+        if inherited:  # cannot cut the tail off: the parent must not point at this sequence
+            self._disable("partial removal refused")
+            return
+        self._drop(owner)
+
+    def _take_id(self) -> int:
+        while not self._free:
+            if not self.enabled or self.tree.evict(1, self._on_evict) == 0:
+                raise RuntimeError("no free sequence id (more active sequences than slots?)")
+        return self._free.pop()
+
+    def _drop(self, seq: int) -> None:
+        lc.llama_memory_seq_rm(self.mem, seq, -1, -1)  # whole sequence: never fails
+        self._owned.pop(seq, None)
+        self._free.append(seq)
+
+    def _disable(self, why: str) -> None:
+        """Fall back to recomputing: forget every cached prefix (running requests keep theirs)."""
+        log.warning("prefix cache disabled: %s", why)
+        self.enabled = False
+        for seq in list(self._owned):
+            if seq not in self._active:
+                self._drop(seq)
+        self._owned.clear()
+        self.tree = RadixCache()
+
+    def check_integrity(self) -> None:
+        """Tree invariants plus: owners are exactly the owned sequences, none is free."""
+        self.tree.check_integrity()
+        owners = {owner for _, owner in self.tree.leaf_owners()}
+        assert owners == set(self._owned), f"{owners} != {set(self._owned)}"
+        assert not (set(self._free) & (self._active | set(self._owned)))

@@ -1,0 +1,276 @@
+"""Thin, typed wrappers over llama-cpp-python's low-level API: model, context, vocab, batch.
+
+Everything that touches a raw ``llama_cpp`` pointer for loading and tokenising lives here, so
+the engine loop reads in domain terms. Pitfalls handled here (see ENGINE_NOTES.md):
+``use_extra_bufts=False`` always (AMX buffers crash this VM), ``swa_full=True`` for sliding-
+window models so that reused prefixes stay valid, ``n_seq_max`` covering every sequence id.
+
+Thread-safety: the model and vocab are read-only after load, so tokenising and detokenising are
+safe from any thread; a context belongs to the one thread that decodes on it.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as lc
+import numpy as np
+
+from ..errors import EngineError, InvalidModelFile
+from .types import LoadOptions
+
+log = logging.getLogger(__name__)
+
+# Flash attention off: the CPU kernel accumulates in half precision in an order that depends on
+# which cells other sequences occupy, so a seeded request drifted when others ran alongside
+# (and even alone, run twice). Without it the same seed and prompt give the same text.
+FLASH_ATTN = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+
+_init_lock = threading.Lock()
+_initialised = False
+_LOG_LEVELS = {2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
+
+
+def _forward_log(level: int, text: bytes, _user: object) -> None:
+    if level >= 3:
+        log.debug("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+
+
+_LOG_CALLBACK = lc.llama_log_callback(_forward_log)  # module-level: ctypes keeps no reference
+
+
+def init_backend() -> None:
+    """Initialise llama.cpp once per process and route its log lines to DEBUG."""
+    global _initialised
+    with _init_lock:
+        if not _initialised:
+            lc.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p())
+            lc.llama_backend_init()
+            _initialised = True
+
+
+def default_threads() -> int:
+    """Threads for decoding: the CPUs this process may use (llama.cpp's kernels scale to all of them)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def check_gguf(path: str) -> None:
+    """Raise InvalidModelFile unless ``path`` is a readable file starting with the GGUF magic."""
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidModelFile(f"model file not found: {path}")
+    with p.open("rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise InvalidModelFile(f"{p.name} is not a GGUF file")
+
+
+def load_model(path: str, options: LoadOptions) -> lc.llama_model_p:
+    """Load the weights; raises InvalidModelFile when llama.cpp rejects the file."""
+    check_gguf(path)
+    init_backend()
+    params = lc.llama_model_default_params()
+    params.use_extra_bufts = False  # AMX repacked buffers SIGSEGV under this VM (ENGINE_NOTES.md)
+    params.use_mmap = options.use_mmap
+    if options.num_gpu is not None:
+        params.n_gpu_layers = options.num_gpu
+    params.main_gpu = options.main_gpu
+    model = lc.llama_model_load_from_file(path.encode(), params)
+    if not model:
+        raise InvalidModelFile(f"llama.cpp could not load {Path(path).name} (truncated or unsupported GGUF)")
+    return model
+
+
+def meta(model: lc.llama_model_p, key: str) -> str | None:
+    buf = ctypes.create_string_buffer(65536)
+    n = lc.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    if n < 0:
+        return None
+    if n >= len(buf):
+        buf = ctypes.create_string_buffer(n + 1)
+        lc.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    return buf.value.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True, slots=True)
+class ContextSpec:
+    n_ctx: int
+    n_seq_max: int
+    n_batch: int
+    n_threads: int
+    swa_full: bool
+    embeddings: bool = False
+    pooling: int | None = None  # llama_pooling_type, None = the model's
+
+
+def create_context(model: lc.llama_model_p, spec: ContextSpec) -> lc.llama_context_p:
+    params = lc.llama_context_default_params()
+    params.n_ctx = spec.n_ctx
+    params.n_batch = spec.n_batch
+    params.n_ubatch = spec.n_batch
+    params.n_seq_max = spec.n_seq_max
+    params.n_threads = params.n_threads_batch = spec.n_threads
+    params.kv_unified = True
+    params.swa_full = spec.swa_full
+    params.flash_attn_type = FLASH_ATTN
+    params.no_perf = True
+    if spec.embeddings:
+        params.embeddings = True
+        if spec.pooling is not None:
+            params.pooling_type = spec.pooling
+    ctx = lc.llama_init_from_model(model, params)
+    if not ctx:
+        raise EngineError(f"llama.cpp could not create a context of {spec.n_ctx} tokens "
+                          f"for {spec.n_seq_max} sequences (out of memory?)")
+    return ctx
+
+
+class Vocab:
+    """Tokenizer and token pieces of a loaded model (read-only, thread-safe)."""
+
+    def __init__(self, model: lc.llama_model_p) -> None:
+        self.ptr = lc.llama_model_get_vocab(model)
+        self.n_vocab = int(lc.llama_vocab_n_tokens(self.ptr))
+        self.bos = int(lc.llama_vocab_bos(self.ptr))
+        self.eos = int(lc.llama_vocab_eos(self.ptr))
+        self.add_bos = bool(lc.llama_vocab_get_add_bos(self.ptr))
+        self._pieces: dict[int, bytes] = {}
+        self._lock = threading.Lock()
+        self._utf8_cache: tuple[np.ndarray, list[int]] | None = None
+        self._eog = {t for t in (self.eos, int(lc.llama_vocab_eot(self.ptr))) if t >= 0}
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8", "replace")
+        capacity = len(data) + 16
+        buf = (lc.llama_token * capacity)()
+        n = lc.llama_tokenize(self.ptr, data, len(data), buf, capacity, add_special, parse_special)
+        if n < 0:
+            capacity = -n
+            buf = (lc.llama_token * capacity)()
+            n = lc.llama_tokenize(self.ptr, data, len(data), buf, capacity, add_special, parse_special)
+        if n < 0:
+            raise EngineError("tokenization failed")
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token prints as; empty for control tokens (never printed)."""
+        cached = self._pieces.get(token)
+        if cached is not None:
+            return cached
+        buf = ctypes.create_string_buffer(64)
+        n = lc.llama_token_to_piece(self.ptr, token, buf, len(buf), 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(self.ptr, token, buf, len(buf), 0, False)
+        piece = buf.raw[:max(n, 0)]
+        with self._lock:
+            self._pieces[token] = piece
+        return piece
+
+    def text_of(self, token: int, *, special: bool = True) -> str:
+        """A token's text for display (logprobs): special tokens by name."""
+        buf = ctypes.create_string_buffer(256)
+        n = lc.llama_token_to_piece(self.ptr, token, buf, len(buf), 0, special)
+        return buf.raw[:max(n, 0)].decode("utf-8", "replace")
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
+
+    def _utf8_classes(self) -> tuple[np.ndarray, list[int]]:
+        with self._lock:
+            cached = self._utf8_cache
+        if cached is not None:
+            return cached
+        broken: list[int] = []
+        continuation: list[int] = []
+        for token in range(self.n_vocab):
+            piece = self.piece(token)
+            if piece and piece[0] & 0xC0 == 0x80:
+                continuation.append(token)
+            try:  # a leading continuation byte fails here too
+                codecs.getincrementaldecoder("utf-8")("strict").decode(piece, final=False)
+            except UnicodeDecodeError:
+                broken.append(token)
+        result = (np.array(broken, dtype=np.int64), continuation)
+        with self._lock:
+            self._utf8_cache = result
+        return result
+
+    def broken_utf8_tokens(self) -> np.ndarray:
+        """Tokens whose bytes cannot follow a complete character (computed once, on demand)."""
+        return self._utf8_classes()[0]
+
+    def continuation_tokens(self) -> list[int]:
+        """Tokens whose bytes start with a UTF-8 continuation byte."""
+        return self._utf8_classes()[1]
+
+    def is_eog(self, token: int) -> bool:
+        return token in self._eog or bool(lc.llama_vocab_is_eog(self.ptr, token))
+
+    def special_text(self, token: int) -> str:
+        return self.text_of(token, special=True) if token >= 0 else ""
+
+
+class Batch:
+    """A llama_batch whose arrays are numpy arrays we own (filled with slice assignments).
+
+    ``seq_id[i]`` points at ``_seq[i]``: one sequence per token, which is all the engine uses.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.token = np.zeros(capacity, dtype=np.int32)
+        self.pos = np.zeros(capacity, dtype=np.int32)
+        self.n_seq_id = np.ones(capacity, dtype=np.int32)
+        self.seq = np.zeros(capacity, dtype=np.int32)
+        self.logits = np.zeros(capacity, dtype=np.int8)
+        base = self.seq.ctypes.data
+        self._seq_ptrs = (ctypes.POINTER(ctypes.c_int32) * capacity)(
+            *[ctypes.cast(base + 4 * i, ctypes.POINTER(ctypes.c_int32)) for i in range(capacity)]
+        )
+        self.struct = lc.llama_batch()
+        self.struct.token = self.token.ctypes.data_as(ctypes.POINTER(lc.llama_token))
+        self.struct.embd = ctypes.cast(None, ctypes.POINTER(ctypes.c_float))
+        self.struct.pos = self.pos.ctypes.data_as(ctypes.POINTER(lc.llama_pos))
+        self.struct.n_seq_id = self.n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        self.struct.seq_id = ctypes.cast(self._seq_ptrs, ctypes.POINTER(ctypes.POINTER(lc.llama_seq_id)))
+        self.struct.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        self.n_tokens = 0
+
+    def clear(self) -> None:
+        self.n_tokens = 0
+
+    def add(self, seq_id: int, start_pos: int, tokens: list[int], want_last_logits: bool) -> int:
+        """Append ``tokens`` for ``seq_id`` at positions ``start_pos...``; returns the output row
+        index of the last token (meaningful when ``want_last_logits``)."""
+        n, end = self.n_tokens, self.n_tokens + len(tokens)
+        self.token[n:end] = tokens
+        self.pos[n:end] = np.arange(start_pos, start_pos + len(tokens), dtype=np.int32)
+        self.seq[n:end] = seq_id
+        self.logits[n:end] = 0
+        if want_last_logits:
+            self.logits[end - 1] = 1
+        self.n_tokens = end
+        return end - 1
+
+    def add_one(self, seq_id: int, pos: int, token: int) -> int:
+        n = self.n_tokens
+        self.token[n] = token
+        self.pos[n] = pos
+        self.seq[n] = seq_id
+        self.logits[n] = 1
+        self.n_tokens = n + 1
+        return n
+
+    def decode(self, ctx: lc.llama_context_p) -> int:
+        self.struct.n_tokens = self.n_tokens
+        return int(lc.llama_decode(ctx, self.struct))

@@ -1,0 +1,283 @@
+"""Per-sequence native sampling: option validation, llama_sampler chains, grammar, logprobs.
+
+Each sequence owns one chain (penalty history and RNG are per stream, so a seed reproduces
+the same text whatever runs alongside) and, when output is constrained, one grammar sampler
+kept outside the chain. Chain order is llama.cpp's: penalties, top_k, typical_p, top_p, min_p,
+temperature, then dist (or greedy when temperature is 0).
+
+Speed: penalties over a 262k vocabulary cost more than the rest of the chain. When they can only
+lower logits (repeat_penalty >= 1, presence/frequency >= 0) and a top_k applies, the chain first
+keeps the top ``k + repeat_last_n`` tokens, which provably contains the top k after penalising
+at most ``repeat_last_n`` distinct tokens, so the result is the same as penalising everything.
+
+Grammar: the chain samples first and the grammar only checks that one token; only when it is
+rejected is the grammar applied to the whole vocabulary and the chain run again (llama.cpp's
+common sampler does the same). A token is accepted by the grammar only after it passed the
+grammar, because a rejected accept throws inside llama.cpp.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import math
+import secrets
+from dataclasses import dataclass
+
+import llama_cpp as lc
+import numpy as np
+
+from ..errors import GrammarError, OptionError
+from .native import Vocab
+from .types import SamplingOptions, TokenLogprob
+
+MAX_TOP_LOGPROBS = 20
+MAX_STOP = 16
+_TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
+
+
+def validate(options: SamplingOptions) -> None:
+    """Raise OptionError naming the first impossible option."""
+    def number(name: str, value: object, low: float, high: float) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise OptionError(f"{name} must be a finite number, got {value!r}")
+        if not low <= value <= high:
+            raise OptionError(f"{name} must be between {low:g} and {high:g}, got {value!r}")
+        return float(value)
+
+    def integer(name: str, value: object, low: int, high: int | None = None) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise OptionError(f"{name} must be a whole number, got {value!r}")
+        if value < low or (high is not None and value > high):
+            bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+            raise OptionError(f"{name} must be {bound}, got {value}")
+        return value
+
+    number("temperature", options.temperature, 0.0, 100.0)
+    integer("top_k", options.top_k, 0)
+    number("top_p", options.top_p, 0.0, 1.0)
+    number("min_p", options.min_p, 0.0, 1.0)
+    number("typical_p", options.typical_p, 0.0, 1.0)
+    number("repeat_penalty", options.repeat_penalty, 0.0, 100.0)
+    integer("repeat_last_n", options.repeat_last_n, -1)
+    number("presence_penalty", options.presence_penalty, -2.0, 2.0)
+    number("frequency_penalty", options.frequency_penalty, -2.0, 2.0)
+    if options.seed is not None:
+        integer("seed", options.seed, -(2**63))
+    if options.num_predict is not None:
+        integer("num_predict", options.num_predict, -2)
+    if not isinstance(options.stop, (tuple, list)) or not all(isinstance(s, str) for s in options.stop):
+        raise OptionError("stop must be a list of strings")
+    if len(options.stop) > MAX_STOP:
+        raise OptionError(f"at most {MAX_STOP} stop strings are supported, got {len(options.stop)}")
+    integer("top_logprobs", options.top_logprobs, 0, MAX_TOP_LOGPROBS)
+
+
+def resolve_seed(seed: int | None) -> int:
+    """A 32-bit seed for llama_sampler_init_dist (None: random; 0xFFFFFFFF means random there)."""
+    if seed is None:
+        return secrets.randbelow(0xFFFFFFFF)
+    value = seed & 0xFFFFFFFF
+    return value if value != 0xFFFFFFFF else 0xFFFFFFFE
+
+
+class TokenData:
+    """A reusable llama_token_data_array over the whole vocabulary (one per engine thread)."""
+
+    def __init__(self, n_vocab: int) -> None:
+        self.n_vocab = n_vocab
+        self.data = np.zeros(n_vocab, dtype=_TOKEN_DATA)
+        self.data["id"] = np.arange(n_vocab, dtype=np.int32)
+        self.array = lc.llama_token_data_array()
+        self.array.data = self.data.ctypes.data_as(lc.llama_token_data_p)
+        self.one = np.zeros(1, dtype=_TOKEN_DATA)
+        self.one_array = lc.llama_token_data_array()
+        self.one_array.data = self.one.ctypes.data_as(lc.llama_token_data_p)
+        self.ref = ctypes.byref(self.array)
+        self.one_ref = ctypes.byref(self.one_array)
+
+    def fill(self, logits: np.ndarray) -> None:
+        self.data["id"] = np.arange(self.n_vocab, dtype=np.int32)  # samplers reorder in place
+        self.data["logit"] = logits
+        self.data["p"] = 0.0
+        self.array.size = self.n_vocab
+        self.array.selected = -1
+        self.array.sorted = False
+
+
+@dataclass(slots=True)
+class Sampler:
+    """The native samplers of one sequence; free() must be called exactly once."""
+
+    chain: int
+    grammar: int | None
+    greedy: bool
+    logprobs: bool
+    top_logprobs: int
+    utf8_tail: bytes = b""   # grammar mode: the output's incomplete last character
+
+    def free(self) -> None:
+        if self.chain:
+            lc.llama_sampler_free(self.chain)
+            self.chain = 0
+        if self.grammar:
+            lc.llama_sampler_free(self.grammar)
+            self.grammar = None
+
+
+def build_sampler(options: SamplingOptions, vocab: Vocab, gbnf: str | None, num_ctx: int) -> Sampler:
+    """Create the chain for ``options`` (already validated); GrammarError when GBNF is invalid."""
+    grammar = None
+    if gbnf is not None:
+        grammar = lc.llama_sampler_init_grammar(vocab.ptr, gbnf.encode(), b"root")
+        if not grammar:
+            raise GrammarError("the grammar could not be parsed (invalid GBNF)")
+    params = lc.llama_sampler_chain_default_params()
+    params.no_perf = True
+    chain = lc.llama_sampler_chain_init(params)
+
+    def add(sampler: int) -> None:
+        lc.llama_sampler_chain_add(chain, sampler)
+
+    greedy = options.temperature <= 0.0
+    last_n = num_ctx if options.repeat_last_n == -1 else options.repeat_last_n
+    repeat = options.repeat_penalty if options.repeat_penalty > 0 else 1.0
+    penalise = last_n > 0 and (repeat != 1.0 or options.presence_penalty != 0.0
+                               or options.frequency_penalty != 0.0)
+    top_k = 1 if greedy else options.top_k
+    if penalise:
+        only_lowers = repeat >= 1.0 and options.presence_penalty >= 0 and options.frequency_penalty >= 0
+        if only_lowers and top_k > 0 and top_k + last_n < vocab.n_vocab:
+            add(lc.llama_sampler_init_top_k(top_k + last_n))
+        add(lc.llama_sampler_init_penalties(vocab.n_vocab, last_n, repeat, options.frequency_penalty,
+                                            options.presence_penalty))
+    if greedy:
+        add(lc.llama_sampler_init_greedy())
+    else:
+        if options.top_k > 0:
+            add(lc.llama_sampler_init_top_k(options.top_k))
+        if 0.0 < options.typical_p < 1.0:
+            add(lc.llama_sampler_init_typical(options.typical_p, 1))
+        if options.top_p < 1.0:
+            add(lc.llama_sampler_init_top_p(options.top_p, 1))
+        if options.min_p > 0.0:
+            add(lc.llama_sampler_init_min_p(options.min_p, 1))
+        add(lc.llama_sampler_init_temp(options.temperature))
+        add(lc.llama_sampler_init_dist(resolve_seed(options.seed)))
+    return Sampler(chain=chain, grammar=grammar, greedy=greedy,
+                   logprobs=options.logprobs or options.top_logprobs > 0, top_logprobs=options.top_logprobs)
+
+
+def accept_prompt(sampler: Sampler, tokens: list[int], last_n: int) -> None:
+    """Feed prompt tokens into the penalty history (never into the grammar)."""
+    for token in tokens[-last_n:] if last_n > 0 else ():
+        lc.llama_sampler_accept(sampler.chain, token)
+
+
+class GrammarDeadEnd(Exception):
+    """No token of the vocabulary can continue the grammar."""
+
+
+def sample(sampler: Sampler, ctx: lc.llama_context_p, row: int, scratch: TokenData, vocab: Vocab) -> int:
+    """Sample the next token from output row ``row`` and record it in the sampler state.
+
+    With a grammar, the token must also keep the output valid UTF-8: llama.cpp's grammar
+    counts a malformed byte sequence as one character where the text shows several U+FFFD,
+    which could break maxLength or a pattern (byte tokens from a small vocabulary do that).
+    """
+    if sampler.grammar is None:
+        return int(lc.llama_sampler_sample(sampler.chain, ctx, row))
+    logits = logits_row(ctx, row, vocab.n_vocab)
+    scratch.fill(logits)
+    lc.llama_sampler_apply(sampler.chain, scratch.ref)
+    token = int(scratch.data["id"][scratch.array.selected])
+    if vocab.is_eog(token) or not _allowed(sampler, token, scratch, vocab):
+        scratch.fill(logits)
+        lc.llama_sampler_apply(sampler.grammar, scratch.ref)  # masks in place, keeps order: row i is token i
+        _mask_broken_utf8(sampler.utf8_tail, scratch, vocab)
+        if not np.isfinite(scratch.data["logit"][: scratch.array.size]).any():
+            raise GrammarDeadEnd("no token can continue the grammar")
+        lc.llama_sampler_apply(sampler.chain, scratch.ref)
+        selected = scratch.array.selected
+        token = int(scratch.data["id"][selected])
+        if not math.isfinite(float(scratch.data["logit"][selected])) or not (
+                vocab.is_eog(token) or _allowed(sampler, token, scratch, vocab)):
+            raise GrammarDeadEnd("sampling picked a token the grammar forbids")
+    if vocab.is_eog(token):
+        return token  # the grammar is complete; nothing to accept
+    lc.llama_sampler_accept(sampler.grammar, token)
+    lc.llama_sampler_accept(sampler.chain, token)
+    sampler.utf8_tail = _incomplete_tail(sampler.utf8_tail + vocab.piece(token))
+    return token
+
+
+def _allowed(sampler: Sampler, token: int, scratch: TokenData, vocab: Vocab) -> bool:
+    assert sampler.grammar is not None
+    return _valid_utf8_prefix(sampler.utf8_tail + vocab.piece(token)) and _grammar_allows(
+        sampler.grammar, token, scratch)
+
+
+def _valid_utf8_prefix(data: bytes) -> bool:
+    try:
+        codecs.getincrementaldecoder("utf-8")("strict").decode(data, final=False)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _incomplete_tail(data: bytes) -> bytes:
+    """The trailing bytes of ``data`` that start a character not finished yet (0-3 bytes)."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 == 0x80:
+            continue  # a continuation byte: look further back for the lead byte
+        if byte < 0xC0:
+            return b""
+        need = 4 if byte >= 0xF0 else 3 if byte >= 0xE0 else 2
+        return data[-back:] if back < need else b""
+    return b""
+
+
+def _mask_broken_utf8(tail: bytes, scratch: TokenData, vocab: Vocab) -> None:
+    """Set -inf on tokens that would make the output invalid UTF-8 (rows are token ids here)."""
+    logit = scratch.data["logit"]
+    if tail:
+        keep = [t for t in vocab.continuation_tokens() if _valid_utf8_prefix(tail + vocab.piece(t))]
+        allowed = np.full(vocab.n_vocab, -np.inf, dtype=np.float32)
+        allowed[keep] = 0.0
+        logit += allowed
+    else:
+        bad = vocab.broken_utf8_tokens()
+        if len(bad):
+            logit[bad] = -np.inf
+
+
+def _grammar_allows(grammar: int, token: int, scratch: TokenData) -> bool:
+    scratch.one["id"][0] = token
+    scratch.one["logit"][0] = 1.0
+    scratch.one_array.size = 1
+    scratch.one_array.selected = -1
+    scratch.one_array.sorted = False
+    lc.llama_sampler_apply(grammar, scratch.one_ref)
+    return bool(np.isfinite(scratch.one["logit"][0]))
+
+
+def logits_row(ctx: lc.llama_context_p, row: int, n_vocab: int) -> np.ndarray:
+    ptr = lc.llama_get_logits_ith(ctx, row)
+    if not ptr:
+        raise RuntimeError(f"no logits for output row {row}")
+    return np.ctypeslib.as_array(ptr, shape=(n_vocab,))
+
+
+def token_logprobs(ctx: lc.llama_context_p, row: int, n_vocab: int, token: int, top: int,
+                   vocab: Vocab) -> TokenLogprob:
+    """Log-probability of ``token`` under the model's raw distribution, plus the ``top`` best."""
+    logits = logits_row(ctx, row, n_vocab).astype(np.float64)
+    peak = logits.max()
+    lse = peak + math.log(float(np.exp(logits - peak).sum()))
+    best: tuple[tuple[str, float], ...] = ()
+    if top > 0:
+        idx = np.argpartition(-logits, top)[:top] if top < n_vocab else np.arange(n_vocab)
+        idx = idx[np.argsort(-logits[idx], kind="stable")]
+        best = tuple((vocab.text_of(int(i)), float(logits[i] - lse)) for i in idx)
+    return TokenLogprob(token=vocab.text_of(token), logprob=float(logits[token] - lse), top=best)

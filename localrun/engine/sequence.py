@@ -1,0 +1,102 @@
+"""A request in flight: its handle (caller side) and its sequence state (engine side)."""
+
+from __future__ import annotations
+
+import enum
+import queue
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from .detok import TextStream
+from .kvcache import Lease
+from .sampling import Sampler
+from .types import Event
+
+
+class RequestHandle:
+    """The caller's end of a request: a thread-safe stream of events.
+
+    Iterating blocks and ends after the DoneEvent or ErrorEvent. ``cancel()`` may be called from
+    any thread; the engine retires the sequence within one step and ends the stream with
+    DoneEvent(CANCELLED).
+    """
+
+    def __init__(self, request_id: int, wake: Callable[[], None]) -> None:
+        self.request_id = request_id
+        self._events: queue.SimpleQueue[Event] = queue.SimpleQueue()
+        self._wake = wake
+        self._finished = False
+        self.cancelled = False
+
+    def __iter__(self) -> Iterator[Event]:
+        while not self._finished:
+            event = self._events.get()
+            if _is_last(event):
+                self._finished = True
+            yield event
+
+    def get(self, timeout: float | None = None) -> Event | None:
+        """The next event, or None after ``timeout`` seconds (or when the stream has ended)."""
+        if self._finished:
+            return None
+        try:
+            event = self._events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if _is_last(event):
+            self._finished = True
+        return event
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self._wake()
+
+    def put(self, event: Event) -> None:
+        """Engine side: deliver one event."""
+        self._events.put(event)
+
+
+def _is_last(event: Event) -> bool:
+    from .types import DoneEvent, ErrorEvent
+
+    return isinstance(event, (DoneEvent, ErrorEvent))
+
+
+class SeqState(enum.Enum):
+    WAITING = "waiting"   # queued, no sequence id yet
+    PREFILL = "prefill"   # prompt being decoded in chunks
+    DECODE = "decode"     # one token per step
+    DONE = "done"
+
+
+@dataclass(slots=True, eq=False)
+class Sequence:
+    """Engine-thread state of one request.
+
+    ``tokens`` is the prompt followed by the generated tokens; positions ``[0, n_past)`` have KV
+    in the context under ``lease.seq_id``. In DECODE the last token is the one to decode next.
+    """
+
+    handle: RequestHandle
+    tokens: list[int]
+    prompt_len: int
+    truncated: int
+    sampler: Sampler
+    text: TextStream
+    num_ctx: int
+    num_predict: int | None
+    last_n: int                                  # penalty window fed with prompt tokens
+    state: SeqState = SeqState.WAITING
+    lease: Lease | None = None
+    n_past: int = 0
+    row: int | None = None                       # output row in the current batch
+    chunk: int = 0                               # prompt tokens in the current batch
+    generated: int = 0
+    t_submit: float = field(default_factory=time.perf_counter)
+    t_start: float = 0.0                         # admitted
+    t_first: float = 0.0                         # first token sampled
+
+    @property
+    def cached(self) -> int:
+        return self.lease.cached if self.lease else 0

@@ -1,0 +1,274 @@
+"""The engine on the tiny GGUF: batching, prefix cache, sampling, limits, errors, embeddings."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from localrun.engine import kvcache
+from localrun.engine.batcher import SHARE_MIN
+from localrun.engine.engine import Engine
+from localrun.engine.types import (
+    DoneReason, GenerateRequest, LoadOptions, SamplingOptions, Truncation,
+)
+from localrun.errors import (
+    ContextOverflow, EngineError, GrammarError, InvalidModelFile, InvalidRequest, OptionError,
+)
+
+from engine_helpers import collect
+
+GREEDY = SamplingOptions(temperature=0, num_predict=24)
+
+
+def words(n: int, offset: int = 0) -> list[int]:
+    """A deterministic token-id prompt (BOS + n ordinary tokens)."""
+    return [1] + [300 + (offset + 7 * i) % 400 for i in range(n)]
+
+
+def test_generates_streams_and_reports(tiny_engine: Engine) -> None:
+    result = collect(tiny_engine.submit(GenerateRequest("hello world", GREEDY)))
+    done = result.done
+    assert done.done_reason is DoneReason.LENGTH and done.eval_count == 24
+    assert done.prompt_eval_count == len(tiny_engine.tokenize("hello world"))
+    assert len(done.context) == done.prompt_eval_count + 24
+    assert result.text == tiny_engine.detokenize(result.generated)
+    assert done.prompt_eval_duration > 0 and done.eval_duration > 0
+
+
+def test_concurrent_requests_beyond_the_slots_all_finish(tiny_engine: Engine) -> None:
+    handles = [tiny_engine.submit(GenerateRequest(words(10 + i, i), SamplingOptions(seed=i, num_predict=30)))
+               for i in range(10)]
+    results = [collect(h) for h in handles]
+    for r in results:  # random weights may sample the end-of-generation token early
+        assert (r.done.done_reason, r.done.eval_count) == (DoneReason.LENGTH, 30) or (
+            r.done.done_reason is DoneReason.STOP and r.done.eval_count < 30)
+    assert tiny_engine.stats().slots_active == 0
+    tiny_engine.batcher.kv.check_integrity()  # type: ignore[union-attr]
+
+
+def test_same_seed_same_text_alone_and_alongside_others(tiny_engine: Engine) -> None:
+    request = GenerateRequest(words(20, 3), SamplingOptions(seed=1234, temperature=0.9, num_predict=40))
+    alone = collect(tiny_engine.submit(request)).text
+    others = [tiny_engine.submit(GenerateRequest(words(30 + i, 50 + i), SamplingOptions(num_predict=60)))
+              for i in range(3)]
+    together = collect(tiny_engine.submit(request)).text
+    for h in others:
+        collect(h)
+    assert together == alone
+    other_seed = collect(tiny_engine.submit(GenerateRequest(words(20, 3), SamplingOptions(
+        seed=99, temperature=0.9, num_predict=40)))).text
+    assert other_seed != alone
+
+
+def test_prefix_cache_hit_gives_the_same_greedy_output(tiny_gguf: Path) -> None:
+    prefix = words(128, 11)  # two num_batch chunks: the same chunking with and without the cache
+    first, second = prefix + [400, 401, 402], prefix + [500, 501, 502, 503]
+    with Engine(str(tiny_gguf), LoadOptions(num_ctx=512, num_parallel=2, num_batch=64)) as engine:
+        collect(engine.submit(GenerateRequest(first, GREEDY)))
+        hit = collect(engine.submit(GenerateRequest(second, GREEDY)))
+        engine.batcher.kv.check_integrity()  # type: ignore[union-attr]
+    with Engine(str(tiny_gguf), LoadOptions(num_ctx=512, num_parallel=2, num_batch=64)) as fresh:
+        cold = collect(fresh.submit(GenerateRequest(second, GREEDY)))
+    assert hit.done.cached_tokens == len(prefix) and cold.done.cached_tokens == 0
+    assert hit.generated == cold.generated
+
+
+def test_finished_sequences_stay_cached_until_memory_is_needed(tiny_gguf: Path) -> None:
+    with Engine(str(tiny_gguf), LoadOptions(num_ctx=128, num_parallel=2, num_batch=64)) as engine:
+        kv = engine.batcher.kv  # type: ignore[union-attr]
+        collect(engine.submit(GenerateRequest(words(60, 1), GREEDY)))
+        assert kv.cached_cells >= 60
+        again = collect(engine.submit(GenerateRequest(words(60, 1), GREEDY)))
+        assert again.done.cached_tokens == 60  # all but the last prompt token
+        for i in range(12):  # many distinct prompts: 256 cells force LRU eviction
+            collect(engine.submit(GenerateRequest(words(60, 100 + i), GREEDY)))
+            kv.check_integrity()
+            assert engine.stats().kv_cells_used <= engine.stats().kv_cells_total
+        assert collect(engine.submit(GenerateRequest(words(60, 1), GREEDY))).generated == again.generated
+
+
+def test_shared_prefix_is_computed_once_for_concurrent_requests(tiny_gguf: Path) -> None:
+    prefix = words(200, 5)
+    with Engine(str(tiny_gguf), LoadOptions(num_ctx=512, num_parallel=4, num_batch=64)) as engine:
+        handles = [engine.submit(GenerateRequest(prefix + [600 + i, 610 + i], GREEDY)) for i in range(4)]
+        results = [collect(h) for h in handles]
+        engine.batcher.kv.check_integrity()  # type: ignore[union-attr]
+        stats = engine.stats()
+    followers = sorted(r.done.cached_tokens for r in results)[1:]
+    assert all(c >= 200 - SHARE_MIN for c in followers)  # waited for the first prefill, not recomputed
+    assert stats.prefix_cache_hit_tokens == sum(followers)
+
+
+def test_cache_falls_back_to_recomputing_when_partial_removal_is_refused(
+        tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_rm = kvcache.lc.llama_memory_seq_rm
+
+    def refuse_partial(mem, seq, p0, p1):  # type: ignore[no-untyped-def]
+        return real_rm(mem, seq, p0, p1) if (p0, p1) == (-1, -1) else False
+
+    monkeypatch.setattr(kvcache.lc, "llama_memory_seq_rm", refuse_partial)
+    prompt = words(100, 2)
+    with Engine(str(tiny_gguf), LoadOptions(num_ctx=512, num_parallel=2, num_batch=64)) as engine:
+        first = collect(engine.submit(GenerateRequest(prompt, GREEDY)))
+        second = collect(engine.submit(GenerateRequest(prompt, GREEDY)))
+        assert not engine.batcher.kv.enabled  # type: ignore[union-attr]
+        third = collect(engine.submit(GenerateRequest(prompt, GREEDY)))
+    assert first.generated == second.generated == third.generated
+    assert third.done.cached_tokens == 0
+
+
+def test_cancel_ends_with_cancelled_and_frees_the_slot(tiny_engine: Engine) -> None:
+    handle = tiny_engine.submit(GenerateRequest(words(8), SamplingOptions(num_predict=None)))
+    first = handle.get(timeout=60)
+    assert first is not None
+    handle.cancel()
+    result = collect(handle)
+    assert result.done.done_reason is DoneReason.CANCELLED
+    assert collect(tiny_engine.submit(GenerateRequest(words(8), GREEDY))).done.eval_count == 24
+    assert tiny_engine.stats().slots_active == 0
+
+
+def test_generation_stops_at_the_context_limit(tiny_engine: Engine) -> None:
+    result = collect(tiny_engine.submit(GenerateRequest(words(200), SamplingOptions(temperature=0))))
+    assert result.done.done_reason is DoneReason.LENGTH
+    assert len(result.done.context) == tiny_engine.info.num_ctx == 256
+
+
+def test_long_prompt_is_truncated_from_the_front_keeping_num_keep(tiny_engine: Engine) -> None:
+    prompt = words(400)
+    result = collect(tiny_engine.submit(GenerateRequest(prompt, GreedyShort(), num_keep=10)))
+    done = result.done
+    assert done.truncated_tokens == len(prompt) - done.prompt_eval_count > 0
+    kept = list(done.context[: done.prompt_eval_count])
+    assert kept[:10] == prompt[:10] and kept[10:] == prompt[len(prompt) - (len(kept) - 10):]
+    with pytest.raises(ContextOverflow):
+        tiny_engine.submit(GenerateRequest(prompt, GREEDY, truncation=Truncation.REJECT))
+
+
+def GreedyShort() -> SamplingOptions:
+    return SamplingOptions(temperature=0, num_predict=8)
+
+
+@pytest.mark.parametrize(
+    ("request_", "error"),
+    [
+        (GenerateRequest(""), InvalidRequest),
+        (GenerateRequest("   "), InvalidRequest),
+        (GenerateRequest([]), InvalidRequest),
+        (GenerateRequest([1, 10**7]), InvalidRequest),
+        (GenerateRequest("hi", SamplingOptions(top_p=2.0)), OptionError),
+        (GenerateRequest("hi", SamplingOptions(temperature=-1)), OptionError),
+        (GenerateRequest("hi", format={"type": "integer", "minimum": 1}), GrammarError),
+        (GenerateRequest("hi", grammar="root ::= ???"), GrammarError),
+    ],
+)
+def test_bad_requests_get_clear_errors(tiny_engine: Engine, request_: GenerateRequest, error: type) -> None:
+    with pytest.raises(error):
+        tiny_engine.submit(request_)
+    assert collect(tiny_engine.submit(GenerateRequest("still fine", GreedyShort()))).done.eval_count == 8
+
+
+def test_bad_load_options_and_files(tiny_gguf: Path, tmp_path: Path) -> None:
+    with pytest.raises(OptionError):
+        Engine(str(tiny_gguf), LoadOptions(num_ctx=-5))
+    with pytest.raises(OptionError):
+        Engine(str(tiny_gguf), LoadOptions(num_parallel=0))
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a model")
+    with pytest.raises(InvalidModelFile):
+        Engine(str(junk), LoadOptions())
+    truncated = tmp_path / "cut.gguf"
+    truncated.write_bytes(tiny_gguf.read_bytes()[:5000])
+    with pytest.raises(InvalidModelFile):
+        Engine(str(truncated), LoadOptions())
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer"},
+        "ok": {"type": "boolean"},
+        "kind": {"enum": ["cat", "dog"]},
+    },
+    "required": ["name", "age", "ok", "kind"],
+}
+
+
+def test_json_schema_output_validates_even_with_random_weights(tiny_engine: Engine) -> None:
+    for seed in range(3):
+        options = SamplingOptions(temperature=1.0, seed=seed, num_predict=200)
+        result = collect(tiny_engine.submit(GenerateRequest("give me json", options, format=SCHEMA)))
+        assert result.done.done_reason is DoneReason.STOP
+        jsonschema.validate(json.loads(result.text), SCHEMA)
+
+
+def test_logprobs_are_reported_per_token(tiny_engine: Engine) -> None:
+    options = SamplingOptions(temperature=0, repeat_penalty=1.0, num_predict=6, logprobs=True, top_logprobs=3)
+    result = collect(tiny_engine.submit(GenerateRequest("hello", options)))
+    logprobs = [lp for event in result.tokens for lp in event.logprobs]
+    assert len(logprobs) == 6
+    for lp in logprobs:
+        assert lp.logprob <= 0 and len(lp.top) == 3
+        assert math.isclose(lp.top[0][1], lp.logprob, abs_tol=1e-4)  # greedy picks the best
+
+
+def test_stop_strings_end_generation(tiny_engine: Engine) -> None:
+    reference = collect(tiny_engine.submit(GenerateRequest(words(12, 9), SamplingOptions(temperature=0, num_predict=40))))
+    text = reference.text
+    stop = text[len(text) // 2: len(text) // 2 + 3]
+    cut = text.find(stop)
+    stopped = collect(tiny_engine.submit(GenerateRequest(words(12, 9), SamplingOptions(
+        temperature=0, num_predict=40, stop=(stop,)))))
+    assert stopped.text == text[:cut]
+    assert stopped.done.done_reason is DoneReason.STOP
+
+
+def test_embeddings_batch_normalised_and_truncation_reported(tiny_engine: Engine) -> None:
+    result = tiny_engine.embed(["hello world", "the model", "hello world"])
+    assert len(result.embeddings) == 3 and result.truncated == [False] * 3
+    for vec in result.embeddings:
+        assert len(vec) == tiny_engine.info.n_embd
+        assert math.isclose(sum(v * v for v in vec), 1.0, rel_tol=1e-5)
+    assert result.embeddings[0] == pytest.approx(result.embeddings[2], abs=1e-5)
+    alone = tiny_engine.embed(["the model"]).embeddings[0]
+    assert alone == pytest.approx(result.embeddings[1], abs=1e-4)
+    long_text = "hello world " * 400
+    cut = tiny_engine.embed([long_text, "short"], truncate=True)
+    assert cut.truncated == [True, False]
+    with pytest.raises(ContextOverflow):
+        tiny_engine.embed([long_text], truncate=False)
+    with pytest.raises(InvalidRequest):
+        tiny_engine.embed([])
+
+
+def test_calls_from_many_threads_and_close(tiny_gguf: Path) -> None:
+    engine = Engine(str(tiny_gguf), LoadOptions(num_ctx=256, num_parallel=2, num_batch=32))
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        try:
+            collect(engine.submit(GenerateRequest(words(5, i), SamplingOptions(num_predict=10))))
+            engine.embed([f"text {i}"])
+            engine.stats()
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    pending = engine.submit(GenerateRequest(words(5), SamplingOptions(num_predict=None)))
+    engine.close()
+    engine.close()  # idempotent
+    events = list(pending)
+    assert events  # the stream ends (done or error) instead of hanging
+    with pytest.raises(EngineError):
+        engine.submit(GenerateRequest("after close"))
