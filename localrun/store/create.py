@@ -65,6 +65,8 @@ def resolve_path(value: str, base_dir: Path, what: str) -> Path:
             f"{what} {value} is a directory; localrun imports .gguf files "
             "(convert safetensors with llama.cpp's convert_hf_to_gguf.py first)"
         )
+    if not path.is_file():  # a FIFO would block open() forever; devices never end
+        raise ModelfileError(f"{what} {value} is not a regular file (a device, FIFO or socket cannot be a model)")
     return path
 
 
