@@ -26,6 +26,7 @@ _BOOL = {"use_mmap", "logprobs"}
 _LOAD = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "use_mmap"}
 _SAMPLING = {f.name for f in dataclasses.fields(SamplingOptions)}
 _DEFAULT_LOAD = LoadOptions()
+MAX_THREADS = 512  # ggml's GGML_MAX_N_THREADS: more aborts the runner process
 IGNORED = {"numa", "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mlock", "embedding_only", "tfs_z",
            "mirostat", "mirostat_tau", "mirostat_eta", "penalize_newline", "rope_frequency_base",
            "rope_frequency_scale", "num_gqa"}
@@ -44,6 +45,8 @@ def check_option(name: str, value: Any) -> Any:
             name == "num_gpu" and value == -1
         ):
             raise OptionError(f"option {name!r} must not be negative, got {value}")
+        if name == "num_thread" and value > MAX_THREADS:
+            raise OptionError(f"option 'num_thread' must be at most {MAX_THREADS}, got {value}")
         return value
     if name in _FLOAT:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -102,6 +105,10 @@ def merge_options(
         load_kwargs["num_gpu"] = None  # Ollama's "-1": let the fit check decide
     if n_ctx_train and load_kwargs.get("num_ctx", _DEFAULT_LOAD.num_ctx) > n_ctx_train:
         load_kwargs["num_ctx"] = n_ctx_train  # as Ollama does: never beyond the trained context
+    # A batch larger than the context buys nothing and makes the engine allocate num_batch-sized buffers
+    # (num_batch 10**15 was a MemoryError 500); llama.cpp's server clamps it the same way.
+    load_kwargs["num_batch"] = min(load_kwargs.get("num_batch", _DEFAULT_LOAD.num_batch),
+                                   load_kwargs.get("num_ctx", _DEFAULT_LOAD.num_ctx))
     load = LoadOptions(num_parallel=num_parallel, **load_kwargs)
     sampling_kwargs = {k: v for k, v in merged.items() if k in _SAMPLING}
     if sampling_kwargs.get("num_predict") is not None and sampling_kwargs["num_predict"] < 0:
@@ -123,9 +130,12 @@ def parse_keep_alive(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise OptionError(f"'keep_alive' must be a duration like '5m' or a number of seconds, got {value!r}")
     try:
-        return parse_duration(value, "keep_alive")
+        seconds = parse_duration(value, "keep_alive")
     except ConfigError as exc:
         raise OptionError(str(exc)) from None
+    if seconds is not None and seconds != seconds:  # "nan" parses as a float; it unloaded at once
+        raise OptionError(f"'keep_alive' must be a duration like '5m' or a number of seconds, got {value!r}")
+    return seconds
 
 
 class _Missing:
