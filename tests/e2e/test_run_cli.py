@@ -7,6 +7,7 @@ fast. Each test has its own port, store and data dirs (tests/conftest.py).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import signal
@@ -118,3 +119,33 @@ def test_version_and_help_per_command() -> None:
         assert result.returncode == 0 and f"usage: localrun {command}" in result.stdout
         assert "Exit codes" in result.stdout
     assert localrun("run", "--format", "yaml").returncode == 2
+
+
+@pytest.mark.skipif(importlib.util.find_spec("localrun.engine.engine") is None, reason="real engine not there yet")
+def test_pipe_mode_on_the_real_engine(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from localrun.store import ModelStore
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    ModelStore(config.models_dir()).create("tiny", f"FROM {tiny_gguf}\nPARAMETER num_ctx 512\n")
+    try:
+        result = localrun("run", "tiny", "--verbose", stdin="hello world")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() and result.stdout.endswith("\n")
+        assert "eval rate:" in result.stderr
+        as_json = localrun("run", "tiny", "give me json", "--format", "json")
+        assert as_json.returncode == 0, as_json.stderr
+    finally:
+        stop_daemon()
+
+
+@pytest.mark.starter
+def test_no_model_means_the_starter_pulled_offline(starter_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    try:
+        result = localrun("run", "--keepalive", "0", stdin="The capital of France is", timeout=170)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip()
+        listing = localrun("list")
+        assert "gemma3:270m" in listing.stdout  # brought into the store from the PyPI package
+    finally:
+        stop_daemon()
