@@ -18,6 +18,7 @@ finds the finished blob and does not download it again.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -28,7 +29,7 @@ from pathlib import Path
 import httpx
 
 from .. import __version__
-from ..errors import DigestMismatch, ModelNotFound, PullError
+from ..errors import DigestMismatch, ModelNotFound, PullError, StoreError
 from .blobs import BlobStore, file_lock, sha256_file
 from .progress import ProgressFn, report
 
@@ -150,6 +151,8 @@ def download(blobs: BlobStore, file: HubFile, progress: ProgressFn | None = None
         try:
             _transfer(http, url, headers, partial, file, digest, progress,
                       MAX_RETRIES if retries is None else retries)
+        except OSError as exc:  # the disk, not the network: ENOSPC, EDQUOT, EIO, a read-only store...
+            raise StoreError(_write_error(file, blobs, exc)) from None
         finally:
             if own:
                 http.close()
@@ -228,6 +231,13 @@ def _transfer(http: httpx.Client, url: str, headers: dict[str, str], partial: Pa
                 ) from None
             log.warning("download of %s interrupted at %d bytes (%s); resuming", file.filename, have, exc)
             time.sleep(min(0.2 * 2 ** (failures - 1), 5.0))
+
+
+def _write_error(file: HubFile, blobs: BlobStore, exc: OSError) -> str:
+    message = f"cannot write {file.filename} into the model store at {blobs.dir}: {exc.strerror or exc}"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        message += "; free some disk space and run the same pull again to resume"
+    return message
 
 
 def _range_starts_at(r: httpx.Response, offset: int) -> bool:
