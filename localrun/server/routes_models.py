@@ -150,6 +150,12 @@ async def _run_with_progress(request: web.Request, stream: bool, work: Callable[
             raise
         await out.write({"error": exc.message, "code": exc.code})
         return await out.finish()
+    except Exception:  # a bug mid-stream: a 500 written into the chunked stream would garble it for the client
+        if not out.response.prepared:
+            raise
+        log.exception("%s %s failed mid-stream", request.method, request.path)
+        await out.write({"error": "internal error (see the server log)", "code": "internal_error"})
+        return await out.finish()
     if last_status != "success":
         await out.write({"status": "success"})
     return await out.finish()
