@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from .. import config
-from ..errors import InvalidRequest, ModelNotFound, NotFound
+from ..errors import ConfigError, InvalidRequest, ModelNotFound, NotFound
 
 STARTER_MODEL = "gemma3:270m"
 
@@ -35,6 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--system", help="system message for this run")
     p.add_argument("--keepalive", metavar="DURATION", help="how long the model stays loaded after (e.g. 5m, 0, -1)")
     p.add_argument("--format", choices=["json"], help="ask for output in this format")
+    p.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
+                   help="a model parameter for this run, e.g. -o temperature=0 -o num_predict=64 (repeatable)")
     p.add_argument("--verbose", action="store_true", help="print timings (tokens/s, time to first token) after")
     p.add_argument("--nowordwrap", action="store_true",
                    help="accepted for Ollama compatibility: plain output is never wrapped")
@@ -113,6 +115,22 @@ def read_prompt(args: argparse.Namespace) -> str | None:
     return " ".join(p for p in parts if p.strip())
 
 
+def parse_options(items: list[str]) -> dict[str, Any]:
+    """``-o name=value`` pairs as typed parameters (the same names and checks as ``/set parameter``)."""
+    from ..tui.commands import parse_parameter
+
+    options: dict[str, Any] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"-o {item!r}: expected NAME=VALUE, e.g. -o temperature=0.2")
+        try:
+            options[name.strip().lower()] = parse_parameter(name.strip(), raw.strip())
+        except InvalidRequest as exc:
+            raise ConfigError(f"-o {item!r}: {exc}") from None
+    return options
+
+
 def generate_once(client: Any, model: str, prompt: str, args: argparse.Namespace) -> int:
     import time
 
@@ -125,6 +143,8 @@ def generate_once(client: Any, model: str, prompt: str, args: argparse.Namespace
         fields["format"] = args.format
     if args.keepalive is not None:
         fields["keep_alive"] = args.keepalive
+    if args.options:
+        fields["options"] = args.options
     if not prompt.strip():
         # Like Ollama: an empty prompt only loads the model.
         for _ in client.generate(model, "", **fields):
@@ -157,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
     model = args.model or STARTER_MODEL
     if args.keepalive is not None:
         config.parse_duration(args.keepalive, "--keepalive")  # bad value: exit 2 before any work
+    args.options = parse_options(args.option)
     prompt = read_prompt(args)
     client = connect()
     try:
@@ -178,7 +199,7 @@ def chat(model: str, args: argparse.Namespace) -> int:
     from ..tui.session import ChatSession
 
     store = None if args.no_save else ConversationStore()
-    session = ChatSession.start(model, system=args.system, store=store, format=args.format,
+    session = ChatSession.start(model, system=args.system, options=args.options, store=store, format=args.format,
                                 verbose=args.verbose, keep_alive=args.keepalive)
     restart = (lambda: ensure_daemon().close()) if config.host().is_loopback else None
     app = LocalrunApp(ClientBackend(), session=session, conversations=store, restart_daemon=restart)

@@ -119,6 +119,8 @@ def test_version_and_help_per_command() -> None:
         assert result.returncode == 0 and f"usage: localrun {command}" in result.stdout
         assert "Exit codes" in result.stdout
     assert localrun("run", "--format", "yaml").returncode == 2
+    bad_option = localrun("run", "tiny", "hi", "-o", "temperature=hot")
+    assert bad_option.returncode == 2 and "expected a number" in bad_option.stderr
 
 
 @pytest.mark.skipif(importlib.util.find_spec("localrun.engine.engine") is None, reason="real engine not there yet")
@@ -128,11 +130,11 @@ def test_pipe_mode_on_the_real_engine(tiny_gguf: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     ModelStore(config.models_dir()).create("tiny", f"FROM {tiny_gguf}\nPARAMETER num_ctx 512\n")
     try:
-        result = localrun("run", "tiny", "--verbose", stdin="hello world")
+        result = localrun("run", "tiny", "--verbose", "-o", "num_predict=8", stdin="hello world")
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() and result.stdout.endswith("\n")
         assert "eval rate:" in result.stderr
-        as_json = localrun("run", "tiny", "give me json", "--format", "json")
+        as_json = localrun("run", "tiny", "give me json", "--format", "json", "-o", "num_predict=32")
         assert as_json.returncode == 0, as_json.stderr
     finally:
         stop_daemon()
@@ -142,7 +144,8 @@ def test_pipe_mode_on_the_real_engine(tiny_gguf: Path, monkeypatch: pytest.Monke
 def test_no_model_means_the_starter_pulled_offline(starter_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     try:
-        result = localrun("run", "--keepalive", "0", stdin="The capital of France is", timeout=170)
+        result = localrun("run", "--keepalive", "0", "-o", "num_predict=16", stdin="The capital of France is",
+                          timeout=170)
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip()
         listing = localrun("list")
