@@ -271,7 +271,7 @@ class Scheduler:
             return
         if model.phase is Phase.DRAINING or model.keep_alive == 0:
             self._expired.append((model, "keep_alive 0" if model.keep_alive == 0 else "draining"))
-        elif model.keep_alive is not None:
+        elif model.keep_alive is not None and model.keep_alive < 1e9:  # longer: forever (timers overflow)
             model.idle_deadline = self.clock.monotonic() + model.keep_alive
             model.timer = asyncio.create_task(self._expire_after(model, model.idle_deadline, model.keep_alive))
         self._wake.set()

@@ -19,12 +19,27 @@ async def read_json(request: web.Request) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        text = raw.decode("utf-8")  # strict: json.loads(bytes) would let lone surrogates through
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: it is not UTF-8 ({exc})") from None
+    try:
+        body = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object")
+    if _has_lone_surrogate(text):
+        try:  # "\ud800"-style escapes decode to lone surrogates, which no tokenizer or log can encode
+            json.dumps(body, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRequest("request body contains invalid Unicode (a lone surrogate escape)") from None
     return body
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    """Cheap pre-check: does the JSON text hold any surrogate escape (``\\ud800``-``\\udfff``)?"""
+    lowered = text.lower()
+    return "\\ud" in lowered and any(f"\\ud{c}" in lowered for c in "89abcdef")
 
 
 _TYPE_NAMES = {str: "a string", bool: "true or false", int: "a whole number", float: "a number",
@@ -54,10 +69,16 @@ def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+FOREVER = "2318-11-22T00:00:00Z"  # how Ollama shows "never expires"
+
+
 def iso(ts: float | None) -> str:
-    if ts is None:  # "forever": Ollama shows a far-future time
-        return "2318-11-22T00:00:00Z"
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if ts is None:
+        return FOREVER
+    try:
+        return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    except (OverflowError, ValueError, OSError):
+        return FOREVER
 
 
 class NDJSONStream:

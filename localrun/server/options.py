@@ -26,6 +26,7 @@ _BOOL = {"use_mmap", "logprobs"}
 _LOAD = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "use_mmap"}
 _SAMPLING = {f.name for f in dataclasses.fields(SamplingOptions)}
 _DEFAULT_LOAD = LoadOptions()
+MAX_KEEP_ALIVE = 100 * 365 * 86400.0  # seconds; longer keep-alives mean "forever"
 MAX_THREADS = 512  # ggml's GGML_MAX_N_THREADS: more aborts the runner process
 IGNORED = {"numa", "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mlock", "embedding_only", "tfs_z",
            "mirostat", "mirostat_tau", "mirostat_eta", "penalize_newline", "rope_frequency_base",
@@ -135,6 +136,8 @@ def parse_keep_alive(value: Any) -> Any:
         raise OptionError(str(exc)) from None
     if seconds is not None and seconds != seconds:  # "nan" parses as a float; it unloaded at once
         raise OptionError(f"'keep_alive' must be a duration like '5m' or a number of seconds, got {value!r}")
+    if seconds is not None and seconds > MAX_KEEP_ALIVE:
+        return None  # inf, 1e308, 99999999999h: beyond any uptime, i.e. forever (timers cannot hold them)
     return seconds
 
 

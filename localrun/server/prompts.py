@@ -8,6 +8,7 @@ messages and tools. A model with no template gets the prompt as is (messages joi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from functools import lru_cache
 from typing import Any
@@ -17,6 +18,23 @@ from ..errors import InvalidRequest, TemplateError
 log = logging.getLogger(__name__)
 
 ROLES = ("system", "user", "assistant", "tool")
+RENDER_TIMEOUT = 10.0  # seconds; templates are user-supplied code (Modelfile TEMPLATE, request template)
+
+
+async def render_async(source: str | None, messages: list[dict[str, Any]],
+                       tools: list[dict[str, Any]] | None = None) -> tuple[str, str | None]:
+    """Render the prompt and the system prefix in a worker thread, bounded by RENDER_TIMEOUT.
+
+    A hostile or buggy template (nested loops, huge output) must not freeze the event loop that
+    serves every other client. Returns (prompt, system prefix or None).
+    """
+    def work() -> tuple[str, str | None]:
+        return render(source, messages, tools), system_prefix(source, messages)
+
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(work), RENDER_TIMEOUT)
+    except asyncio.TimeoutError:
+        raise TemplateError(f"the chat template took longer than {RENDER_TIMEOUT:.0f}s to render") from None
 
 
 @lru_cache(maxsize=32)

@@ -116,8 +116,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         system = get(body, "system", str, None) or target.system
         if system:
             messages.insert(0, {"role": "system", "content": system})
-        text = prompts.render(template, messages)
-        system_prefix = prompts.system_prefix(template, messages)
+        text, system_prefix = await prompts.render_async(template, messages)
     req = GenerateRequest(
         prompt=text, sampling=sampling_with_logprobs(target, body), format=check_format(body.get("format")),
         truncation=Truncation.FRONT,
@@ -202,12 +201,11 @@ async def chat(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE]
     target = await service.target(body.get("model"), body.get("options"), keep_alive)
     full = prompts.with_defaults(messages, target.system, target.messages)
-    text = prompts.render(target.template, full, tools)
+    text, system_prefix = await prompts.render_async(target.template, full, tools)
     req = GenerateRequest(
         prompt=text, sampling=sampling_with_logprobs(target, body), format=check_format(body.get("format")),
     )
-    gen = await service.generate(target, req, "/api/chat",
-                                 system_prefix=prompts.system_prefix(target.template, full))
+    gen = await service.generate(target, req, "/api/chat", system_prefix=system_prefix)
     tool_filter = ToolStreamFilter(tool_names(tools)) if tools else None
 
     def chunk(text: str, event: TokenEvent | None) -> dict[str, Any]:

@@ -96,7 +96,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         raise errors.InvalidRequest("'tool_choice' needs 'tools'")
     forced = forced_call_schema(tools, call.tool_choice) if tools else None
     full = prompts.with_defaults(call.messages, target.system, target.messages)
-    prompt = prompts.render(target.template, full, tools)
+    prompt, _ = await prompts.render_async(target.template, full, tools)
     sampling = replace(target.sampling, logprobs=call.logprobs, top_logprobs=call.top_logprobs)
     gens = await _start(service, target, prompt, sampling, forced or call.format, call.n, "/v1/chat/completions")
     rid, created, names = oc.new_id("chatcmpl"), int(time.time()), tool_names(tools)
