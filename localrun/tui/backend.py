@@ -14,21 +14,25 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..client import AsyncClient, error_from
 from ..errors import DaemonUnavailable
+
+# The daemon's JSON objects, as the client returns them (``list`` is a method name below).
+Rows = list[dict[str, Any]]
 
 
 class Backend(Protocol):
     base_url: str
 
-    def chat(self, model: str, messages: list[dict[str, Any]], **fields: Any) -> AsyncIterator[dict[str, Any]]:
+    def chat(self, model: str, messages: Rows, **fields: Any) -> AsyncIterator[dict[str, Any]]:
         """Stream a chat reply; ``fields`` are options / format / keep_alive as /api/chat takes them."""
         ...
 
-    async def list(self) -> list[dict[str, Any]]: ...
+    async def list(self) -> Rows: ...
 
     async def show(self, model: str) -> dict[str, Any]: ...
 
-    async def ps(self) -> list[dict[str, Any]]: ...
+    async def ps(self) -> Rows: ...
 
     def pull(self, model: str) -> AsyncIterator[dict[str, Any]]: ...
 
@@ -50,32 +54,30 @@ class Backend(Protocol):
 class ClientBackend:
     """:class:`Backend` over :class:`localrun.client.AsyncClient` (created lazily, on the UI's loop)."""
 
-    def __init__(self, client: Any = None, base_url: str | None = None) -> None:
-        from ..client import AsyncClient
-
+    def __init__(self, client: AsyncClient | None = None, base_url: str | None = None) -> None:
         self._client = client if client is not None else AsyncClient(base_url)
         self.base_url: str = self._client.base_url
 
-    def chat(self, model: str, messages: list[dict[str, Any]], **fields: Any) -> AsyncIterator[dict[str, Any]]:
-        return self._client.chat(model, messages, **fields)  # type: ignore[no-any-return]
+    def chat(self, model: str, messages: Rows, **fields: Any) -> AsyncIterator[dict[str, Any]]:
+        return self._client.chat(model, messages, **fields)
 
-    async def list(self) -> list[dict[str, Any]]:
-        return await self._client.list()  # type: ignore[no-any-return]
+    async def list(self) -> Rows:
+        return await self._client.list()
 
     async def show(self, model: str) -> dict[str, Any]:
-        return await self._client.show(model)  # type: ignore[no-any-return]
+        return await self._client.show(model)
 
-    async def ps(self) -> list[dict[str, Any]]:
-        return await self._client.ps()  # type: ignore[no-any-return]
+    async def ps(self) -> Rows:
+        return await self._client.ps()
 
     def pull(self, model: str) -> AsyncIterator[dict[str, Any]]:
-        return self._client.pull(model)  # type: ignore[no-any-return]
+        return self._client.pull(model)
 
     def create(self, model: str, modelfile: str) -> AsyncIterator[dict[str, Any]]:
-        return self._client.create(model, modelfile)  # type: ignore[no-any-return]
+        return self._client.create(model, modelfile)
 
     async def health(self) -> dict[str, Any]:
-        return await self._client.health()  # type: ignore[no-any-return]
+        return await self._client.health()
 
     async def metrics(self) -> str:
         method = getattr(self._client, "metrics", None)
@@ -90,8 +92,6 @@ class ClientBackend:
         except httpx.TransportError as exc:
             raise DaemonUnavailable(f"no localrun daemon answers at {self.base_url} ({exc})") from exc
         if response.status_code >= 400:
-            from ..client import error_from
-
             raise error_from(response.status_code, {"error": response.text})
         return str(response.text)
 
