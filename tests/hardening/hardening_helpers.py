@@ -120,10 +120,14 @@ class LiveDaemon:
     def start(self, timeout: float = 60.0) -> LiveDaemon:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOCALRUN_")}
         env.update(runner_env())
+        home = self.models_dir.parent / "daemon-home"
+        for var in ("XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
+            env[var] = str(home / var.lower())
+        env["HF_HOME"] = str(home / "hf")
+        env.pop("HF_TOKEN", None)
         env.update({
             "LOCALRUN_HOST": f"{self.host}:{self.port}",
             "LOCALRUN_MODELS": str(self.models_dir),
-            "HF_HUB_OFFLINE": env.get("HF_HUB_OFFLINE", "0"),
             "PYTHONUNBUFFERED": "1",
         })
         env.update(self.env)
@@ -178,6 +182,16 @@ class LiveDaemon:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def record_figures(test: str, **figures: Any) -> None:
+    """Print one test's measured figures (for RELIABILITY.md) and append them to ``LOCALRUN_FIGURES``."""
+    line = json.dumps({"test": test, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **figures})
+    print(f"\nFIGURES {line}")
+    target = os.environ.get("LOCALRUN_FIGURES")
+    if target:
+        with open(target, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
 
 
 def ndjson(text: str) -> list[dict[str, Any]]:
