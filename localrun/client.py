@@ -34,6 +34,9 @@ _BY_STATUS = {400: errors.InvalidRequest, 401: errors.Unauthorized, 403: errors.
               413: errors.PayloadTooLarge, 502: errors.RunnerCrashed, 503: errors.Busy, 507: errors.ModelTooLarge}
 
 
+_Rows = list[dict[str, Any]]  # an alias: inside the clients, "list" is a method name
+
+
 def error_from(status: int, body: Any, headers: Any = None) -> errors.LocalrunError:
     """The LocalrunError for a daemon error response (either API's shape)."""
     message, code = f"HTTP {status}", None
@@ -150,7 +153,7 @@ class AsyncClient:
     def chat(self, model: str, messages: list[dict[str, Any]], **fields: Any) -> AsyncIterator[dict[str, Any]]:
         return self._stream("/api/chat", _payload(model=model, messages=messages, stream=True, **fields))
 
-    async def list(self) -> list[dict[str, Any]]:
+    async def list(self) -> _Rows:
         return list((await self._request("GET", "/api/tags"))["models"])
 
     async def show(self, model: str, verbose: bool = False) -> dict[str, Any]:
@@ -169,7 +172,7 @@ class AsyncClient:
     async def delete(self, model: str) -> None:
         await self._request("DELETE", "/api/delete", {"model": model})
 
-    async def ps(self) -> list[dict[str, Any]]:
+    async def ps(self) -> _Rows:
         return list((await self._request("GET", "/api/ps"))["models"])
 
     async def stop(self, model: str) -> None:
@@ -249,7 +252,7 @@ class Client:
     def chat(self, model: str, messages: list[dict[str, Any]], **fields: Any) -> Iterator[dict[str, Any]]:
         return self._stream("/api/chat", _payload(model=model, messages=messages, stream=True, **fields))
 
-    def list(self) -> list[dict[str, Any]]:
+    def list(self) -> _Rows:
         return list(self._request("GET", "/api/tags")["models"])
 
     def show(self, model: str, verbose: bool = False) -> dict[str, Any]:
@@ -267,7 +270,7 @@ class Client:
     def delete(self, model: str) -> None:
         self._request("DELETE", "/api/delete", {"model": model})
 
-    def ps(self) -> list[dict[str, Any]]:
+    def ps(self) -> _Rows:
         return list(self._request("GET", "/api/ps")["models"])
 
     def stop(self, model: str) -> None:

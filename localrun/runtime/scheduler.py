@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import functools
 import inspect
 import logging
 import time
@@ -418,7 +419,7 @@ class Scheduler:
             load_duration_ns=load_ns, reason=reason, last_used=self.clock.monotonic(),
         )
         self.models[spec.name] = model
-        backend.exited.add_done_callback(lambda fut, m=model: self._on_exit(m, fut))
+        backend.exited.add_done_callback(functools.partial(self._on_exit, model))
         log.info("loaded %s in %.2fs (%s)", spec.name, load_ns / 1e9, reason)
         if self.on_event:
             self.on_event("load", model, reason)

@@ -31,7 +31,7 @@ def _iso(value: Any) -> str:
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=dt.timezone.utc)
-        return value.isoformat()
+        return str(value.isoformat())
     if isinstance(value, (int, float)):
         return dt.datetime.fromtimestamp(value, dt.timezone.utc).isoformat()
     return str(value or dt.datetime.now(dt.timezone.utc).isoformat())
@@ -126,7 +126,7 @@ async def _run_with_progress(request: web.Request, stream: bool, work: Callable[
     queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
 
     def progress(p: Any) -> None:
-        report = dataclasses.asdict(p) if dataclasses.is_dataclass(p) else dict(p)
+        report = dataclasses.asdict(p) if dataclasses.is_dataclass(p) and not isinstance(p, type) else dict(p)
         report = {k: v for k, v in report.items() if v is not None and k != "rate"}
         loop.call_soon_threadsafe(queue.put_nowait, report)
 

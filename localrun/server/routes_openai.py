@@ -22,6 +22,7 @@ from . import prompts
 from .http import SSEStream, read_json
 from .keys import SERVICE, STORE
 from .middleware import error_body
+from .options import parse_keep_alive
 from .routes_api import resize
 from .service import Generation, Service, Target
 from .tools import ToolCall, ToolStreamFilter, forced_call_schema, parse_tool_calls, tool_names
@@ -63,12 +64,12 @@ async def _merge(gens: list[Generation]) -> AsyncIterator[tuple[int, TokenEvent 
     try:
         remaining = len(gens)
         while remaining:
-            i, event, exc = await queue.get()
+            i, item, exc = await queue.get()
             if exc is not None:
                 raise exc
-            if event is None:
+            if item is None:
                 remaining -= 1
-            yield i, event
+            yield i, item
     finally:
         for t in tasks:
             t.cancel()
@@ -228,7 +229,7 @@ async def embeddings(request: web.Request) -> web.Response:
         raise errors.InvalidRequest("'dimensions' must be a positive whole number")
     service = request.app[SERVICE]
     target = await service.target(body.get("model"), oc.options_from_openai(body),
-                            oc.parse_keep_alive(body.get("keep_alive")))
+                                  parse_keep_alive(body.get("keep_alive")))
     result, _, _ = await service.embed(target, inputs, True)
     data = [{"object": "embedding", "index": i, "embedding": oc.embedding_vector(resize(e, dimensions), encoding)}
             for i, e in enumerate(result.embeddings)]
@@ -243,7 +244,8 @@ def _store_models(request: web.Request) -> list[tuple[str, int]]:
     for item in items:
         name = str(getattr(item, "name", item))
         modified = getattr(item, "modified_at", None) or getattr(item, "modified", None)
-        ts = int(modified.timestamp()) if hasattr(modified, "timestamp") else int(modified or 0)
+        ts = int(modified.timestamp()) if modified is not None and hasattr(modified, "timestamp") \
+            else int(modified or 0)
         out.append((name, ts))
     return out
 

@@ -57,7 +57,8 @@ def validate_tools(tools: Any) -> list[dict[str, Any]] | None:
 def _as_call(obj: Any, names: set[str]) -> ToolCall | None:
     if not isinstance(obj, dict):
         return None
-    fn = obj.get("function") if isinstance(obj.get("function"), dict) else obj
+    inner = obj.get("function")
+    fn: dict[str, Any] = inner if isinstance(inner, dict) else obj
     name = fn.get("name")
     args = fn.get("arguments", fn.get("parameters", {}))
     if isinstance(args, str):
