@@ -51,7 +51,8 @@ async def steady(pilot) -> None:  # type: ignore[no-untyped-def]
         for widget in screen.query("TextArea, Input"):
             if isinstance(widget, (TextArea, Input)):
                 widget.cursor_blink = False
-    await pilot.pause(0.05)
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause(0.2)
 
 
 async def send(pilot, text: str) -> None:  # type: ignore[no-untyped-def]
@@ -86,8 +87,12 @@ def test_model_picker(snap_compare) -> None:  # type: ignore[no-untyped-def]
     backend.loaded = ["tiny:latest"]
 
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await steady(pilot)
         await pilot.press("f2")
-        await pilot.pause(0.2)
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if pilot.app.screen.query("#model-list") and pilot.app.screen.query_one("#model-list").option_count:
+                break
         await steady(pilot)
 
     assert snap_compare(chat_app(backend), terminal_size=SIZE, run_before=run_before)
@@ -95,8 +100,12 @@ def test_model_picker(snap_compare) -> None:  # type: ignore[no-untyped-def]
 
 def test_settings_editor(snap_compare) -> None:  # type: ignore[no-untyped-def]
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await steady(pilot)
         await pilot.press("f3")
-        await pilot.pause(0.1)
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if pilot.app.screen.query("#settings") and pilot.app.screen.focused is not None:
+                break
         await steady(pilot)
 
     assert snap_compare(chat_app(), terminal_size=(100, 36), run_before=run_before)
