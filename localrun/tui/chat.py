@@ -30,6 +30,8 @@ from .widgets import AssistantMessage, InfoMessage, PromptInput, PullProgress, U
 class ChatScreen(Screen[None]):
     BINDINGS = [
         Binding("escape", "stop", "Stop reply"),
+        # Ctrl+C stops a reply as in `ollama run`; otherwise it copies the selection as usual.
+        Binding("ctrl+c", "interrupt", "Stop", show=False, priority=True),
         Binding("f2", "pick_model", "Models"),
         Binding("f3", "settings", "Settings"),
         Binding("f4", "conversations", "Chats"),
@@ -135,7 +137,8 @@ class ChatScreen(Screen[None]):
         started = time.monotonic()
         ttft: float | None = None
         self.streaming = True
-        self.set_status(f"{session.model} is thinking… (Esc stops)")
+        waiting = "Waiting for" if session.messages else "Loading (when needed) and waiting for"
+        self.set_status(f"{waiting} {session.model}… Esc stops")
         view.start_stream()
         try:
             async for chunk in self.app.backend.chat(session.model, messages, **fields):  # type: ignore[attr-defined]
@@ -192,6 +195,16 @@ class ChatScreen(Screen[None]):
     def action_stop(self) -> None:
         if self.streaming:
             self.workers.cancel_group(self, "reply")
+
+    def action_interrupt(self) -> None:
+        if self.streaming:
+            self.action_stop()
+            return
+        focused = self.focused
+        if isinstance(focused, PromptInput) and focused.selected_text:
+            focused.action_copy()
+        else:
+            self.notify("Ctrl+Q or /bye quits.", timeout=2)
 
     def action_new_chat(self) -> None:
         if self.streaming:

@@ -107,6 +107,24 @@ async def test_escape_stops_reply_and_keeps_partial_text(tmp_path: Path) -> None
         assert len(app.screen.query(AssistantMessage)) == 2
 
 
+async def test_ctrl_c_stops_a_reply_like_ollama(tmp_path: Path) -> None:
+    backend = FakeBackend(reply="one two three")
+    backend.gate = asyncio.Event()
+    app = make_app(tmp_path, backend)
+    async with app.run_test() as pilot:
+        await type_and_send(pilot, "go")
+        for _ in range(100):
+            await pilot.pause(0.01)
+            if app.screen.query_one(AssistantMessage).query_one(Markdown).source:
+                break
+        await pilot.press("ctrl+c")
+        await wait_idle(pilot)
+        assert app.screen.query_one(AssistantMessage).has_class("stopped")
+        await pilot.press("ctrl+c")  # nothing streaming: the app stays open
+        await pilot.pause()
+        assert app.is_running
+
+
 async def test_up_recalls_previous_prompt(tmp_path: Path) -> None:
     app = make_app(tmp_path)
     async with app.run_test() as pilot:
