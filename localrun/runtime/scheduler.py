@@ -184,6 +184,9 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.loading: str | None = None
+        # Busy models the head of the queue waits to evict: new requests for them queue behind it
+        # instead of taking the fast path, so a waiting load is not starved by a steady stream.
+        self._blocked_by: set[str] = set()
         self.on_event: Callable[[str, ResidentModel, str], None] | None = None  # (load|unload, model, reason)
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -224,7 +227,7 @@ class Scheduler:
         ka = self.default_keep_alive if keep_alive is DEFAULT else keep_alive
         assert ka is None or isinstance(ka, (int, float))
         model = self.models.get(spec.name)
-        if model is not None and self._usable(model, spec):
+        if model is not None and self._usable(model, spec) and model.name not in self._blocked_by:
             if model.refcount >= model.slots and self.queue_depth >= self.max_queue:
                 raise self._busy()
             return self._grant(model, ka, 0)
@@ -309,12 +312,26 @@ class Scheduler:
                         self._pending.popleft()
                         continue
                     if not await self._schedule(head):
+                        self._serve_behind_head()
                         break  # waiting for a busy model to finish
+                    self._blocked_by.clear()
                     self._pending.popleft()
+                if not self._pending:
+                    self._blocked_by.clear()
             except asyncio.CancelledError:
                 raise
             except Exception:  # never let the loop die: log and keep serving
                 log.exception("scheduler step failed")
+
+    def _serve_behind_head(self) -> None:
+        """While the head waits, grant queued requests for resident models it is not waiting on."""
+        for req in list(self._pending)[1:]:
+            model = self.models.get(req.spec.name)
+            if req.future.done():
+                self._pending.remove(req)
+            elif model is not None and self._usable(model, req.spec) and model.name not in self._blocked_by:
+                self._pending.remove(req)
+                req.future.set_result(self._grant(model, req.keep_alive, 0))
 
     async def _process_expired(self) -> None:
         while self._expired:
@@ -349,6 +366,7 @@ class Scheduler:
             req.future.set_exception(plan)
             return True
         if plan is None:
+            self._blocked_by = {m.name for m in self.models.values() if m.refcount > 0}
             return False
         placement, victims = plan
         for victim in victims:

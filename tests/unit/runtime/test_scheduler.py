@@ -305,3 +305,36 @@ async def test_load_errors_reach_the_request_and_leave_nothing_resident(world: W
         await s.acquire(spec("a"))
     assert not s.models
     await s.close()
+
+
+async def test_a_waiting_load_is_not_starved_by_new_requests_for_the_busy_model(world: World) -> None:
+    s = world.scheduler(max_loaded=1)
+    first = await s.acquire(spec("a", num_parallel=4))
+    waiter_b = asyncio.create_task(s.acquire(spec("b")))
+    await settle()
+    late_a = asyncio.create_task(s.acquire(spec("a", num_parallel=4)))  # arrives after b: queues behind it
+    await settle()
+    assert not late_a.done() and s.models["a"].refcount == 1
+    first.release()
+    lease_b = await asyncio.wait_for(waiter_b, 5)
+    assert list(s.models) == ["b"]
+    lease_b.release()
+    (await asyncio.wait_for(late_a, 5)).release()
+    assert [x.name for x in world.loads] == ["a", "b", "a"]
+    await s.close()
+
+
+async def test_requests_for_other_resident_models_pass_a_waiting_load(world: World) -> None:
+    world.free_ram = 1 * GiB
+    world.sizes = {"/models/a.gguf": 400 * MiB, "/models/c.gguf": 100 * MiB, "/models/b.gguf": 700 * MiB}
+    s = world.scheduler(max_loaded=5)
+    held_a = await s.acquire(spec("a"))
+    (await s.acquire(spec("c"))).release()
+    waiter_b = asyncio.create_task(s.acquire(spec("b")))  # needs a's memory: waits for a
+    await settle()
+    assert not waiter_b.done()
+    lease_c = await asyncio.wait_for(s.acquire(spec("c")), 5)  # c is resident and not in the way
+    lease_c.release()
+    held_a.release()
+    (await asyncio.wait_for(waiter_b, 5)).release()
+    await s.close()
