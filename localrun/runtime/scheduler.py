@@ -12,7 +12,8 @@ One loop task owns all loading and unloading. It wakes on three kinds of events:
 - *expired*: a keep-alive timer fired, or the runner process died.
 
 Requests for a resident model with matching options take a fast path that never waits for the
-loop. The queue bound counts requests waiting for a load plus requests waiting for a sequence
+loop, except for models the head of the queue is waiting on (FIFO fairness: a waiting load is not
+starved by a steady stream of requests for the busy model). The queue bound counts requests waiting for a load plus requests waiting for a sequence
 slot of their model; past ``max_queue`` new ones get Busy (HTTP 503).
 
 Seams for tests: ``load_fn`` (start a backend), ``probe`` (free RAM and GPUs), ``geometry``
