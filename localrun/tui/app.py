@@ -80,9 +80,9 @@ class LocalrunApp(App[int]):
 
     def on_mount(self) -> None:
         if self.mode == "top":
-            from .dashboard import DashboardScreen
+            from .dashboard import TopScreen
 
-            self.push_screen(DashboardScreen(standalone=True))
+            self.push_screen(TopScreen())
         else:
             from .chat import ChatScreen
 

@@ -26,7 +26,10 @@ HISTORY = 120  # sparkline samples kept
 
 
 class DashboardScreen(Screen[None]):
-    """``standalone`` (``localrun top``): Esc/q quit the app; otherwise they return to the chat."""
+    """``standalone`` (``localrun top``): Esc/q quit the app; otherwise they return to the chat.
+
+    Use :class:`TopScreen` for the standalone one, so the footer says Quit.
+    """
 
     BINDINGS = [
         Binding("escape", "back", "Back"),
@@ -107,7 +110,7 @@ class DashboardScreen(Screen[None]):
         queued = health.get("queue_depth", snapshot.queue_depth if snapshot else 0)
         hit = snapshot.cache_hit_rate if snapshot else None
         self._total("throughput", "tokens/s", f"{tps:.1f}", f"peak {max(self.samples):.1f}")
-        self._total("requests", "HTTP requests", f"{snapshot.requests:.0f}" if snapshot else "–", f"{active} active")
+        self._total("requests", "model requests", f"{snapshot.requests:.0f}" if snapshot else "–", f"{active} active")
         self._total("queue", "queued", f"{queued}", f"{len(models)} loaded")
         cached = f"{snapshot.cached_tokens:.0f} of {snapshot.prompt_tokens:.0f} prompt tok" if snapshot else ""
         self._total("cache", "prefix cache hits", f"{hit:.0%}" if hit is not None else "–", cached)
@@ -157,3 +160,12 @@ class DashboardScreen(Screen[None]):
                 bar.update(total=state.total, progress=state.completed or 0)
             status = "done" if state.done else (state.error or state.status)
             row.query_one(".pull-state", Label).update(Text(status))
+
+
+class TopScreen(DashboardScreen):
+    """The dashboard as ``localrun top`` shows it: q or Esc quits."""
+
+    BINDINGS = [Binding("escape", "back", "Quit", show=False), Binding("q", "back", "Quit")]
+
+    def __init__(self) -> None:
+        super().__init__(standalone=True)

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 
 
+MODEL_ENDPOINTS = ("/api/chat", "/api/generate", "/api/embed", "/v1/chat", "/v1/completions", "/v1/embeddings")
+
+
 @dataclass(frozen=True, slots=True)
 class MetricsSnapshot:
     """Totals since the daemon started (counters) and current values (gauges), at time ``at``."""
@@ -53,8 +56,12 @@ def parse_metrics(text: str, at: float) -> MetricsSnapshot:
         for sample in family.samples:
             name, labels, value = sample.name, sample.labels, float(sample.value)
             base = name.removesuffix("_total")
-            if base in ("localrun_generated_tokens", "localrun_prompt_tokens", "localrun_prefix_cache_hit_tokens",
-                        "localrun_requests") and name.endswith("_total"):
+            if base == "localrun_requests" and name.endswith("_total"):
+                # Only requests that use a model: the dashboard's own polling must not count.
+                if labels.get("endpoint", "").startswith(MODEL_ENDPOINTS):
+                    counters[base] += value
+            elif base in ("localrun_generated_tokens", "localrun_prompt_tokens",
+                          "localrun_prefix_cache_hit_tokens") and name.endswith("_total"):
                 counters[base] += value
                 if base == "localrun_generated_tokens" and "model" in labels:
                     by_model["generated"][labels["model"]] = by_model["generated"].get(labels["model"], 0) + value
