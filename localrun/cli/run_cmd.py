@@ -92,17 +92,14 @@ def pull_with_progress(client: Any, model: str) -> None:
                 progress.update(tasks[key], total=1, completed=1)
 
 
-def full_name(name: str) -> str:
-    """``tiny`` -> ``tiny:latest`` (the tag Ollama adds), lower-cased for comparison."""
-    return (name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest").lower()
-
-
 def ensure_model(client: Any, model: str) -> None:
     """Pull ``model`` when the store does not list it, with progress (Ollama: "pulling manifest" and bars).
 
     Presence is read from the model list rather than ``show``: for the starter, ``show`` would
     import it silently, and a user waiting seconds with no output thinks it hangs.
     """
+    from ..tui.model_ops import full_name
+
     names = {full_name(str(m.get("name") or m.get("model") or "")) for m in client.list()}
     if full_name(model) in names:
         return

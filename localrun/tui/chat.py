@@ -216,7 +216,7 @@ class ChatScreen(Screen[None]):
         from .dialogs import ModelPicker
 
         def picked(name: str | None) -> None:
-            if name and name != self.session.model:
+            if name and model_ops.full_name(name) != model_ops.full_name(self.session.model):
                 self.switch_model(name)
 
         self.app.push_screen(ModelPicker(self.session.model), picked)

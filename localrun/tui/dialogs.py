@@ -22,6 +22,7 @@ from textual.widgets.option_list import Option
 from ..conversations import ConversationStore
 from ..errors import LocalrunError
 from . import commands as cmd
+from .model_ops import full_name
 from .stats import human_bytes
 
 # Parameters the editor shows as fields, in this order; others set by /set stay as they are.
@@ -71,7 +72,7 @@ class ModelPicker(ModalScreen[str | None]):
             if needle and needle.lower() not in name.lower():
                 continue
             marks = []
-            if name == self.current:
+            if full_name(name) == full_name(self.current):
                 marks.append("current")
             if name in self._loaded:
                 marks.append("loaded")
