@@ -214,3 +214,35 @@ async def test_metrics_count_requests_tokens_and_loaded_models(
     assert "localrun_loaded_models 1.0" in text
     assert 'localrun_time_to_first_token_seconds_count{model="a:latest"} 1.0' in text
     assert 'localrun_model_memory_bytes{kind="ram",model="a:latest"}' in text
+
+
+async def test_many_concurrent_requests_with_cancellations_leak_no_slots(
+    serve_app: Any, store: DictStore, fake_runners: Any
+) -> None:
+    client = await serve_app(store, load_fn=fake_runners, num_parallel=2, max_queue=100)
+
+    async def one(i: int) -> None:
+        body: dict[str, Any] = {"model": "a", "prompt": "SLOW" if i % 3 == 0 else "quick", "stream": i % 2 == 0,
+                                "options": {"num_predict": 3 + i % 5}}
+        path = "/api/generate" if i % 4 else "/v1/completions"
+        if path == "/v1/completions":
+            body = {"model": "a", "prompt": body["prompt"], "max_tokens": 3 + i % 5, "stream": i % 2 == 0}
+        r = await client.post(path, json=body)
+        assert r.status == 200
+        await r.read()
+
+    tasks = [asyncio.create_task(one(i)) for i in range(24)]
+    await asyncio.sleep(0.3)
+    for t in tasks[::5]:
+        t.cancel()  # clients that give up, some while queued, some mid-stream
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(r is None or isinstance(r, asyncio.CancelledError) for r in results), results
+
+    async def idle() -> bool:
+        entry = (await ps(client))["a:latest"]
+        return entry["active"] == 0 and entry["queued"] == 0
+
+    await wait_for(idle)
+    assert client.app[SCHEDULER].models["a:latest"].refcount == 0
+    r = await client.post("/api/generate", json={"model": "a", "prompt": "after", "stream": False})
+    assert r.status == 200
