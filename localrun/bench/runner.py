@@ -97,6 +97,7 @@ class BenchResult:
     warnings: list[str] = field(default_factory=list)
     started_at: float = field(default_factory=time.time)
     machine: dict[str, Any] = field(default_factory=dict)
+    interrupted: bool = False  # stopped early; ``levels`` holds the levels measured before that
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready view (the format of ``--json``; version bumps on incompatible changes)."""
@@ -117,6 +118,7 @@ class BenchResult:
                 for lv in self.levels
             ],
             "warnings": list(self.warnings),
+            "interrupted": self.interrupted,
         }
 
 
@@ -220,36 +222,50 @@ async def run_bench(config: BenchConfig, progress: Callable[[str], None] | None 
             )
         # One prompt counter per target: every target gets the same prompt sequence, and no prompt twice.
         counters = {info.label: itertools.count() for info in result.targets}
-        for li, c in enumerate(config.concurrency):
-            order = prepared if li % 2 == 0 else prepared[::-1]
-            for target, info, plan, builder in order:
-                n = requests_for(config, c)
-                level_plan = replace(plan, requests=n)
-                meter = CpuMeter(find_server(target.base_url))
-                say(f"{info.label}: concurrency {c}, " + (f"{n} requests" if n else f"{config.duration_s:g} s"))
-                numbers = counters[info.label]
-
-                def next_prompt(b: PromptBuilder = builder, k: Iterator[int] = numbers) -> str:
-                    return b.prompt(next(k), config.input_tokens, config.shared_prefix)
-
-                meter.start()
-                run: LevelRun = await run_level(client, target, level_plan, c, next_prompt)
-                cpu = meter.stop()
-                stats = summarize(run.records, run.window, c, config.output_tokens)
-                result.levels.append(LevelResult(info.label, stats, cpu, n, tuple(run.records), run.window.start))
-                result.warnings += warnings_for(cpu, f"{info.label} @ {c}")
-                if stats.errors or stats.timeouts:
-                    result.warnings.append(
-                        f"{info.label} @ {c}: {stats.errors} errors, {stats.timeouts} timeouts of "
-                        f"{stats.requests} measured requests ({'; '.join(stats.error_samples[:2])})"
-                    )
-                if stats.short_outputs:
-                    result.warnings.append(
-                        f"{info.label} @ {c}: {stats.short_outputs} of {stats.ok} successful requests received "
-                        f"fewer than {config.output_tokens} output tokens (the server stopped early)"
-                    )
-                say(f"{info.label}: concurrency {c}: {stats.output_tok_s:.1f} tok/s, "
-                    f"{stats.ok}/{stats.requests} ok")
-                if config.pause_s > 0:
-                    await asyncio.sleep(config.pause_s)
+        current = ""
+        try:
+            for li, c in enumerate(config.concurrency):
+                order = prepared if li % 2 == 0 else prepared[::-1]
+                for target, info, plan, builder in order:
+                    current = f"{info.label} @ {c}"
+                    await _measure_level(client, config, result, c, target, info, plan, builder,
+                                         counters[info.label], say)
+                    if config.pause_s > 0:
+                        await asyncio.sleep(config.pause_s)
+        except asyncio.CancelledError:
+            # Interrupted (Ctrl-C, SIGTERM, an outer timeout): keep what was measured, say what was not.
+            result.interrupted = True
+            result.warnings.append(f"interrupted during {current}: that level and the ones after it were not measured")
     return result
+
+
+async def _measure_level(
+    client: httpx.AsyncClient, config: BenchConfig, result: BenchResult, c: int, target: Target,
+    info: TargetInfo, plan: LoadPlan, builder: PromptBuilder, numbers: Iterator[int], say: Callable[[str], None],
+) -> None:
+    """Run one level for one target and append its result and warnings to ``result``."""
+    n = requests_for(config, c)
+    level_plan = replace(plan, requests=n)
+    meter = CpuMeter(find_server(target.base_url))
+    say(f"{info.label}: concurrency {c}, " + (f"{n} requests" if n else f"{config.duration_s:g} s"))
+
+    def next_prompt() -> str:
+        return builder.prompt(next(numbers), config.input_tokens, config.shared_prefix)
+
+    meter.start()
+    run: LevelRun = await run_level(client, target, level_plan, c, next_prompt)
+    cpu = meter.stop()
+    stats = summarize(run.records, run.window, c, config.output_tokens)
+    result.levels.append(LevelResult(info.label, stats, cpu, n, tuple(run.records), run.window.start))
+    result.warnings += warnings_for(cpu, f"{info.label} @ {c}")
+    if stats.errors or stats.timeouts:
+        result.warnings.append(
+            f"{info.label} @ {c}: {stats.errors} errors, {stats.timeouts} timeouts of "
+            f"{stats.requests} measured requests ({'; '.join(stats.error_samples[:2])})"
+        )
+    if stats.short_outputs:
+        result.warnings.append(
+            f"{info.label} @ {c}: {stats.short_outputs} of {stats.ok} successful requests received "
+            f"fewer than {config.output_tokens} output tokens (the server stopped early)"
+        )
+    say(f"{info.label}: concurrency {c}: {stats.output_tok_s:.1f} tok/s, {stats.ok}/{stats.requests} ok")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -156,9 +157,31 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(msg, file=sys.stderr, flush=True)
 
-    result = asyncio.run(run_bench(cfg, progress))
+    result = asyncio.run(_run_interruptible(cfg, progress))
     if not to_stdout:
         print_table(result)
     write_outputs(result, args)
+    if result.interrupted:
+        return 130
     failed = sum(lv.stats.errors + lv.stats.timeouts for lv in result.levels)
     return 1 if failed else 0
+
+
+async def _run_interruptible(cfg: BenchConfig, progress: Callable[[str], None]) -> BenchResult:
+    """run_bench, where Ctrl-C or SIGTERM ends the run early but keeps the levels already measured."""
+    task = asyncio.create_task(run_bench(cfg, progress))
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, task.cancel)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError):  # Windows, or not the main thread
+            pass
+    try:
+        return await task
+    except asyncio.CancelledError:  # interrupted before anything was measured
+        raise KeyboardInterrupt from None
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)

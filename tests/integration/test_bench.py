@@ -203,6 +203,23 @@ async def test_chat_endpoint_with_shared_prefix(standin: tuple[str, StandIn]) ->
     assert all(p.split()[:99] == prefix for p in prompts) and len(set(prompts)) == len(prompts)
 
 
+async def test_an_interrupted_run_keeps_the_levels_already_measured(standin: tuple[str, StandIn]) -> None:
+    url, server = standin
+    loop = asyncio.get_running_loop()
+
+    def progress(msg: str) -> None:
+        if "concurrency 1:" in msg:  # level 1 done: from now on measured requests hang
+            server.stall_above = 4
+        elif "concurrency 2," in msg:
+            loop.call_later(0.3, task.cancel)
+
+    task = asyncio.create_task(run_bench(_config(url, concurrency=(1, 2)), progress))
+    result = await task
+    assert result.interrupted
+    assert [lv.stats.concurrency for lv in result.levels] == [1]
+    assert any("interrupted during standin @ 2" in w for w in result.warnings)
+
+
 async def test_without_a_tokenizer_prompt_lengths_are_reported_approximate(standin: tuple[str, StandIn]) -> None:
     url, server = standin
     server.tokenizer = False
