@@ -1,4 +1,4 @@
-"""The chat screen: conversation log, prompt editor, streaming replies and Ollama's slash commands.
+"""The chat screen: conversation log, prompt editor, streaming replies (slash commands: :mod:`.slash`).
 
 All daemon I/O runs in workers: the reply stream (group ``reply``, exclusive, cancelled by Esc,
 keeping the partial reply) and model operations (group ``model``). The screen mutates the
@@ -24,10 +24,11 @@ from . import commands as cmd
 from . import model_ops
 from .backend import ReplyStats
 from .session import ChatSession
-from .widgets import AssistantMessage, InfoMessage, PromptInput, PullProgress, UserMessage
+from .slash import SlashCommands
+from .widgets import AssistantMessage, InfoMessage, PromptInput, UserMessage
 
 
-class ChatScreen(Screen[None]):
+class ChatScreen(SlashCommands, Screen[None]):
     BINDINGS = [
         Binding("escape", "stop", "Stop reply"),
         # Ctrl+C stops a reply as in `ollama run`; otherwise it copies the selection as usual.
@@ -141,7 +142,7 @@ class ChatScreen(Screen[None]):
         self.set_status(f"{waiting} {session.model}… Esc stops")
         view.start_stream()
         try:
-            async for chunk in self.app.backend.chat(session.model, messages, **fields):  # type: ignore[attr-defined]
+            async for chunk in self.app.backend.chat(session.model, messages, **fields):
                 text = (chunk.get("message") or {}).get("content") or ""
                 if text:
                     if ttft is None:
@@ -156,7 +157,7 @@ class ChatScreen(Screen[None]):
             raise
         except DaemonUnavailable as exc:
             state, error = "error", str(exc).splitlines()[0]
-            self.app.connection_lost()  # type: ignore[attr-defined]
+            self.app.connection_lost()
         except LocalrunError as exc:
             state, error = "error", str(exc)
         finally:
@@ -263,102 +264,3 @@ class ChatScreen(Screen[None]):
         from .dashboard import DashboardScreen
 
         self.app.push_screen(DashboardScreen())
-
-    # ----- slash commands -----------------------------------------------------------------------
-
-    def run_command(self, line: str) -> None:
-        self.query_one("#log", VerticalScroll).mount(UserMessage(line))
-        try:
-            command = cmd.parse(line)
-        except LocalrunError as exc:
-            self.info(str(exc), error=True)
-            return
-        s = self.session
-        match command:
-            case cmd.Help(text):
-                self.info(text)
-            case cmd.Bye():
-                self.app.exit(0)
-            case cmd.Clear():
-                self.action_new_chat()
-                self.info("Cleared session context.")
-            case cmd.ListParameters():
-                self.info(cmd.HELP_SET)
-            case cmd.SetParameter(name, value):
-                s.set_parameter(name, value)
-                self.info(f"Set parameter '{name}' to '{cmd.format_parameter_value(value)}'")
-            case cmd.SetSystem(text):
-                s.conversation.system = text
-                self.info("Set system message." if text else "Cleared system message.")
-            case cmd.SetFormat(fmt):
-                s.format = fmt
-                self.info("Set format to 'json' mode." if fmt else "Disabled format.")
-            case cmd.SetVerbose(verbose):
-                s.verbose = verbose
-                self.info("Set 'verbose' mode." if verbose else "Set 'quiet' mode.")
-            case cmd.SetHistory(keep):
-                s.keep_history = keep
-                self.info("Set history." if keep else "Set 'nohistory' mode.")
-            case cmd.Show(topic):
-                self.show(topic)
-            case cmd.Load(model):
-                self.switch_model(model)
-            case cmd.Save(name):
-                self.save_model(name)
-        self.update_title()
-
-    @work(exclusive=True, group="model")
-    async def show(self, topic: str) -> None:
-        try:
-            info = await self.app.backend.show(self.session.model)  # type: ignore[attr-defined]
-        except LocalrunError as exc:
-            self.info(f"Couldn't get model info: {exc}", error=True)
-            return
-        conv = self.session.conversation
-        self.info(cmd.show_text(topic, info, conv.system, conv.options))
-
-    @work(exclusive=True, group="model")
-    async def switch_model(self, model: str) -> None:
-        log = self.query_one("#log", VerticalScroll)
-        self.info(f"Loading model '{model}'")
-        progress: PullProgress | None = None
-
-        def on_progress(status: str, completed: float | None, total: float | None) -> None:
-            nonlocal progress
-            if progress is None:
-                progress = PullProgress(model)
-                log.mount(progress)
-            pulls = self.app.pulls  # type: ignore[attr-defined]
-            from .app import PullState
-
-            previous = pulls.get(model)
-            if total is None and previous is not None:  # status-only lines keep the last byte counts
-                completed, total = previous.completed, previous.total
-            pulls[model] = PullState(model, status, completed, total)
-            if progress.is_mounted:
-                progress.update_from(status, completed, total)
-
-        try:
-            await model_ops.ensure_loaded(self.app.backend, model, on_progress,  # type: ignore[attr-defined]
-                                          self.session.keep_alive)
-        except LocalrunError as exc:
-            self.info(f"Couldn't load '{model}': {exc}", error=True)
-            return
-        finally:
-            state = self.app.pulls.get(model)  # type: ignore[attr-defined]
-            if state is not None:
-                state.done = True
-        self.session.conversation.model = model
-        self.update_title()
-        self.info(f"Now chatting with {model}.")
-
-    @work(exclusive=True, group="model")
-    async def save_model(self, name: str) -> None:
-        conv = self.session.conversation
-        modelfile = cmd.save_modelfile(conv.model, conv.system, conv.options, conv.messages)
-        try:
-            await model_ops.create(self.app.backend, name, modelfile)  # type: ignore[attr-defined]
-        except LocalrunError as exc:
-            self.info(f"Couldn't save model '{name}': {exc}", error=True)
-            return
-        self.info(f"Created new model '{name}'")
