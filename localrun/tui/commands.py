@@ -29,8 +29,8 @@ SHOW_TOPICS = ("info", "license", "modelfile", "parameters", "system", "template
 
 HELP = """\
 Available commands:
-  /set            Set session variables (/set parameter, /set system, /set format, /set verbose)
-  /show           Show model information (/show info|modelfile|parameters|template|system|license)
+  /set            Session settings: /set parameter, /set system, /set format, /set verbose
+  /show TOPIC     Model details: info, modelfile, parameters, template, system, license
   /load MODEL     Switch to another model (the conversation continues; /clear starts over)
   /save NAME      Save this session as a new model (FROM + SYSTEM + PARAMETERs + MESSAGEs)
   /clear          Clear the conversation (the current one stays in the saved list)
@@ -38,7 +38,7 @@ Available commands:
   /?, /help       Help for a command (/? set, /? show, /? shortcuts)
 
 Keys: Enter sends · Ctrl+J (or Shift+Enter where the terminal reports it) inserts a newline ·
-Esc stops the reply (the partial text is kept) · F2 models · F3 settings · F4 saved chats ·
+Esc or Ctrl+C stops the reply (the partial text is kept) · F2 models · F3 settings · F4 saved chats ·
 F5 dashboard · Ctrl+N new chat · Ctrl+Q quit. Text starting with \"\"\" is sent as is."""
 
 HELP_SET = """\
@@ -65,7 +65,7 @@ Keyboard shortcuts:
   Enter        send the message
   Ctrl+J       insert a newline (Shift+Enter / Alt+Enter where the terminal reports them)
   Up / Down    previous / next message you sent, when the cursor is on the first / last line
-  Esc          stop the reply that is streaming (keeps what arrived)
+  Esc, Ctrl+C  stop the reply that is streaming (keeps what arrived)
   F2           pick a model          F3  system prompt and parameters
   F4           saved conversations   F5  dashboard (loaded models, tokens/s)
   Ctrl+N       new conversation      Ctrl+Q  quit"""
