@@ -37,9 +37,9 @@ Available commands:
   /bye            Exit
   /?, /help       Help for a command (/? set, /? show, /? shortcuts)
 
-Keys: Enter sends · Ctrl+J (or Shift+Enter where the terminal reports it) inserts a newline ·
-Esc or Ctrl+C stops the reply (the partial text is kept) · F2 models · F3 settings · F4 saved chats ·
-F5 dashboard · Ctrl+N new chat · Ctrl+Q quit. Text starting with \"\"\" is sent as is."""
+Keys: Enter sends · Ctrl+J inserts a newline (Shift+Enter where the terminal reports it)
+      Esc or Ctrl+C stops a reply, keeping what arrived · Ctrl+N new chat · Ctrl+Q quits
+      F2 models · F3 system prompt and parameters · F4 saved chats · F5 dashboard"""
 
 HELP_SET = """\
 Available /set commands:
