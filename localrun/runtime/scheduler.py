@@ -13,8 +13,10 @@ One loop task owns all loading and unloading. It wakes on three kinds of events:
 
 Requests for a resident model with matching options take a fast path that never waits for the
 loop, except for models the head of the queue is waiting on (FIFO fairness: a waiting load is not
-starved by a steady stream of requests for the busy model). The queue bound counts requests waiting for a load plus requests waiting for a sequence
-slot of their model; past ``max_queue`` new ones get Busy (HTTP 503).
+starved by a steady stream of requests for the busy model). The queue bound counts requests
+waiting for a load plus requests waiting for a sequence slot of their model; past ``max_queue``
+new ones get Busy (HTTP 503). Its vocabulary (LoadSpec, ResidentModel, Backend...) is in
+:mod:`.resident`.
 
 Seams for tests: ``load_fn`` (start a backend), ``probe`` (free RAM and GPUs), ``geometry``
 (GGUF reader) and ``clock``.
@@ -24,114 +26,34 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import enum
 import functools
 import inspect
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from .. import errors
 from ..engine.types import LoadOptions
 from .memory import Device, MemoryEstimate, ModelGeometry, Placement, estimate, human_bytes, place
+from .resident import (  # re-exported: the scheduler's public vocabulary
+    DEFAULT,
+    Backend,
+    Clock,
+    LoadFn,
+    LoadSpec,
+    Phase,
+    ProbeFn,
+    ResidentModel,
+    SystemClock,
+)
+
+__all__ = ["DEFAULT", "Backend", "Clock", "Lease", "LoadFn", "LoadSpec", "Phase", "ProbeFn", "ResidentModel",
+           "Scheduler", "SystemClock"]
 
 log = logging.getLogger(__name__)
-
-DEFAULT: Any = object()
-"""Sentinel for ``acquire(keep_alive=DEFAULT)``: use the server's default keep-alive."""
-
-
-class Backend(Protocol):
-    """A loaded model: a RunnerProcess in production, a fake in unit tests."""
-
-    name: str
-    pid: int
-    info: dict[str, Any]
-    exited: asyncio.Future[str]
-
-    @property
-    def alive(self) -> bool: ...
-
-    async def close(self) -> None: ...
-
-
-class Clock(Protocol):
-    def monotonic(self) -> float: ...
-
-    def time(self) -> float: ...
-
-    async def sleep(self, seconds: float) -> None: ...
-
-
-class SystemClock:
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def time(self) -> float:
-        return time.time()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-
-@dataclass(frozen=True, slots=True)
-class LoadSpec:
-    """What to load: a store model name, its GGUF path and load-time options."""
-
-    name: str
-    model_path: str
-    options: LoadOptions
-    template: str | None = None
-    digest: str | None = None  # the store's digest of the model, shown by /api/ps
-
-
-LoadFn = Callable[[LoadSpec, Placement], Awaitable[Backend]]
-# Free RAM and GPUs; may be async (the daemon's probes devices in a thread, tests' is instant).
-ProbeFn = Callable[[], "tuple[int, list[Device]] | Awaitable[tuple[int, list[Device]]]"]
-
-
-class Phase(enum.Enum):
-    READY = "ready"
-    DRAINING = "draining"  # will be unloaded (reload or stop) once its requests finish
-
-
-@dataclass(slots=True, eq=False)
-class ResidentModel:
-    """A loaded model. Mutated only on the event loop (by the scheduler and its leases)."""
-
-    spec: LoadSpec
-    backend: Backend
-    placement: Placement
-    estimate: MemoryEstimate
-    loaded_at: float             # wall clock
-    load_duration_ns: int
-    reason: str                  # why it was (re)loaded, for logs and /api/ps
-    refcount: int = 0
-    keep_alive: float | None = 300.0
-    last_used: float = 0.0       # monotonic
-    idle_deadline: float | None = None  # monotonic time the keep-alive timer fires
-    phase: Phase = Phase.READY
-    timer: asyncio.Task[None] | None = field(default=None, repr=False)
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def slots(self) -> int:
-        return max(1, self.spec.options.num_parallel)
-
-    @property
-    def queued(self) -> int:
-        return max(0, self.refcount - self.slots)
-
-    @property
-    def active(self) -> int:
-        return min(self.refcount, self.slots)
-
 
 class Lease:
     """A model held for one request; :meth:`release` exactly once (extra calls are ignored)."""

@@ -1,0 +1,112 @@
+"""The scheduler's vocabulary: what a loaded model is and the seams it is built from.
+
+- :class:`LoadSpec`      what to load (store name, GGUF path, load-time options)
+- :class:`Backend`       a loaded model (a RunnerProcess, or a fake in tests)
+- :class:`ResidentModel` a loaded model's residency state: refcount, keep-alive, placement
+- :class:`Clock`         time, injectable (tests use a fake clock)
+- ``LoadFn`` / ``ProbeFn`` the seams that start a backend and report free memory
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..engine.types import LoadOptions
+from .memory import Device, MemoryEstimate, Placement
+
+DEFAULT: Any = object()
+"""Sentinel for ``acquire(keep_alive=DEFAULT)``: use the server's default keep-alive."""
+
+
+class Backend(Protocol):
+    """A loaded model: a RunnerProcess in production, a fake in unit tests."""
+
+    name: str
+    pid: int
+    info: dict[str, Any]
+    exited: asyncio.Future[str]
+
+    @property
+    def alive(self) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+
+    def time(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSpec:
+    """What to load: a store model name, its GGUF path and load-time options."""
+
+    name: str
+    model_path: str
+    options: LoadOptions
+    template: str | None = None
+    digest: str | None = None  # the store's digest of the model, shown by /api/ps
+
+
+LoadFn = Callable[[LoadSpec, Placement], Awaitable[Backend]]
+# Free RAM and GPUs; may be async (the daemon's probes devices in a thread, tests' is instant).
+ProbeFn = Callable[[], "tuple[int, list[Device]] | Awaitable[tuple[int, list[Device]]]"]
+
+
+class Phase(enum.Enum):
+    READY = "ready"
+    DRAINING = "draining"  # will be unloaded (reload or stop) once its requests finish
+
+
+@dataclass(slots=True, eq=False)
+class ResidentModel:
+    """A loaded model. Mutated only on the event loop (by the scheduler and its leases)."""
+
+    spec: LoadSpec
+    backend: Backend
+    placement: Placement
+    estimate: MemoryEstimate
+    loaded_at: float             # wall clock
+    load_duration_ns: int
+    reason: str                  # why it was (re)loaded, for logs and /api/ps
+    refcount: int = 0
+    keep_alive: float | None = 300.0
+    last_used: float = 0.0       # monotonic
+    idle_deadline: float | None = None  # monotonic time the keep-alive timer fires
+    phase: Phase = Phase.READY
+    timer: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def slots(self) -> int:
+        return max(1, self.spec.options.num_parallel)
+
+    @property
+    def queued(self) -> int:
+        return max(0, self.refcount - self.slots)
+
+    @property
+    def active(self) -> int:
+        return min(self.refcount, self.slots)
