@@ -363,3 +363,15 @@ async def test_dashboard_from_chat_shows_models_and_rates(tmp_path: Path) -> Non
         assert max(app.screen.samples) > 0  # type: ignore[attr-defined]
         await pilot.press("escape")
         assert isinstance(app.screen, ChatScreen)
+
+
+async def test_quitting_while_a_reply_streams_exits_cleanly(tmp_path: Path) -> None:
+    backend = FakeBackend(reply="one two three")
+    backend.gate = asyncio.Event()
+    app = make_app(tmp_path, backend)
+    async with app.run_test() as pilot:
+        await type_and_send(pilot, "go")
+        await pilot.pause(0.1)
+        await pilot.press("ctrl+q")
+        await pilot.pause(0.1)
+    assert app.return_code in (0, None)  # an error in the stopping worker would fail run_test
