@@ -32,6 +32,11 @@ def check_format(value: Any) -> str | dict[str, Any] | None:
     raise errors.InvalidRequest("'format' must be \"json\" or a JSON schema object")
 
 
+def truncation(body: dict[str, Any]) -> Truncation:
+    """``truncate: false`` refuses a prompt longer than the context (400) instead of cutting its front."""
+    return Truncation.FRONT if get(body, "truncate", bool, True) else Truncation.REJECT
+
+
 def done_fields(gen: Generation) -> dict[str, Any]:
     done = gen.done
     assert done is not None
@@ -119,7 +124,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         text, system_prefix = await prompts.render_async(template, messages)
     req = GenerateRequest(
         prompt=text, sampling=sampling_with_logprobs(target, body), format=check_format(body.get("format")),
-        truncation=Truncation.FRONT,
+        truncation=truncation(body),
     )
     gen = await service.generate(target, req, "/api/generate", context=context, system_prefix=system_prefix)
     try:
@@ -204,6 +209,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
     text, system_prefix = await prompts.render_async(target.template, full, tools)
     req = GenerateRequest(
         prompt=text, sampling=sampling_with_logprobs(target, body), format=check_format(body.get("format")),
+        truncation=truncation(body),
     )
     gen = await service.generate(target, req, "/api/chat", system_prefix=system_prefix)
     tool_filter = ToolStreamFilter(tool_names(tools)) if tools else None

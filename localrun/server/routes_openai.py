@@ -16,26 +16,26 @@ from typing import Any
 from aiohttp import web
 
 from .. import errors
-from ..engine.types import GenerateRequest, SamplingOptions, TokenEvent, TokenLogprob
+from ..engine.types import GenerateRequest, SamplingOptions, TokenEvent, TokenLogprob, Truncation
 from . import openai_compat as oc
 from . import prompts
 from .http import SSEStream, read_json
 from .keys import SERVICE, STORE
 from .middleware import error_body
 from .options import parse_keep_alive
-from .routes_api import resize
+from .routes_api import resize, truncation
 from .service import Generation, Service, Target
 from .tools import ToolCall, ToolStreamFilter, forced_call_schema, parse_tool_calls, tool_names
 
 
 async def _start(service: Service, target: Target, prompt: str, sampling: SamplingOptions,
-                 fmt: Any, n: int, endpoint: str) -> list[Generation]:
+                 fmt: Any, n: int, endpoint: str, cut: Truncation = Truncation.FRONT) -> list[Generation]:
     gens: list[Generation] = []
     try:
         for i in range(n):
             s = sampling if i == 0 or sampling.seed is None else replace(sampling, seed=sampling.seed + i)
-            gens.append(await service.generate(target, GenerateRequest(prompt=prompt, sampling=s, format=fmt),
-                                               endpoint))
+            request = GenerateRequest(prompt=prompt, sampling=s, format=fmt, truncation=cut)
+            gens.append(await service.generate(target, request, endpoint))
     except BaseException:
         for g in gens:
             await g.close()
@@ -99,7 +99,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     full = prompts.with_defaults(call.messages, target.system, target.messages)
     prompt, _ = await prompts.render_async(target.template, full, tools)
     sampling = replace(target.sampling, logprobs=call.logprobs, top_logprobs=call.top_logprobs)
-    gens = await _start(service, target, prompt, sampling, forced or call.format, call.n, "/v1/chat/completions")
+    gens = await _start(service, target, prompt, sampling, forced or call.format, call.n, "/v1/chat/completions",
+                        truncation(body))
     rid, created, names = oc.new_id("chatcmpl"), int(time.time()), tool_names(tools)
     try:
         if call.stream:
@@ -172,7 +173,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     gens: list[Generation] = []
     try:
         for p in call.prompts:
-            gens.extend(await _start(service, target, p, sampling, fmt, call.n, "/v1/completions"))
+            gens.extend(await _start(service, target, p, sampling, fmt, call.n, "/v1/completions", truncation(body)))
         rid, created = oc.new_id("cmpl"), int(time.time())
         prefix = [call.prompts[i // call.n] if call.echo else "" for i in range(len(gens))]
         if call.stream:

@@ -158,3 +158,17 @@ async def test_starter_chat_uses_gemma_turns_and_stops(serve_app: Any, store: An
         assert isinstance(json.loads(choice["message"]["content"]), dict)
     ps = (await (await client.get("/api/ps")).json())["models"]
     assert ps[0]["name"] == "gemma3:270m" and ps[0]["processor"] == "100% CPU"
+
+
+async def test_long_prompts_are_cut_from_the_front_unless_truncate_is_false(serve_app: Any, store: Any) -> None:
+    client = await serve_app(store, num_parallel=1)
+    long = "hello world " * 600  # well past num_ctx 512
+    r = await client.post("/api/generate", json={"model": "tiny", "prompt": long, "stream": False,
+                                                 "options": {"num_predict": 2}})
+    body = await r.json()
+    assert r.status == 200 and body["prompt_truncated_count"] > 0 and body["prompt_eval_count"] <= 512
+    r = await client.post("/api/generate", json={"model": "tiny", "prompt": long, "truncate": False})
+    assert r.status == 400 and (await r.json())["code"] == "context_length_exceeded"
+    r = await client.post("/v1/chat/completions", json={
+        "model": "tiny", "messages": [{"role": "user", "content": long}], "truncate": False})
+    assert r.status == 400 and (await r.json())["error"]["code"] == "context_length_exceeded"
