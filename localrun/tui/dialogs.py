@@ -198,8 +198,10 @@ class ConversationList(ModalScreen[str | None]):
         option_list.clear_options()
         for item in self.store.list():
             when = dt.datetime.fromtimestamp(item.updated_at).strftime("%Y-%m-%d %H:%M")
-            mark = " (open)" if item.id == self.current else ""
-            label = Text(f"{when}  {item.title:<34.34}  {item.model:<18.18} {item.num_messages:>3} msgs{mark}")
+            mark = " ·open" if item.id == self.current else ""
+            title = item.title if len(item.title) <= 26 else item.title[:25] + "…"
+            model = item.model if len(item.model) <= 14 else item.model[:13] + "…"
+            label = Text(f"{when}  {title:<26}  {model:<14}  {item.num_messages:>3} msgs{mark}")
             option_list.add_option(Option(label, id=item.id))
         if not option_list.option_count:
             option_list.add_option(Option(Text("No saved conversations yet."), disabled=True))
