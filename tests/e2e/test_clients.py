@@ -153,6 +153,26 @@ def test_ollama_pull_streams_progress(oll: ollama.Client, starter_gguf: Path) ->
     statuses = [p.status for p in oll.pull("gemma3:270m", stream=True)]
     assert statuses[-1] == "success"
     assert "gemma3:270m" in [m.model for m in oll.list().models]
+    assert oll.pull("gemma3:270m").status == "success"  # present already: nothing to download
+
+
+def test_ollama_create_streams_progress_and_uses_parameters(oll: ollama.Client, tiny_gguf: Path) -> None:
+    digest = oll.create_blob(tiny_gguf)
+    parts = list(oll.create(model="tiny-sys", files={"tiny.gguf": digest}, system="You are terse.",
+                            parameters={"num_predict": 3}, stream=True))
+    assert parts[-1].status == "success"
+    shown = oll.show("tiny-sys")
+    assert "num_predict" in (shown.parameters or "") and "You are terse." in (shown.modelfile or "")
+    assert oll.generate(model="tiny-sys", prompt="hi").eval_count == 3  # the Modelfile default applies
+    oll.delete("tiny-sys")
+
+
+async def test_ollama_async_client(daemon: str) -> None:
+    client = ollama.AsyncClient(host=daemon)
+    parts = [p async for p in await client.chat(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                                options={"num_predict": 3}, stream=True)]
+    assert parts[-1].done and parts[-1].eval_count == 3
+    assert MODEL in [m.model for m in (await client.ps()).models]
 
 
 # --- openai -----------------------------------------------------------------------------------
@@ -216,3 +236,13 @@ def test_openai_errors_have_openai_shape(oai: openai.OpenAI) -> None:
         oai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}],
                                     temperature="hot")  # type: ignore[arg-type]
     assert "temperature" in str(info.value)
+
+
+async def test_openai_async_client_streams(daemon: str) -> None:
+    client = openai.AsyncOpenAI(base_url=daemon + "/v1", api_key="unused", max_retries=0)
+    stream = await client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                                  max_tokens=3, stream=True)
+    chunks = [c async for c in stream]
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-1].choices[0].finish_reason == "length"
+    await client.close()
