@@ -60,3 +60,20 @@ def test_no_daemon_is_a_clear_error() -> None:
     assert not c.is_running()
     with pytest.raises(errors.DaemonUnavailable, match="no localrun daemon answers"):
         c.ps()
+
+
+def test_ps_table_matches_ollamas_columns() -> None:
+    import datetime as dt
+
+    from localrun.cli.daemon_cmds import ps_table, until
+
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    assert until("2026-01-01T00:04:30Z", now) == "4 minutes from now"
+    assert until("2318-11-22T00:00:00Z", now) == "Forever"
+    assert until("2025-12-31T23:59:59Z", now) == "Stopping..."
+    table = ps_table([{"name": "gemma3:270m", "digest": "sha256:" + "ab" * 32, "size": 921_000_000,
+                       "size_vram": 0, "processor": "48%/52% CPU/GPU", "context_length": 4096,
+                       "expires_at": "2318-11-22T00:00:00Z"}])
+    header, row = table.splitlines()
+    assert header.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"]
+    assert row.split() == ["gemma3:270m", "abababababab", "921", "MB", "48%/52%", "CPU/GPU", "4096", "Forever"]
