@@ -112,8 +112,8 @@ class DashboardScreen(Screen[None]):
         self._total("throughput", "tokens/s", f"{tps:.1f}", f"peak {max(self.samples):.1f}")
         self._total("requests", "model requests", f"{snapshot.requests:.0f}" if snapshot else "–", f"{active} active")
         self._total("queue", "queued", f"{queued}", f"{len(models)} loaded")
-        cached = f"{snapshot.cached_tokens:.0f} of {snapshot.prompt_tokens:.0f} prompt tok" if snapshot else ""
-        self._total("cache", "prefix cache hits", f"{hit:.0%}" if hit is not None else "–", cached)
+        cached = f"{snapshot.cached_tokens:.0f}/{snapshot.prompt_tokens:.0f} prompt tok hit" if snapshot else ""
+        self._total("cache", "prefix cache", f"{hit:.0%}" if hit is not None else "–", cached)
         self.draw_pulls()
 
     def _total(self, key: str, label: str, value: str, detail: str) -> None:
