@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import functools
 import hmac
 import ipaddress
 import logging
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -101,13 +103,19 @@ async def metrics_middleware(request: web.Request, handler: Handler) -> web.Stre
 
 
 def _is_local_host(hostname: str) -> bool:
-    name = hostname.strip("[]").lower()
-    if name in ("localhost", "::1", "0.0.0.0") or name.endswith(".localhost"):
+    name = hostname.strip("[]").lower().rstrip(".")
+    if name in ("localhost", "::1", "0.0.0.0") or name.endswith(".localhost") or name == _own_hostname():
         return True
     try:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
         return False
+
+
+@functools.lru_cache(maxsize=1)
+def _own_hostname() -> str:
+    """This machine's name, which local tools also use to reach it (as Ollama allows)."""
+    return socket.gethostname().lower()
 
 
 def _split_host(host_header: str) -> str:
