@@ -58,6 +58,22 @@ class ChatScreen(SlashCommands, Screen[None]):
         self.watch(self.app, "connected", self._connection_changed, init=False)
         self.render_conversation()
         self.query_one(PromptInput).focus()
+        self.preload()
+
+    @work(exclusive=True, group="model")
+    async def preload(self) -> None:
+        """Load the model while the user types, as ``ollama run`` does, so the first reply is quicker."""
+        model = self.session.model
+        self.set_status(f"Loading {model}… (type meanwhile)")
+        try:
+            await self.app.backend.load(model, self.session.keep_alive)
+        except DaemonUnavailable:
+            self.app.connection_lost()
+        except LocalrunError as exc:
+            self.info(f"Couldn't load '{model}': {exc}", error=True)
+        finally:
+            if not self.streaming:
+                self.set_status("")
 
     # ----- drawing -----------------------------------------------------------------------------
 

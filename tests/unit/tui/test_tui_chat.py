@@ -375,3 +375,21 @@ async def test_quitting_while_a_reply_streams_exits_cleanly(tmp_path: Path) -> N
         await pilot.press("ctrl+q")
         await pilot.pause(0.1)
     assert app.return_code in (0, None)  # an error in the stopping worker would fail run_test
+
+
+async def test_model_loads_while_the_user_types(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    app = make_app(tmp_path, backend)
+    async with app.run_test() as pilot:
+        await wait_idle(pilot)
+        assert backend.loaded == ["tiny:latest"]
+        assert str(app.screen.query_one("#status").render()) == ""
+
+
+async def test_missing_model_at_start_is_reported(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    store = ConversationStore(tmp_path / "c")
+    app = LocalrunApp(backend, session=ChatSession.start("gone", store=store), health_interval=0)
+    async with app.run_test() as pilot:
+        await wait_idle(pilot)
+        assert "Couldn't load 'gone'" in "\n".join(infos(app))
