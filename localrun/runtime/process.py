@@ -106,19 +106,14 @@ class RunnerProcess:
             limit=protocol.MAX_FRAME,
         )
         runner = cls(name, proc)
-        await runner._send({
-            "op": "load",
-            "model_path": model_path,
-            "options": protocol.encode_load_options(options),
-            "template": template,
-            "factory": factory,
-        })
-        assert proc.stdout is not None
         try:
-            first = await protocol.read_frame(proc.stdout)
-        except errors.RunnerCrashed:
-            first = None
+            first = await runner._load(model_path, options, template, factory)
+        except BaseException:  # a failed, timed-out or abandoned load must not leave a process behind
+            runner.kill()
+            await proc.wait()
+            raise
         if first is None or first.get("op") not in ("loaded", "load_error"):
+            runner.kill()
             code = await proc.wait()
             raise errors.RunnerCrashed(f"the runner for {name} died while loading ({_describe_exit(code)})")
         if first["op"] == "load_error":
@@ -127,6 +122,21 @@ class RunnerProcess:
         runner.info = first.get("info") or {}
         runner._reader_task = asyncio.create_task(runner._read_loop(), name=f"runner-reader-{name}")
         return runner
+
+    async def _load(self, model_path: str, options: LoadOptions, template: str | None,
+                    factory: str | None) -> dict[str, Any] | None:
+        await self._send({
+            "op": "load",
+            "model_path": model_path,
+            "options": protocol.encode_load_options(options),
+            "template": template,
+            "factory": factory,
+        })
+        assert self._proc.stdout is not None
+        try:
+            return await protocol.read_frame(self._proc.stdout)
+        except errors.RunnerCrashed:
+            return None
 
     @property
     def alive(self) -> bool:

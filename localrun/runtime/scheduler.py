@@ -93,6 +93,7 @@ class Scheduler:
         max_loaded: int = 3,
         max_queue: int = 512,
         default_keep_alive: float | None = 300.0,
+        load_timeout: float = 600.0,
     ) -> None:
         self._load_fn = load_fn
         self._probe = probe
@@ -101,6 +102,7 @@ class Scheduler:
         self.max_loaded = max_loaded
         self.max_queue = max_queue
         self.default_keep_alive = default_keep_alive
+        self.load_timeout = load_timeout  # a runner that never finishes loading is killed (as Ollama's 5 min)
         self.models: dict[str, ResidentModel] = {}
         self._pending: deque[_Pending] = deque()
         self._expired: deque[tuple[ResidentModel, str]] = deque()
@@ -344,9 +346,15 @@ class Scheduler:
             placement.processor(),
         )
         try:
-            backend = await self._load_fn(spec, placement)
+            backend = await asyncio.wait_for(self._load_fn(spec, placement), self.load_timeout)
         except asyncio.CancelledError:
             raise
+        except asyncio.TimeoutError:
+            log.warning("loading %s took longer than %.0fs; gave up", spec.name, self.load_timeout)
+            if not req.future.done():
+                req.future.set_exception(errors.EngineError(
+                    f"loading {spec.name} took longer than {self.load_timeout:.0f}s; is the disk or memory swamped?"))
+            return
         except Exception as exc:
             log.warning("loading %s failed: %s", spec.name, exc)
             if not req.future.done():

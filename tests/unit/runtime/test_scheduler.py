@@ -338,3 +338,19 @@ async def test_requests_for_other_resident_models_pass_a_waiting_load(world: Wor
     held_a.release()
     (await asyncio.wait_for(waiter_b, 5)).release()
     await s.close()
+
+
+async def test_a_load_that_never_finishes_times_out_and_the_scheduler_goes_on(world: World) -> None:
+    hang = asyncio.Event()
+
+    async def stuck(spec: LoadSpec, placement: Placement) -> FakeBackend:
+        if spec.name == "stuck":
+            await hang.wait()
+        return await world.load(spec, placement)
+
+    s = Scheduler(stuck, probe=world.probe, geometry=world.geometry, clock=world.clock, load_timeout=0.2)
+    with pytest.raises(errors.EngineError, match="longer than"):
+        await s.acquire(spec("stuck"))
+    (await s.acquire(spec("fine"))).release()
+    assert list(s.models) == ["fine"]
+    await s.close()
