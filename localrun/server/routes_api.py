@@ -166,7 +166,7 @@ async def _respond(request: web.Request, gen: Generation, stream: bool, chunk: A
             if not out.response.prepared:
                 raise
             gen.status = "error"
-            await out.write({"error": exc.message})
+            await out.write({"error": exc.message, "code": exc.code})
         return await out.finish()
     parts: list[str] = []
     logprobs: list[dict[str, Any]] = []
