@@ -20,6 +20,7 @@ from aiohttp import web
 
 from .. import errors
 from ..runtime.memory import read_geometry
+from ..store.modelfile import quote as _quote
 from .http import NDJSONStream, get, read_json
 from .keys import SERVICE, STORE
 from .routes_status import details
@@ -170,10 +171,6 @@ async def pull(request: web.Request) -> web.StreamResponse:
     store = request.app[STORE]
     store_pull = _store_pull_module().pull
     return await _run_with_progress(request, stream, lambda cb: store_pull(store, name, progress=cb))
-
-
-def _quote(text: str) -> str:
-    return '"""' + text.replace('"""', '\\"\\"\\"') + '"""'
 
 
 def modelfile_from_request(body: dict[str, Any], blob_path: Callable[[str], Path]) -> str:
