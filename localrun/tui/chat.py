@@ -154,8 +154,7 @@ class ChatScreen(SlashCommands, Screen[None]):
         started = time.monotonic()
         ttft: float | None = None
         self.streaming = True
-        waiting = "Waiting for" if session.messages else "Loading (when needed) and waiting for"
-        self.set_status(f"{waiting} {session.model}… Esc stops")
+        self.set_status(f"Waiting for {session.model}… Esc stops")
         view.start_stream()
         try:
             async for chunk in self.app.backend.chat(session.model, messages, **fields):
