@@ -185,10 +185,13 @@ class LiveDaemon:
 
 
 def record_figures(test: str, **figures: Any) -> None:
-    """Print one test's measured figures (for RELIABILITY.md) and append them to ``LOCALRUN_FIGURES``."""
+    """Print one test's measured figures (for RELIABILITY.md) and append them to ``HARDENING_FIGURES``.
+
+    Not a ``LOCALRUN_*`` variable: tests/conftest.py clears those for every test.
+    """
     line = json.dumps({"test": test, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **figures})
     print(f"\nFIGURES {line}")
-    target = os.environ.get("LOCALRUN_FIGURES")
+    target = os.environ.get("HARDENING_FIGURES")
     if target:
         with open(target, "a", encoding="utf-8") as f:
             f.write(line + "\n")
