@@ -152,3 +152,51 @@ def test_no_model_means_the_starter_pulled_offline(starter_gguf: Path, monkeypat
         assert "gemma3:270m" in listing.stdout  # brought into the store from the PyPI package
     finally:
         stop_daemon()
+
+
+def _read_until(fd: int, needle: bytes, timeout: float) -> bytes:
+    import select
+    import time
+
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and needle not in seen:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    return seen
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_in_a_terminal_it_opens_the_chat_ui(store_with_tiny: None) -> None:
+    import fcntl
+    import struct
+    import termios
+
+    main_fd, child_fd = os.openpty()
+    fcntl.ioctl(child_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from localrun.cli.main import main; sys.exit(main())", "run", "tiny"],
+        stdin=child_fd, stdout=child_fd, stderr=child_fd, env={**os.environ, "TERM": "xterm-256color"},
+        start_new_session=True,
+    )
+    os.close(child_fd)
+    try:
+        assert b"Chatting with tiny" in _read_until(main_fd, b"Chatting with tiny", 60)
+        os.write(main_fd, b"hello\r")
+        assert b"w4" in _read_until(main_fd, b"w4", 60)  # the streamed reply, drawn in the UI
+        os.write(main_fd, b"/bye\r")
+        assert proc.wait(30) == 0
+        saved = list((config.data_dir() / "conversations").glob("*.json"))
+        assert len(saved) == 1 and (saved[0].stat().st_mode & 0o777) == 0o600
+        assert "hello" in saved[0].read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(main_fd)
