@@ -14,8 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..client import AsyncClient, error_from
-from ..errors import DaemonUnavailable
+from ..client import AsyncClient
 
 # The daemon's JSON objects, as the client returns them (``list`` is a method name below).
 Rows = list[dict[str, Any]]
@@ -80,20 +79,7 @@ class ClientBackend:
         return await self._client.health()
 
     async def metrics(self) -> str:
-        method = getattr(self._client, "metrics", None)
-        if method is not None:
-            return str(await method())
-        # localrun.client has no metrics() yet: read the text through its own httpx client, so
-        # the base URL and API key stay the client's.
-        import httpx
-
-        try:
-            response = await self._client._http.get("/metrics")
-        except httpx.TransportError as exc:
-            raise DaemonUnavailable(f"no localrun daemon answers at {self.base_url} ({exc})") from exc
-        if response.status_code >= 400:
-            raise error_from(response.status_code, {"error": response.text})
-        return str(response.text)
+        return await self._client.metrics()
 
     async def load(self, model: str, keep_alive: str | None = None) -> None:
         fields = {"keep_alive": keep_alive} if keep_alive is not None else {}
