@@ -12,7 +12,7 @@ requests that name it reach the scheduler, a runner process and the engine. Ever
 - a 2xx JSON body that matches the response schema the description documents;
 - within the client timeout (no hang), with the daemon still answering /health afterwards.
 
-Bounded: ``LOCALRUN_FUZZ_EXAMPLES`` examples per operation and mode (default 6) and a wall-clock
+Bounded: ``LOCALRUN_FUZZ_EXAMPLES`` examples per operation and mode (default 10) and a wall-clock
 budget of ``LOCALRUN_FUZZ_SECONDS`` (default 75) for the whole run.
 """
 
@@ -38,7 +38,7 @@ from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
-EXAMPLES = int(os.environ.get("LOCALRUN_FUZZ_EXAMPLES", "6"))
+EXAMPLES = int(os.environ.get("LOCALRUN_FUZZ_EXAMPLES", "10"))
 BUDGET_S = float(os.environ.get("LOCALRUN_FUZZ_SECONDS", "75"))
 REQUEST_TIMEOUT_S = 60.0
 MODEL = "tiny"
