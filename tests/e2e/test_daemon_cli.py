@@ -18,16 +18,10 @@ import pytest
 from localrun import config
 from localrun.cli.main import main
 from localrun.client import daemon_log_path, ensure_daemon
+from daemonproc import listener_pid, stop_daemon
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 FAKES = Path(__file__).parents[1] / "integration" / "server"
-
-
-def _listener_pid(port: int) -> int | None:
-    for conn in psutil.net_connections(kind="tcp"):
-        if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
-            return int(conn.pid)
-    return None
 
 
 @pytest.fixture
@@ -38,13 +32,7 @@ def daemon_env(monkeypatch: pytest.MonkeyPatch, tiny_gguf: Path) -> Iterator[Non
 
     ModelStore(config.models_dir()).create("tiny", f"FROM {tiny_gguf}\n")
     yield
-    pid = _listener_pid(config.host().port)
-    if pid is not None:
-        os.kill(pid, signal.SIGTERM)
-        try:
-            psutil.Process(pid).wait(30)
-        except psutil.NoSuchProcess:
-            pass
+    stop_daemon()
 
 
 def test_ensure_daemon_starts_one_in_the_background_and_ps_stop_use_it(
@@ -52,8 +40,8 @@ def test_ensure_daemon_starts_one_in_the_background_and_ps_stop_use_it(
 ) -> None:
     client = ensure_daemon(timeout=60)
     assert client.is_running() and daemon_log_path().exists()
-    pid = _listener_pid(config.host().port)
-    assert ensure_daemon().is_running() and _listener_pid(config.host().port) == pid  # reuses it
+    pid = listener_pid(config.host().port)
+    assert ensure_daemon().is_running() and listener_pid(config.host().port) == pid  # reuses it
     assert main(["ps"]) == 0
     assert capsys.readouterr().out.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"]
     list(client.generate("tiny", "hello", keep_alive="10m"))
@@ -72,7 +60,7 @@ def test_stopping_the_daemon_ends_its_runners(daemon_env: None) -> None:
     client = ensure_daemon(timeout=60)
     list(client.generate("tiny", "hello"))
     runner_pid = client.ps()[0]["pid"]
-    daemon_pid = _listener_pid(config.host().port)
+    daemon_pid = listener_pid(config.host().port)
     assert daemon_pid is not None
     os.kill(daemon_pid, signal.SIGTERM)
     psutil.Process(daemon_pid).wait(30)

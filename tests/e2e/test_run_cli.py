@@ -10,37 +10,19 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from localrun import __version__, config
+from daemonproc import listener_pid, stop_daemon
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 FAKES = Path(__file__).parents[1] / "integration" / "server"
 ANSI = re.compile(r"\x1b\[")
-
-
-def _listener_pid(port: int) -> int | None:
-    for conn in psutil.net_connections(kind="tcp"):
-        if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
-            return int(conn.pid)
-    return None
-
-
-def stop_daemon() -> None:
-    pid = _listener_pid(config.host().port)
-    if pid is not None:
-        os.kill(pid, signal.SIGTERM)
-        try:
-            psutil.Process(pid).wait(30)
-        except psutil.NoSuchProcess:
-            pass
 
 
 @pytest.fixture
@@ -70,7 +52,7 @@ def test_pipe_mode_starts_the_daemon_and_prints_the_answer(store_with_tiny: None
     assert result.returncode == 0, result.stderr
     assert result.stdout == " w0 w1 w2 w3 w4\n"
     assert "Starting the localrun daemon in the background" in result.stderr
-    assert _listener_pid(config.host().port) is not None  # it keeps running for the next command
+    assert listener_pid(config.host().port) is not None  # it keeps running for the next command
     again = localrun("run", "tiny", "say", "more", stdin="")
     assert again.returncode == 0 and again.stdout == " w0 w1 w2 w3 w4\n"
     assert "Starting" not in again.stderr  # the running daemon is reused
@@ -102,7 +84,7 @@ def test_bad_keepalive_is_a_usage_error_before_any_work() -> None:
     result = localrun("run", "tiny", "hi", "--keepalive", "soon")
     assert result.returncode == 2
     assert "--keepalive" in result.stderr
-    assert _listener_pid(config.host().port) is None  # no daemon was started for a typo
+    assert listener_pid(config.host().port) is None  # no daemon was started for a typo
 
 
 def test_top_without_a_daemon_exits_1() -> None:

@@ -11,11 +11,9 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
-import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 from textual.widgets import DataTable, Markdown
 
@@ -26,27 +24,11 @@ from localrun.tui.backend import ClientBackend
 from localrun.tui.chat import ChatScreen
 from localrun.tui.session import ChatSession
 from localrun.tui.widgets import AssistantMessage, InfoMessage, PromptInput
+from daemonproc import stop_daemon
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 FAKES = Path(__file__).parents[1] / "integration" / "server"
 REAL_ENGINE = importlib.util.find_spec("localrun.engine.engine") is not None
-
-
-def _listener_pid(port: int) -> int | None:
-    for conn in psutil.net_connections(kind="tcp"):
-        if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
-            return int(conn.pid)
-    return None
-
-
-def _stop_daemon() -> None:
-    pid = _listener_pid(config.host().port)
-    if pid is not None:
-        os.kill(pid, signal.SIGTERM)
-        try:
-            psutil.Process(pid).wait(30)
-        except psutil.NoSuchProcess:
-            pass
 
 
 @pytest.fixture(params=["fake-engine", "real-engine"])
@@ -75,7 +57,7 @@ def daemon(tiny_gguf: Path, tiny_gguf_b: Path) -> Iterator[None]:
     store.create("tiny-b", f"FROM {tiny_gguf_b}\nPARAMETER num_ctx 512\n")
     ensure_daemon(timeout=60).close()
     yield
-    _stop_daemon()
+    stop_daemon()
 
 
 @pytest.fixture
@@ -214,7 +196,7 @@ async def test_reconnects_when_the_daemon_restarts(fake_engine: None, daemon: No
     async with app.run_test() as pilot:
         await send(pilot, "before")
         assert last_reply(app).has_class("done")
-        await asyncio.to_thread(_stop_daemon)
+        await asyncio.to_thread(stop_daemon)
         for _ in range(100):
             await pilot.pause(0.1)
             if not app.connected:
