@@ -382,7 +382,7 @@ def test_a_corrupt_blob_is_refused_at_load_with_a_hint_to_pull_again(
 def test_two_processes_pulling_the_same_model_download_it_once(tmp_path: Path, big_gguf: bytes) -> None:
     sha = hashlib.sha256(big_gguf).hexdigest()
     models = tmp_path / "models"
-    with SlowHub(rate=8 * 1024 * 1024) as hub:
+    with SlowHub(rate=4 * 1024 * 1024) as hub:
         hub.add_file(REPO, FILENAME, big_gguf)
         daemon = LiveDaemon(models, tmp_path / "daemon.log", env={"HF_ENDPOINT": hub.url}).start()
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOCALRUN_")}
@@ -392,6 +392,10 @@ def test_two_processes_pulling_the_same_model_download_it_once(tmp_path: Path, b
         try:
             cli = subprocess.Popen([sys.executable, "-m", "localrun", "pull", MODEL], env=env,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + 60
+            while not hub.downloads(FILENAME) and cli.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)  # the CLI is downloading now: the daemon's pull must overlap it
+            assert hub.downloads(FILENAME), "the CLI never started its download"
             r = httpx.post(daemon.url + "/api/pull", json={"model": MODEL, "stream": False}, timeout=120)
             out, _ = cli.communicate(timeout=120)
             assert cli.returncode == 0, out.decode()[-2000:]
