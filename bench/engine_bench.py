@@ -16,8 +16,9 @@ Scenarios (each on a fresh Engine, so no scenario inherits another's cache):
   before) and the same cold (all 8 arrive at once, nothing cached). First-token latency p50/p95
   and aggregate tok/s = all generated tokens / (last done - first submit).
 
-With ``--ceiling PATH`` the ceiling script runs before and after the engine scenarios in this
-same process tree and the report gives ratios to the mean of the two ceiling runs.
+With ``--ceiling PATH`` ceiling.py runs for the same batch size right before and right after
+each streams scenario (other work on a shared machine drifts over minutes) and the ratio is to
+the mean of those two ceiling runs.
 Sampling is Ollama's default (temperature 0.8, top_k 40, top_p 0.9, repeat_penalty 1.1) unless
 ``--greedy``.
 """
@@ -161,22 +162,23 @@ def main() -> None:
     ap.add_argument("--shared", action="store_true", help="also run the shared-prefix scenario")
     ap.add_argument("--greedy", action="store_true")
     ap.add_argument("--json", action="store_true", help="JSON lines only")
+    ap.add_argument("--repeat", type=int, default=1, help="run each scenario this many times")
     args = ap.parse_args()
     model = args.model or starter_model()
     sizes = [int(x) for x in args.streams.split(",") if x]
-    before = ceiling(args.ceiling, model, sizes) if args.ceiling else {}
-    rows = [bench_streams(model, n, args) for n in sizes]
+    for n in sizes:
+        for _ in range(args.repeat):
+            before = ceiling(args.ceiling, model, [n]) if args.ceiling else {}
+            row = bench_streams(model, n, args)
+            after = ceiling(args.ceiling, model, [n]) if args.ceiling else {}
+            if n in before and n in after:
+                row["ceiling_tok_s"] = [before[n], after[n]]
+                row["ratio"] = round(float(row["decode_tok_s"]) / ((before[n] + after[n]) / 2), 3)  # type: ignore[arg-type]
+            print(json.dumps(row), flush=True)
     if args.shared:
-        rows.append(bench_shared(model, args, warm=True))
-        rows.append(bench_shared(model, args, warm=False))
-    after = ceiling(args.ceiling, model, sizes) if args.ceiling else {}
-    for row in rows:
-        n = int(row["parallel"])  # type: ignore[call-overload]
-        if n in before and n in after and str(row["scenario"]).startswith("streams"):
-            ceil = (before[n] + after[n]) / 2
-            row["ceiling_tok_s"] = [before[n], after[n]]
-            row["ratio"] = round(float(row["decode_tok_s"]) / ceil, 3)  # type: ignore[arg-type]
-        print(json.dumps(row), flush=True)
+        for _ in range(args.repeat):
+            print(json.dumps(bench_shared(model, args, warm=True)), flush=True)
+            print(json.dumps(bench_shared(model, args, warm=False)), flush=True)
     if not args.json:
         print(f"\nmodel {Path(model).name}, {os.cpu_count()} CPUs, sampling "
               f"{'greedy' if args.greedy else 'Ollama defaults'}, {args.tokens} tokens per stream")

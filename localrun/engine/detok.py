@@ -46,11 +46,18 @@ class TextStream:
         return text
 
     def _partial_stop_len(self, text: str) -> int:
-        """Length of the longest suffix of ``text`` that is a proper prefix of a stop string."""
+        """Length of the longest suffix of ``text`` that is a proper prefix of a stop string.
+
+        Only positions holding a stop string's first character are tried, each with one
+        ``startswith``: linear in the held text, not quadratic.
+        """
         best = 0
         for stop in self._stops:
-            for k in range(min(len(stop) - 1, len(text)), best, -1):
-                if text.endswith(stop[:k]):
-                    best = k
+            start = max(0, len(text) - len(stop) + 1, 0)
+            i = text.find(stop[0], start)
+            while i >= 0 and len(text) - i > best:
+                if stop.startswith(text[i:]):
+                    best = len(text) - i
                     break
+                i = text.find(stop[0], i + 1)
         return best

@@ -9,6 +9,7 @@ checked first against the keywords the converter honours, and anything else is a
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
@@ -28,6 +29,12 @@ _ENFORCED = {
 }
 _FORMATS = {"date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5"}
 _TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
+# A grammar grows with repetition counts and nesting: a hostile schema ("minItems": 10**9) must be
+# an error, not gigabytes of grammar rules.
+MAX_REPEAT = 4096
+MAX_DEPTH = 48
+MAX_GRAMMAR_CHARS = 200_000
+_REPEAT_RE = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
 
 
 def grammar_for(format: str | dict[str, Any] | None, grammar: str | None) -> str | None:
@@ -35,7 +42,7 @@ def grammar_for(format: str | dict[str, Any] | None, grammar: str | None) -> str
     if grammar is not None:
         if not isinstance(grammar, str) or not grammar.strip():
             raise GrammarError("grammar must be a non-empty GBNF string")
-        return grammar
+        return check_gbnf(grammar)
     if format is None or format == "":
         return None
     if format == "json":
@@ -50,16 +57,28 @@ def grammar_for(format: str | dict[str, Any] | None, grammar: str | None) -> str
     return schema_to_gbnf(format)
 
 
+def check_gbnf(grammar: str) -> str:
+    """Refuse grammars too large to build (long text or huge ``{m,n}`` repetitions)."""
+    if len(grammar) > MAX_GRAMMAR_CHARS:
+        raise GrammarError(f"grammar is too large ({len(grammar)} characters, at most {MAX_GRAMMAR_CHARS})")
+    for low, high in _REPEAT_RE.findall(grammar):
+        if int(low) > MAX_REPEAT or (high and int(high) > MAX_REPEAT):
+            raise GrammarError(f"grammar repetition {{{low},{high}}} is too large (at most {MAX_REPEAT})")
+    return grammar
+
+
 def schema_to_gbnf(schema: dict[str, Any]) -> str:
     """Convert a JSON Schema; GrammarError for any feature the output could not be held to."""
     _check(schema, "#", schema)
     try:
-        return str(json_schema_to_gbnf(json.dumps(schema)))
+        return check_gbnf(str(json_schema_to_gbnf(json.dumps(schema))))
     except (AssertionError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise GrammarError(f"JSON schema cannot be enforced: {exc}") from exc
 
 
-def _check(node: Any, where: str, root: dict[str, Any]) -> None:
+def _check(node: Any, where: str, root: dict[str, Any], depth: int = 0) -> None:
+    if depth > MAX_DEPTH:
+        raise GrammarError(f"JSON schema nests deeper than {MAX_DEPTH} levels (at {where[:200]})")
     if isinstance(node, bool):
         if node is True:
             return
@@ -70,6 +89,11 @@ def _check(node: Any, where: str, root: dict[str, Any]) -> None:
         if key not in _ENFORCED and key not in _ANNOTATIONS:
             raise GrammarError(f"JSON schema keyword {key!r} at {where} is not supported "
                                "(it could not be enforced during generation)")
+    for key in ("minItems", "maxItems", "minLength", "maxLength"):
+        if key in node:
+            value = node[key]
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_REPEAT:
+                raise GrammarError(f"JSON schema {key} at {where} must be a whole number from 0 to {MAX_REPEAT}")
     kinds = node.get("type")
     for kind in kinds if isinstance(kinds, list) else [kinds] if kinds is not None else []:
         if kind not in _TYPES:
@@ -83,8 +107,8 @@ def _check(node: Any, where: str, root: dict[str, Any]) -> None:
                            "and no pattern or format")
     if "pattern" in node:
         pattern = node["pattern"]
-        if not (isinstance(pattern, str) and pattern.startswith("^") and pattern.endswith("$")):
-            raise GrammarError(f"JSON schema pattern at {where} must be anchored with ^...$")
+        if not (isinstance(pattern, str) and pattern.startswith("^") and pattern.endswith("$")) or len(pattern) > 2000:
+            raise GrammarError(f"JSON schema pattern at {where} must be anchored with ^...$ (at most 2000 characters)")
     if "allOf" in node:
         for i, part in enumerate(node["allOf"]):
             if not isinstance(part, dict) or set(part) - _ANNOTATIONS - {"properties", "required", "type",
@@ -97,16 +121,16 @@ def _check(node: Any, where: str, root: dict[str, Any]) -> None:
             raise GrammarError(f"JSON schema $ref {ref!r} at {where}: only local references (#/...) are supported")
     for key in ("properties", "$defs", "definitions"):
         for name, sub in (node.get(key) or {}).items():
-            _check(sub, f"{where}/{key}/{name}", root)
+            _check(sub, f"{where}/{key}/{name}", root, depth + 1)
     for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
         for i, sub in enumerate(node.get(key) or []):
-            _check(sub, f"{where}/{key}/{i}", root)
+            _check(sub, f"{where}/{key}/{i}", root, depth + 1)
     items = node.get("items")
     if isinstance(items, list):
         for i, sub in enumerate(items):
-            _check(sub, f"{where}/items/{i}", root)
+            _check(sub, f"{where}/items/{i}", root, depth + 1)
     elif items is not None:
-        _check(items, f"{where}/items", root)
+        _check(items, f"{where}/items", root, depth + 1)
     extra = node.get("additionalProperties")
     if isinstance(extra, dict):
-        _check(extra, f"{where}/additionalProperties", root)
+        _check(extra, f"{where}/additionalProperties", root, depth + 1)

@@ -33,6 +33,7 @@ from .types import SamplingOptions, TokenLogprob
 
 MAX_TOP_LOGPROBS = 20
 MAX_STOP = 16
+MAX_STOP_CHARS = 1000
 _TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
 
 
@@ -70,6 +71,8 @@ def validate(options: SamplingOptions) -> None:
         raise OptionError("stop must be a list of strings")
     if len(options.stop) > MAX_STOP:
         raise OptionError(f"at most {MAX_STOP} stop strings are supported, got {len(options.stop)}")
+    if any(len(s) > MAX_STOP_CHARS for s in options.stop):
+        raise OptionError(f"stop strings must be at most {MAX_STOP_CHARS} characters")
     integer("top_logprobs", options.top_logprobs, 0, MAX_TOP_LOGPROBS)
 
 

@@ -114,3 +114,32 @@ def test_ollama_defaults_and_edge_values_are_accepted() -> None:
     validate(SamplingOptions(temperature=0, top_k=0, top_p=1.0, repeat_last_n=-1, num_predict=-1, seed=-5))
     assert resolve_seed(7) == resolve_seed(7)
     assert 0 <= resolve_seed(None) < 0xFFFFFFFF
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        {"type": "array", "items": {"type": "string"}, "minItems": 10**9},
+        {"type": "string", "maxLength": 10**9},
+        {"$ref": "#"},
+        {"type": "string", "pattern": "(a+)+$" * 50},
+    ],
+)
+def test_hostile_schemas_are_refused_not_built(hostile: dict) -> None:
+    with pytest.raises(GrammarError):
+        grammar_for(hostile, None)
+
+
+def test_deep_schema_and_huge_raw_grammar_are_refused() -> None:
+    schema: dict = {"type": "string"}
+    for _ in range(300):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    with pytest.raises(GrammarError, match="deeper"):
+        grammar_for(schema, None)
+    with pytest.raises(GrammarError, match="too large"):
+        grammar_for(None, 'root ::= "a"{0,1000000000}')
+
+
+def test_long_stop_strings_are_option_errors() -> None:
+    with pytest.raises(OptionError):
+        validate(SamplingOptions(stop=("x" * 100_000,)))
