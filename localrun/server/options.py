@@ -27,6 +27,7 @@ _LOAD = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "use_mmap"
 _SAMPLING = {f.name for f in dataclasses.fields(SamplingOptions)}
 _DEFAULT_LOAD = LoadOptions()
 MAX_KEEP_ALIVE = 100 * 365 * 86400.0  # seconds; longer keep-alives mean "forever"
+MIN_BATCH = 64  # >= the engine's sequence ids (at most 64): a smaller batch cannot hold one output per sequence
 MAX_THREADS = 512  # ggml's GGML_MAX_N_THREADS: more aborts the runner process
 IGNORED = {"numa", "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mlock", "embedding_only", "tfs_z",
            "mirostat", "mirostat_tau", "mirostat_eta", "penalize_newline", "rope_frequency_base",
@@ -106,10 +107,12 @@ def merge_options(
         load_kwargs["num_gpu"] = None  # Ollama's "-1": let the fit check decide
     if n_ctx_train and load_kwargs.get("num_ctx", _DEFAULT_LOAD.num_ctx) > n_ctx_train:
         load_kwargs["num_ctx"] = n_ctx_train  # as Ollama does: never beyond the trained context
-    # A batch larger than the context buys nothing and makes the engine allocate num_batch-sized buffers
-    # (num_batch 10**15 was a MemoryError 500); llama.cpp's server clamps it the same way.
-    load_kwargs["num_batch"] = min(load_kwargs.get("num_batch", _DEFAULT_LOAD.num_batch),
-                                   load_kwargs.get("num_ctx", _DEFAULT_LOAD.num_ctx))
+    # num_batch is clamped into [MIN_BATCH, the engine's whole context (num_ctx x num_parallel)]:
+    # - above it buys nothing and made the engine allocate num_batch-sized buffers (10**15: MemoryError, 500);
+    # - a batch smaller than the engine's sequence count aborts the runner in llama.cpp
+    #   (GGML_ASSERT n_outputs_max, e.g. num_batch 8 with 8 parallel sequences).
+    load_kwargs["num_batch"] = min(max(load_kwargs.get("num_batch", _DEFAULT_LOAD.num_batch), MIN_BATCH),
+                                   load_kwargs.get("num_ctx", _DEFAULT_LOAD.num_ctx) * num_parallel)
     load = LoadOptions(num_parallel=num_parallel, **load_kwargs)
     sampling_kwargs = {k: v for k, v in merged.items() if k in _SAMPLING}
     if sampling_kwargs.get("num_predict") is not None and sampling_kwargs["num_predict"] < 0:
