@@ -208,6 +208,50 @@ def test_garbage_keep_alive_never_breaks_the_daemon(daemon: LiveDaemon, keep_ali
     send(daemon, "POST", "/api/generate", json={"model": "tiny", "keep_alive": "60s"})
 
 
+def _nested_schema(depth: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    return schema
+
+
+HOSTILE_SCHEMAS = {
+    "min-length-1e9": {"type": "string", "minLength": 10**9},
+    "min-items-1e9": {"type": "array", "minItems": 10**9},
+    "max-length-1e6": {"type": "string", "maxLength": 10**6},
+    "self-ref": {"$ref": "#"},
+    "recursive-property": {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]},
+    "nested-300": _nested_schema(300),
+    "catastrophic-pattern": {"type": "string", "pattern": "^" + "(a+)+" * 40 + "$"},
+    "huge-enum": {"enum": [f"value-{i}" for i in range(20_000)]},
+    "not-a-schema": {"type": 12, "properties": [1, 2]},
+}
+
+
+@pytest.mark.parametrize("schema", list(HOSTILE_SCHEMAS.values()), ids=list(HOSTILE_SCHEMAS))
+@pytest.mark.parametrize("route", ["format", "response_format", "forced_tool"])
+def test_hostile_json_schemas_are_refused_or_bounded(daemon: LiveDaemon, schema: Any, route: str) -> None:
+    """A schema whose grammar would be astronomically large (10^9 repetitions) once hung the runner and
+    ran it out of memory; now: a 400 naming the problem, or a bounded answer. The timeout is the test."""
+    if route == "format":
+        path, body = "/api/generate", {"model": "tiny", "prompt": "hi", "stream": False, "format": schema,
+                                       "options": {"num_predict": 8}}
+    elif route == "response_format":
+        path, body = "/v1/chat/completions", {"model": "tiny", "max_tokens": 8,
+                                              "messages": [{"role": "user", "content": "hi"}],
+                                              "response_format": {"type": "json_schema",
+                                                                  "json_schema": {"name": "x", "schema": schema}}}
+    else:
+        path, body = "/v1/chat/completions", {"model": "tiny", "max_tokens": 8, "tool_choice": "required",
+                                              "messages": [{"role": "user", "content": "hi"}],
+                                              "tools": [{"type": "function",
+                                                         "function": {"name": "f", "parameters": schema}}]}
+    r = send(daemon, "POST", path, json=body, timeout=60)
+    if r.status_code >= 400:
+        rejected(r)
+    healthy(daemon)
+
+
 # -- prompts and images ----------------------------------------------------------------------
 
 
