@@ -38,16 +38,18 @@ class Embedder:
         self._ctx: lc.llama_context_p | None = None
         self._batch: Batch | None = None
         self._lock = threading.Lock()
+        self.max_seqs = MAX_SEQS_PER_PASS
 
     def _context(self) -> lc.llama_context_p:
         if self._ctx is None:
             declared = native.meta(self._model, f"{self._arch}.pooling_type")
             pooling = int(declared) if declared and declared.isdigit() and int(declared) > 0 else None
-            spec = native.ContextSpec(n_ctx=self.n_ctx, n_seq_max=MAX_SEQS_PER_PASS, n_batch=self.n_ctx,
+            self.max_seqs = min(MAX_SEQS_PER_PASS, self.n_ctx)  # a batch below n_seq_max aborts llama.cpp
+            spec = native.ContextSpec(n_ctx=self.n_ctx, n_seq_max=self.max_seqs, n_batch=self.n_ctx,
                                       n_threads=self._threads, swa_full=False, embeddings=True,
                                       pooling=pooling if pooling is not None else lc.LLAMA_POOLING_TYPE_MEAN)
             self._ctx = native.create_context(self._model, spec)
-            self.n_ctx = int(lc.llama_n_ctx(self._ctx))
+            # keep self.n_ctx as asked: llama.cpp may round the context up, but n_batch stays
             self._batch = Batch(self.n_ctx)
             log.info("embeddings context ready (%d tokens, pooling %s)", self.n_ctx,
                      "model" if pooling is not None else "mean")
@@ -83,7 +85,7 @@ class Embedder:
         groups: list[list[int]] = [[]]
         used = 0
         for i, tokens in enumerate(token_lists):
-            if groups[-1] and (used + len(tokens) > self.n_ctx or len(groups[-1]) >= MAX_SEQS_PER_PASS):
+            if groups[-1] and (used + len(tokens) > self.n_ctx or len(groups[-1]) >= self.max_seqs):
                 groups.append([])
                 used = 0
             groups[-1].append(i)

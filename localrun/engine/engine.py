@@ -83,12 +83,14 @@ class Engine:
         self.batcher: Batcher | None = None
         if generation:
             n_seq_max = min(MAX_SEQ_IDS, options.num_parallel + max(8, 2 * options.num_parallel))
+            # llama.cpp aborts (GGML_ASSERT on n_outputs_max) when a batch is smaller than n_seq_max
+            n_batch = max(options.num_batch, n_seq_max)
             spec = native.ContextSpec(n_ctx=num_ctx * options.num_parallel, n_seq_max=n_seq_max,
-                                      n_batch=options.num_batch, n_threads=self.threads, swa_full=n_swa > 0)
+                                      n_batch=n_batch, n_threads=self.threads, swa_full=n_swa > 0)
             self._ctx = native.create_context(model, spec)
             n_cells = int(lc.llama_n_ctx(self._ctx))
             kv = KVCache(lc.llama_get_memory(self._ctx), n_cells, n_seq_max, enabled=not recurrent)
-            self.batcher = Batcher(self._ctx, self.vocab, kv, n_batch=options.num_batch,
+            self.batcher = Batcher(self._ctx, self.vocab, kv, n_batch=n_batch,
                                    num_parallel=options.num_parallel)
         self._info = ModelInfo(
             architecture=arch, n_params=int(lc.llama_model_n_params(model)), n_ctx_train=n_ctx_train,

@@ -272,3 +272,20 @@ def test_calls_from_many_threads_and_close(tiny_gguf: Path) -> None:
     assert events  # the stream ends (done or error) instead of hanging
     with pytest.raises(EngineError):
         engine.submit(GenerateRequest("after close"))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        LoadOptions(num_ctx=16, num_parallel=8),
+        LoadOptions(num_ctx=16, num_parallel=1, num_batch=1),
+        LoadOptions(num_ctx=64, num_parallel=4, num_batch=8),  # batch below the sequence count
+    ],
+)
+def test_tiny_contexts_and_batches_do_not_abort_the_process(tiny_gguf: Path, options: LoadOptions) -> None:
+    with Engine(str(tiny_gguf), options) as engine:
+        handles = [engine.submit(GenerateRequest("hello world the model", SamplingOptions(num_predict=40)))
+                   for _ in range(6)]
+        assert all(collect(h).done.done_reason in (DoneReason.LENGTH, DoneReason.STOP) for h in handles)
+        embedded = engine.embed(["hello world"] * 40 + ["the model " * 30])
+        assert len(embedded.embeddings) == 41 and embedded.truncated[-1]
