@@ -287,5 +287,5 @@ def test_tiny_contexts_and_batches_do_not_abort_the_process(tiny_gguf: Path, opt
         handles = [engine.submit(GenerateRequest("hello world the model", SamplingOptions(num_predict=40)))
                    for _ in range(6)]
         assert all(collect(h).done.done_reason in (DoneReason.LENGTH, DoneReason.STOP) for h in handles)
-        embedded = engine.embed(["hello world"] * 40 + ["the model " * 30])
+        embedded = engine.embed(["hello world"] * 40 + ["the model " * 80])
         assert len(embedded.embeddings) == 41 and embedded.truncated[-1]
