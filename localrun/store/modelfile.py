@@ -322,4 +322,8 @@ def render(mf: Modelfile, header: str | None = None) -> str:
 
 
 def _triple_ok(value: str) -> bool:
-    return TRIPLE not in value and not value.endswith('"') and value != "" and "\r" not in value
+    # The parser strips the line that opens a block, so whitespace ending the value's first line
+    # would be lost inside """...""": such values take the escaped single-line form instead.
+    first, newline, _ = value.partition("\n")
+    return (TRIPLE not in value and not value.endswith('"') and value != "" and "\r" not in value
+            and not (newline and first != first.rstrip()))
