@@ -1,0 +1,16 @@
+"""The engine: one loaded model served by continuous batching on llama-cpp-python's low-level API.
+
+Modules (only this package imports llama_cpp; ``types``, ``template``, ``gotemplate``, ``radix``
+and ``detok`` are pure Python and safe to import from the daemon):
+
+- ``engine``: :class:`Engine` (load, submit, embed, tokenize, stats, close) and the engine thread
+- ``batcher``: the step loop (admit, build one batch, decode, sample, stream, retire)
+- ``kvcache`` / ``radix``: sequence ids of the unified KV cache and the shared prefix tree
+- ``sampling`` / ``grammar``: native sampler chains, option checks, JSON Schema to GBNF
+- ``detok``: incremental UTF-8 detokenising and stop strings
+- ``embedding``: batched embeddings on a second context
+- ``template`` / ``gotemplate``: chat templates (sandboxed Jinja2, Ollama Go templates)
+- ``native``: model/context/vocab/batch wrappers; ``types``: the public contract
+
+Nothing is imported here, so ``import localrun.engine.types`` never loads native code.
+"""
