@@ -18,6 +18,7 @@ from collections import deque
 import llama_cpp as lc
 
 from ..errors import ContextOverflow, EngineError, InvalidRequest, OptionError
+from ..offload import parse_load_report
 from . import native
 from .batcher import Batcher
 from .detok import TextStream
@@ -92,6 +93,7 @@ class Engine:
             kv = KVCache(lc.llama_get_memory(self._ctx), n_cells, n_seq_max, enabled=not recurrent)
             self.batcher = Batcher(self._ctx, self.vocab, kv, n_batch=n_batch,
                                    num_parallel=options.num_parallel)
+        report = parse_load_report(native.last_load_log)
         self._info = ModelInfo(
             architecture=arch, n_params=int(lc.llama_model_n_params(model)), n_ctx_train=n_ctx_train,
             n_embd=int(lc.llama_model_n_embd(model)), n_layer=int(lc.llama_model_n_layer(model)),
@@ -99,6 +101,8 @@ class Engine:
             bos_text=self.vocab.special_text(self.vocab.bos), eos_text=self.vocab.special_text(self.vocab.eos),
             size_bytes=int(lc.llama_model_size(model)), num_ctx=num_ctx, num_parallel=options.num_parallel,
             n_swa=n_swa, generation=generation, prefix_cache=generation and not recurrent,
+            gpu_layers=report.gpu_layers, offload_layers=report.total_layers,
+            gpu_buffer_bytes=report.gpu_bytes, cpu_buffer_bytes=report.cpu_bytes,
         )
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         if generation:

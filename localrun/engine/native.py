@@ -37,9 +37,17 @@ _initialised = False
 _LOG_LEVELS = {2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
 
 
+# Lines of the model load in progress (set by load_model; loads run one at a time under _load_lock).
+_load_capture: list[str] | None = None
+_load_lock = threading.Lock()
+
+
 def _forward_log(level: int, text: bytes, _user: object) -> None:
+    line = text.decode("utf-8", "replace")
+    if _load_capture is not None:
+        _load_capture.append(line)
     if level >= 3:
-        log.debug("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+        log.debug("llama.cpp: %s", line.rstrip())
 
 
 _LOG_CALLBACK = lc.llama_log_callback(_forward_log)  # module-level: ctypes keeps no reference
@@ -74,8 +82,14 @@ def check_gguf(path: str) -> None:
         raise InvalidModelFile(f"{p.name} is not a GGUF file")
 
 
+last_load_log = ""  # llama.cpp's log of the last load_model call: where it placed each layer
+
+
 def load_model(path: str, options: LoadOptions) -> lc.llama_model_p:
-    """Load the weights; raises InvalidModelFile when llama.cpp rejects the file."""
+    """Load the weights; raises InvalidModelFile when llama.cpp rejects the file.
+
+    Sets ``last_load_log`` to llama.cpp's own account of the load (layer placement, buffers).
+    """
     check_gguf(path)
     init_backend()
     params = lc.llama_model_default_params()
@@ -84,7 +98,13 @@ def load_model(path: str, options: LoadOptions) -> lc.llama_model_p:
     if options.num_gpu is not None:
         params.n_gpu_layers = options.num_gpu
     params.main_gpu = options.main_gpu
-    model = lc.llama_model_load_from_file(path.encode(), params)
+    global _load_capture, last_load_log
+    with _load_lock:
+        _load_capture = []
+        try:
+            model = lc.llama_model_load_from_file(path.encode(), params)
+        finally:
+            last_load_log, _load_capture = "".join(_load_capture), None
     if not model:
         raise InvalidModelFile(f"llama.cpp could not load {Path(path).name} (truncated or unsupported GGUF)")
     return model

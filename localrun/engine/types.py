@@ -157,3 +157,8 @@ class ModelInfo:
     n_swa: int = 0                 # sliding-window size, 0 = none
     generation: bool = True        # False: an embeddings-only model
     prefix_cache: bool = True      # False: the model's cache cannot be shared (recurrent models)
+    # What llama.cpp reports it placed (its load log), not what was asked for:
+    gpu_layers: int = 0            # offloadable layers it put on a GPU
+    offload_layers: int = 0        # offloadable layers in all (n_layer + 1 for the output layer)
+    gpu_buffer_bytes: int = 0      # weights in GPU buffers
+    cpu_buffer_bytes: int = 0      # weights in host buffers

@@ -12,12 +12,15 @@ have failed to allocate or pushed the machine into swap.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import mmap
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from ..engine.types import LoadOptions
 from ..errors import InvalidModelFile
@@ -115,6 +118,27 @@ class Placement:
         from ..offload import processor_split
 
         return processor_split(self.ram, self.vram, self.gpu_layers, self.total_layers)
+
+
+def reconcile(placement: Placement, info: Mapping[str, Any] | None) -> Placement:
+    """The placement as llama.cpp reports it made it (its load log), where that differs from the plan.
+
+    ``info`` is the loaded engine's ModelInfo as a mapping (``gpu_layers``, ``offload_layers``,
+    ``gpu_buffer_bytes``); without a report the plan stands. The model's total size is kept and
+    split between RAM and VRAM in proportion to the weights llama.cpp put in GPU buffers.
+    """
+    if not info or not int(info.get("offload_layers") or 0):
+        return placement
+    gpu_layers, total = int(info.get("gpu_layers") or 0), int(info["offload_layers"])
+    if gpu_layers == placement.gpu_layers:
+        return placement
+    size = placement.size
+    gpu_bytes, cpu_bytes = int(info.get("gpu_buffer_bytes") or 0), int(info.get("cpu_buffer_bytes") or 0)
+    share = gpu_bytes / (gpu_bytes + cpu_bytes) if gpu_layers and gpu_bytes + cpu_bytes else gpu_layers / total
+    vram = round(size * share) if gpu_layers else 0
+    devices = placement.vram_by_device if vram else ()
+    return dataclasses.replace(placement, gpu_layers=gpu_layers, total_layers=total, ram=size - vram,
+                               vram=vram, vram_by_device=devices)
 
 
 class _Reader:

@@ -37,7 +37,7 @@ from typing import Any
 
 from .. import errors
 from ..engine.types import LoadOptions
-from .memory import Device, MemoryEstimate, ModelGeometry, Placement, estimate, human_bytes, place
+from .memory import Device, MemoryEstimate, ModelGeometry, Placement, estimate, human_bytes, place, reconcile
 from .resident import (  # re-exported: the scheduler's public vocabulary
     DEFAULT,
     Backend,
@@ -363,6 +363,12 @@ class Scheduler:
         finally:
             self.loading = None
         load_ns = time.perf_counter_ns() - started
+        reported = reconcile(placement, getattr(backend, "info", None))
+        if reported != placement:
+            log.warning("llama.cpp placed %d/%d layers of %s on GPUs where %d were planned; showing %s",
+                        reported.gpu_layers, reported.total_layers, spec.name, placement.gpu_layers,
+                        reported.processor())
+            placement = reported
         model = ResidentModel(
             spec=spec, backend=backend, placement=placement, estimate=est, loaded_at=self.clock.time(),
             load_duration_ns=load_ns, reason=reason, last_used=self.clock.monotonic(),
