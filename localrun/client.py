@@ -175,6 +175,10 @@ class AsyncClient:
     async def ps(self) -> _Rows:
         return list((await self._request("GET", "/api/ps"))["models"])
 
+    async def pulls(self) -> _Rows:
+        """Downloads under way in the daemon (whoever started them): model, status, completed, total."""
+        return list((await self._request("GET", "/api/ps")).get("pulls", []))
+
     async def stop(self, model: str) -> None:
         """Unload ``model`` now (after its in-flight requests finish)."""
         await self._request("POST", "/api/generate", {"model": model, "prompt": "", "keep_alive": 0})
@@ -272,6 +276,9 @@ class Client:
 
     def ps(self) -> _Rows:
         return list(self._request("GET", "/api/ps")["models"])
+
+    def pulls(self) -> _Rows:
+        return list(self._request("GET", "/api/ps").get("pulls", []))
 
     def stop(self, model: str) -> None:
         self._request("POST", "/api/generate", {"model": model, "prompt": "", "keep_alive": 0})

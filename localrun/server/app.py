@@ -24,7 +24,7 @@ from ..runtime.process import RunnerProcess
 from ..runtime.scheduler import Backend, LoadFn, LoadSpec, Scheduler
 from . import routes_api, routes_openai, routes_status
 from .http import JSON_BODY_LIMIT
-from .keys import METRICS, SCHEDULER, SERVICE, SETTINGS, STARTED_AT, STORE
+from .keys import METRICS, PULLS, SCHEDULER, SERVICE, SETTINGS, STARTED_AT, STORE
 from .metrics import Metrics
 from .middleware import MIDDLEWARES, add_cors_headers
 from .service import Service
@@ -90,6 +90,7 @@ def create_app(
     scheduler.on_event = on_event
     app[SETTINGS] = settings
     app[STORE] = store
+    app[PULLS] = {}
     app[SCHEDULER] = scheduler
     app[METRICS] = metrics
     app[SERVICE] = Service(store, scheduler, metrics, num_parallel=settings.num_parallel,

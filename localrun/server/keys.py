@@ -17,3 +17,5 @@ SERVICE = web.AppKey("service", Service)
 METRICS = web.AppKey("metrics", Metrics)
 STORE: web.AppKey[Any] = web.AppKey("store")  # localrun.store.ModelStore (a stand-in in tests)
 STARTED_AT = web.AppKey("started_at", float)
+# Pulls under way in this daemon: model name -> latest progress report (shown by /api/ps).
+PULLS: web.AppKey[dict[str, dict[str, Any]]] = web.AppKey("pulls")

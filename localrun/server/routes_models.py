@@ -22,7 +22,7 @@ from .. import errors
 from ..runtime.memory import read_geometry
 from ..store.modelfile import quote as _quote
 from .http import NDJSONStream, get, read_json
-from .keys import SERVICE, STORE
+from .keys import PULLS, SERVICE, STORE
 from .routes_status import details
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,21 @@ async def pull(request: web.Request) -> web.StreamResponse:
     stream = get(body, "stream", bool, True)
     store = request.app[STORE]
     store_pull = _store_pull_module().pull
-    return await _run_with_progress(request, stream, lambda cb: store_pull(store, name, progress=cb))
+    pulls = request.app[PULLS]
+
+    def work(progress: Callable[[Any], None]) -> Any:
+        def report(p: Any) -> None:
+            state = dataclasses.asdict(p) if dataclasses.is_dataclass(p) and not isinstance(p, type) else dict(p)
+            pulls[name] = {"model": name, **{k: state.get(k) for k in ("status", "completed", "total")}}
+            progress(p)
+
+        pulls[name] = {"model": name, "status": "pulling manifest"}
+        try:
+            return store_pull(store, name, progress=report)
+        finally:
+            pulls.pop(name, None)
+
+    return await _run_with_progress(request, stream, work)
 
 
 def modelfile_from_request(body: dict[str, Any], blob_path: Callable[[str], Path]) -> str:

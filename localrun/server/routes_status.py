@@ -12,7 +12,7 @@ from .. import __version__
 from ..runtime.memory import ModelGeometry
 from ..runtime.scheduler import ResidentModel, Scheduler
 from .http import iso
-from .keys import METRICS, SCHEDULER, STARTED_AT
+from .keys import METRICS, PULLS, SCHEDULER, STARTED_AT
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,8 @@ def ps_entry(scheduler: Scheduler, model: ResidentModel) -> dict[str, Any]:
 async def ps(request: web.Request) -> web.Response:
     scheduler = request.app[SCHEDULER]
     models = sorted(scheduler.models.values(), key=lambda m: m.name)
-    return web.json_response({"models": [ps_entry(scheduler, m) for m in models]})
+    pulls = sorted(request.app[PULLS].values(), key=lambda p: str(p["model"]))  # a localrun extension
+    return web.json_response({"models": [ps_entry(scheduler, m) for m in models], "pulls": pulls})
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -33,6 +33,8 @@ class Backend(Protocol):
 
     async def ps(self) -> Rows: ...
 
+    async def pulls(self) -> Rows: ...
+
     def pull(self, model: str) -> AsyncIterator[dict[str, Any]]: ...
 
     def create(self, model: str, modelfile: str) -> AsyncIterator[dict[str, Any]]: ...
@@ -68,6 +70,9 @@ class ClientBackend:
 
     async def ps(self) -> Rows:
         return await self._client.ps()
+
+    async def pulls(self) -> Rows:
+        return await self._client.pulls()
 
     def pull(self, model: str) -> AsyncIterator[dict[str, Any]]:
         return self._client.pull(model)

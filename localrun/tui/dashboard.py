@@ -85,6 +85,11 @@ class DashboardScreen(Screen[None]):
             snapshot: st.MetricsSnapshot | None = st.parse_metrics(await backend.metrics(), time.monotonic())
         except LocalrunError:
             snapshot = None
+        pulls_fn = getattr(backend, "pulls", None)  # downloads started elsewhere (CLI, other apps)
+        try:
+            self.daemon_pulls = list(await pulls_fn()) if pulls_fn else []
+        except LocalrunError:
+            self.daemon_pulls = []
         self.draw(models, health, snapshot)
 
     def show_disconnected(self, why: str) -> None:
@@ -144,7 +149,14 @@ class DashboardScreen(Screen[None]):
             )
 
     def draw_pulls(self) -> None:
-        pulls = getattr(self.app, "pulls", {})
+        from .app import PullState
+
+        pulls = {
+            str(p.get("model")): PullState(str(p.get("model")), str(p.get("status") or "pulling"),
+                                           p.get("completed"), p.get("total"))
+            for p in getattr(self, "daemon_pulls", [])
+        }
+        pulls.update(getattr(self.app, "pulls", {}))
         box = self.query_one("#pulls", Vertical)
         self.query_one("#pulls-title").display = bool(pulls)
         for model, state in pulls.items():

@@ -104,3 +104,34 @@ async def test_pull_the_starter_streams_progress(serve_app: Any, store: Any, sta
     assert "gemma3:270m" in {m["name"] for m in (await (await client.get("/api/tags")).json())["models"]}
     r = await client.post("/api/pull", json={"model": "hf.co/nobody/nothing", "stream": False})
     assert r.status >= 400 and "error" in await r.json()
+
+
+async def test_ps_lists_pulls_under_way_for_every_client(
+    serve_app: Any, store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pull started by one client (the CLI, say) shows in /api/ps for another (the dashboard)."""
+    import asyncio
+    import importlib
+    import threading
+
+    from localrun.store.progress import Progress
+
+    pull_module = importlib.import_module("localrun.store.pull")  # the package re-exports pull() over it
+
+    halfway, finish = threading.Event(), threading.Event()
+
+    def slow_pull(_store: Any, name: str, progress: Any = None) -> None:
+        progress(Progress(status="pulling 0123456789ab", digest="sha256:0123", total=1000, completed=400))
+        halfway.set()
+        finish.wait(30)
+
+    monkeypatch.setattr(pull_module, "pull", slow_pull)
+    client = await serve_app(store)
+    pulling = asyncio.ensure_future(client.post("/api/pull", json={"model": "hf.co/org/repo:Q4_K_M"}))
+    await asyncio.to_thread(halfway.wait, 30)
+    ps = await (await client.get("/api/ps")).json()
+    assert ps["pulls"] == [{"model": "hf.co/org/repo:Q4_K_M", "status": "pulling 0123456789ab",
+                            "completed": 400, "total": 1000}]
+    finish.set()
+    await (await pulling).text()
+    assert (await (await client.get("/api/ps")).json())["pulls"] == []
