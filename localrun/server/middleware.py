@@ -75,8 +75,14 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         body = error_body(request, exc.status, message, exc.reason.lower().replace(" ", "_"))
         return web.json_response(body, status=exc.status, headers={
             k: v for k, v in exc.headers.items() if k.lower() in ("allow",)})
-    except (asyncio.CancelledError, ConnectionResetError):
+    except asyncio.CancelledError:
         raise
+    except ConnectionResetError:
+        # The client left while we streamed to it (the write found the transport closing): nothing
+        # is wrong on our side and nobody is there to read an error. 499 is nginx's "client closed
+        # request"; aiohttp sees the closed transport and writes nothing.
+        log.debug("%s %s: client disconnected mid-response", request.method, request.path)
+        return web.Response(status=499, reason="Client Closed Request")
     except Exception:  # a bug: log it with its traceback, answer in the API's shape
         log.exception("%s %s failed", request.method, request.path)
         return web.json_response(error_body(request, 500, "internal error (see the server log)", "internal_error"),
