@@ -75,6 +75,17 @@ async def _merge(gens: list[Generation]) -> AsyncIterator[tuple[int, TokenEvent 
             t.cancel()
 
 
+async def _collect(gens: list[Generation]) -> tuple[list[str], list[list[TokenLogprob]]]:
+    """Run every generation to its end (non-streaming): each one's text and token logprobs."""
+    parts: list[list[str]] = [[] for _ in gens]
+    lps: list[list[TokenLogprob]] = [[] for _ in gens]
+    async for i, event in _merge(gens):
+        if event is not None:
+            parts[i].append(event.text)
+            lps[i].extend(event.logprobs)
+    return ["".join(p) for p in parts], lps
+
+
 def _usage(gens: list[Generation], prompt_groups: int = 1) -> dict[str, Any]:
     per_prompt = len(gens) // max(1, prompt_groups)
     dones = [g.done for g in gens]
@@ -106,15 +117,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         if call.stream:
             return await _chat_stream(request, gens, target.name, rid, created, names if tools else None,
                                       call.include_usage)
-        texts: list[list[str]] = [[] for _ in gens]
-        lps: list[list[TokenLogprob]] = [[] for _ in gens]
-        async for i, event in _merge(gens):
-            if event is not None:
-                texts[i].append(event.text)
-                lps[i].extend(event.logprobs)
+        texts, lps = await _collect(gens)
         choices = []
         for i, gen in enumerate(gens):
-            text = "".join(texts[i])
+            text = texts[i]
             content, calls = parse_tool_calls(text, names) if tools else (text, [])
             done = gen.done
             choices.append({
@@ -198,17 +204,12 @@ async def completions(request: web.Request) -> web.StreamResponse:
             except errors.LocalrunError as exc:
                 await _stream_error(sse, request, exc)
             return await sse.finish()
-        texts: list[list[str]] = [[] for _ in gens]
-        lps: list[list[TokenLogprob]] = [[] for _ in gens]
-        async for i, event in _merge(gens):
-            if event is not None:
-                texts[i].append(event.text)
-                lps[i].extend(event.logprobs)
+        texts, lps = await _collect(gens)
         choices = []
         for i, gen in enumerate(gens):
             done = gen.done
             choices.append({
-                "index": i, "text": prefix[i] + "".join(texts[i]),
+                "index": i, "text": prefix[i] + texts[i],
                 "logprobs": oc.completion_logprobs(lps[i], len(prefix[i])) if call.logprobs else None,
                 "finish_reason": oc.finish_reason(done.done_reason if done else None, False),
             })
