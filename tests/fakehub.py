@@ -61,13 +61,15 @@ class FakeHub:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def __enter__(self) -> FakeHub:
-        hub = self
+    def handler_base(self) -> type[_Handler]:
+        """The request handler class to serve with (subclasses override it to change behaviour)."""
+        return _Handler
 
-        class Handler(_Handler):
+    def __enter__(self) -> FakeHub:
+        class Handler(self.handler_base()):  # type: ignore[misc]
             pass
 
-        Handler.hub = hub
+        Handler.hub = self
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},

@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,9 +62,7 @@ class SlowHub(FakeHub):
         super().__init__()
         self.rate = rate
 
-    def __enter__(self) -> SlowHub:
-        from http.server import ThreadingHTTPServer
-
+    def handler_base(self) -> type[_Handler]:
         hub = self
 
         class Handler(_Handler):
@@ -85,13 +82,7 @@ class SlowHub(FakeHub):
                 except (BrokenPipeError, ConnectionResetError):
                     self.close_connection = True
 
-        Handler.hub = hub
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
-        self._thread.start()
-        return self
+        return Handler
 
 
 @pytest.fixture(scope="module")
