@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import queue
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ class RequestHandle:
         self._events: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self._wake = wake
         self._finished = False
+        self._sink: Callable[[Event], None] | None = None
+        self._sink_lock = threading.Lock()
         self.cancelled = False
 
     def __iter__(self) -> Iterator[Event]:
@@ -52,9 +55,30 @@ class RequestHandle:
         self.cancelled = True
         self._wake()
 
+    def forward(self, sink: Callable[[Event], None]) -> None:
+        """Deliver every event, those already queued first, to ``sink`` instead of the iterator.
+
+        ``sink`` then runs on the engine thread, once per event and in order, so it must be quick
+        and must not raise (e.g. put the event on another queue). A server that streams many
+        requests uses this to collect one step's events from all of them without a thread per
+        request. After ``forward`` the handle's own iteration and ``get`` receive nothing more.
+        """
+        with self._sink_lock:
+            while True:
+                try:
+                    sink(self._events.get_nowait())
+                except queue.Empty:
+                    break
+            self._sink = sink
+
     def put(self, event: Event) -> None:
         """Engine side: deliver one event."""
-        self._events.put(event)
+        with self._sink_lock:
+            if self._sink is None:
+                self._events.put(event)
+                return
+            sink = self._sink
+        sink(event)
 
 
 def _is_last(event: Event) -> bool:

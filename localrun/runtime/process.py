@@ -174,7 +174,11 @@ class RunnerProcess:
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         op, rid = message.get("op"), message.get("id")
-        if op == "event" and isinstance(rid, int):
+        if op == "batch":  # several messages written at once (one engine step's events), in order
+            for inner in message.get("messages") or ():
+                if isinstance(inner, dict) and inner.get("op") != "batch":
+                    self._dispatch(inner)
+        elif op == "event" and isinstance(rid, int):
             stream = self._streams.get(rid)
             if stream is not None:
                 stream._push(protocol.decode_event(message["event"]))

@@ -11,7 +11,9 @@ Daemon -> runner ops (``op``):
     stats {id}                -> result {id, result} | error {id, error}
     close                     -> the runner closes its engine and exits 0
     debug_abort               -> os.abort(); only honoured when LOCALRUN_RUNNER_DEBUG=1 (tests)
-Runner -> daemon: loaded {info} | load_error {error} first, then accepted/event/result/error frames.
+Runner -> daemon: loaded {info} | load_error {error} first, then accepted/event/result/error frames,
+    or a batch {messages: [...]} frame holding several of those in order (what queued up since the
+    runner's last write, e.g. one engine step's tokens for every stream).
 """
 
 from __future__ import annotations

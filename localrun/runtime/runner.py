@@ -4,9 +4,13 @@ The daemon writes frames (see :mod:`.protocol`) to this process's stdin and read
 its stdout. Native code may print to stdout, so at start-up the protocol keeps a private copy of
 fd 1 and fd 1 is pointed at stderr: only frames ever reach the daemon's reader.
 
-Threads: the main thread reads frames and dispatches them; each generate request gets a pump
-thread that iterates its RequestHandle and writes events; blocking calls (embed, tokenize,
-stats) run in a small pool so a slow embed never delays a cancel. All writes share one lock.
+Threads: the main thread reads frames and dispatches them; blocking calls (embed, tokenize,
+stats) run in a small pool so a slow embed never delays a cancel. Every outgoing message goes
+through one outbox drained by one writer thread: generate requests forward their events into it
+straight from the engine thread (:meth:`RequestHandle.forward`), and whatever has piled up since
+the last write leaves as one ``batch`` frame. So one engine step's tokens for 16 streams cost one
+write and one wake-up of the daemon, not 16 of each and no thread per stream; and the writer
+encodes JSON while the engine thread is inside ``llama_decode`` (which releases the GIL).
 A native crash kills only this process; the daemon notices end-of-stream and reports it.
 """
 
@@ -15,11 +19,13 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import queue
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, Callable
 
+from ..engine.types import DoneEvent, ErrorEvent
 from . import protocol
 
 log = logging.getLogger(__name__)
@@ -44,16 +50,42 @@ class Runner:
     def __init__(self, engine: Any, out: IO[bytes]) -> None:
         self.engine = engine
         self._out = out
-        self._write_lock = threading.Lock()
+        self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._handles: dict[int, Any] = {}
         self._handles_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="runner-rpc")
+        self._writer = threading.Thread(target=self._write_loop, name="runner-writer", daemon=True)
+        self._writer.start()
 
     def send(self, message: dict[str, Any]) -> None:
-        frame = protocol.encode_frame(message)
-        with self._write_lock:
-            self._out.write(frame)
-            self._out.flush()
+        """Queue one message; the writer sends messages in the order they were queued."""
+        self._outbox.put(message)
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Send everything queued so far and stop the writer (the last call before exiting)."""
+        self._outbox.put(_STOP)
+        self._writer.join(timeout)
+
+    def _write_loop(self) -> None:
+        while True:
+            items = [self._outbox.get()]
+            while True:
+                try:
+                    items.append(self._outbox.get_nowait())
+                except queue.Empty:
+                    break
+            stop = _STOP in items
+            messages = [_as_message(item) for item in items if item is not _STOP]
+            if messages:
+                frame = protocol.encode_frame(messages[0] if len(messages) == 1
+                                              else {"op": "batch", "messages": messages})
+                try:
+                    self._out.write(frame)
+                    self._out.flush()
+                except (BrokenPipeError, OSError):  # the daemon went away: nothing left to tell it
+                    return
+            if stop:
+                return
 
     def serve(self, stream: IO[bytes]) -> None:
         while True:
@@ -89,15 +121,23 @@ class Runner:
         with self._handles_lock:
             self._handles[rid] = handle
         self.send({"op": "accepted", "id": rid})
-        threading.Thread(target=self._pump, args=(rid, handle), name=f"pump-{rid}", daemon=True).start()
+        forward = getattr(handle, "forward", None)
+        if forward is not None:
+            forward(lambda event: self._on_event(rid, event))
+        else:  # an engine whose handles can only be iterated (test fakes): one pump thread per request
+            threading.Thread(target=self._pump, args=(rid, handle), name=f"pump-{rid}", daemon=True).start()
 
     def _pump(self, rid: int, handle: Any) -> None:
         try:
             for event in handle:
-                self.send({"op": "event", "id": rid, "event": protocol.encode_event(event)})
+                self._on_event(rid, event)
         except Exception as exc:
-            self.send({"op": "event", "id": rid, "event": {"type": "error", "error": protocol.encode_error(exc)}})
-        finally:
+            self._on_event(rid, ErrorEvent(error=exc))
+
+    def _on_event(self, rid: int, event: Any) -> None:
+        """Engine thread: queue one event of request ``rid`` (encoded later by the writer)."""
+        self._outbox.put((rid, event))
+        if _is_last(event):
             with self._handles_lock:
                 self._handles.pop(rid, None)
 
@@ -126,6 +166,23 @@ class Runner:
         self.engine.close()
 
 
+_STOP = object()
+
+
+def _is_last(event: Any) -> bool:
+    return isinstance(event, (DoneEvent, ErrorEvent))
+
+
+def _as_message(item: Any) -> dict[str, Any]:
+    if isinstance(item, dict):
+        return item
+    rid, event = item
+    try:
+        return {"op": "event", "id": rid, "event": protocol.encode_event(event)}
+    except Exception as exc:  # an event that cannot be encoded ends its stream with an error, not the writer
+        return {"op": "event", "id": rid, "event": {"type": "error", "error": protocol.encode_error(exc)}}
+
+
 def main() -> int:
     logging.basicConfig(
         level=os.environ.get("LOCALRUN_LOG_LEVEL", "INFO").upper(),
@@ -142,6 +199,7 @@ def main() -> int:
     writer = Runner(engine=None, out=out)
     if first.get("op") != "load":
         writer.send({"op": "load_error", "error": {"type": "EngineError", "message": "expected a load frame"}})
+        writer.flush()
         return 2
     try:
         factory = load_factory(str(first.get("factory") or DEFAULT_FACTORY))
@@ -150,10 +208,13 @@ def main() -> int:
     except Exception as exc:
         log.info("load failed: %s", exc)
         writer.send({"op": "load_error", "error": protocol.encode_error(exc)})
+        writer.flush()
         return 1
+    writer.flush()
     runner = Runner(engine, out)
     runner.send({"op": "loaded", "info": protocol.to_jsonable(getattr(engine, "info", None)), "pid": os.getpid()})
     runner.serve(stream)
+    runner.flush()
     return 0
 
 
