@@ -38,7 +38,7 @@ EXTRA_FIELDS: tuple[tuple[str, Callable[[int], Any]], ...] = (
 
 @dataclass(frozen=True, slots=True)
 class BenchConfig:
-    targets: tuple[Target, ...]  # one or two (the second from --compare); model may be ""
+    targets: tuple[Target, ...]  # --base-url first, then each --compare; model may be ""
     concurrency: tuple[int, ...]
     api: str = "completions"
     input_tokens: int = 128

@@ -1,4 +1,4 @@
-"""``localrun bench``: load-test localrun or any OpenAI-compatible server, optionally two side by side."""
+"""``localrun bench``: load-test localrun or any OpenAI-compatible server, optionally several side by side."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ EPILOG = """\
 examples:
   localrun bench --model gemma3 --concurrency 1,4,8
   localrun bench --model gemma3 --compare http://127.0.0.1:8000 --json out.json --chart out.html
+  localrun bench --compare 127.0.0.1:8000 --compare-label llama-cpp-python \
+                 --compare 127.0.0.1:8080 --compare-label llama.cpp --concurrency 1,8
   localrun bench --base-url http://127.0.0.1:8080 --shared-prefix 1300 --input-tokens 40 --concurrency 8
 
 Prompts are built to --input-tokens with the target's tokenizer where it exposes one (else the
@@ -75,10 +77,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     g.add_argument("--model", default="", help="model name (default: the first one GET /v1/models lists)")
     g.add_argument("--label", help="name of the target in reports (default: localrun, or host:port)")
     g.add_argument("--api-key", help="bearer token for --base-url (default: LOCALRUN_API_KEY for the daemon)")
-    g.add_argument("--compare", metavar="URL", help="a second server, measured interleaved in the same run")
-    g.add_argument("--compare-model", default="", help="model name on --compare (default: its first model)")
-    g.add_argument("--compare-label", help="name of the --compare target in reports")
-    g.add_argument("--compare-api-key", help="bearer token for --compare")
+    g.add_argument("--compare", metavar="URL", action="append", default=[],
+                   help="another server, measured interleaved in the same run (repeat for several)")
+    g.add_argument("--compare-model", action="append", default=[],
+                   help="model name on the matching --compare (default: its first model)")
+    g.add_argument("--compare-label", action="append", default=[],
+                   help="name of the matching --compare target in reports")
+    g.add_argument("--compare-api-key", action="append", default=[], help="bearer token for the matching --compare")
     g.add_argument("--tokenizer-url", metavar="URL",
                    help="build every target's prompts with this server's tokenizer (it must serve the same model), "
                    "e.g. when a target exposes no tokenizer")
@@ -123,12 +128,20 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         key = args.api_key or config.api_key()
         label = args.label or "localrun"
     targets = [Target(label, base, args.model, key)]
-    if args.compare:
-        other = normalize_url(args.compare)
-        other_label = args.compare_label or other.split("://", 1)[1]
-        if other_label == label:
-            other_label += " (compare)"
-        targets.append(Target(other_label, other, args.compare_model, args.compare_api_key))
+    for flag in ("compare_model", "compare_label", "compare_api_key"):
+        if len(getattr(args, flag)) > len(args.compare):
+            raise OptionError(f"--{flag.replace('_', '-')} given {len(getattr(args, flag))} times but --compare "
+                              f"{len(args.compare)} times: the n-th one applies to the n-th --compare")
+    for i, url in enumerate(args.compare):
+        other = normalize_url(url)
+        other_label = _nth(args.compare_label, i) or other.split("://", 1)[1]
+        taken = {t.label for t in targets}
+        if other_label in taken:
+            n = 2
+            while f"{other_label} ({n})" in taken:
+                n += 1
+            other_label = f"{other_label} ({n})"
+        targets.append(Target(other_label, other, _nth(args.compare_model, i) or "", _nth(args.compare_api_key, i)))
     return BenchConfig(
         targets=tuple(targets), concurrency=args.concurrency, api=args.endpoint,
         input_tokens=args.input_tokens, output_tokens=args.output_tokens, shared_prefix=args.shared_prefix,
@@ -136,6 +149,10 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         temperature=args.temperature, send_extras=not args.no_extras, pause_s=args.pause, seed=args.seed,
         tokenizer_url=normalize_url(args.tokenizer_url) if args.tokenizer_url else None,
     )
+
+
+def _nth(values: list[str], i: int) -> str | None:
+    return values[i] if i < len(values) else None
 
 
 def write_outputs(result: BenchResult, args: argparse.Namespace) -> None:

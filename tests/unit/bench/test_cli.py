@@ -65,3 +65,16 @@ def test_bad_arguments_exit_with_a_usage_error(argv: list[str], capsys: pytest.C
 def test_chart_must_be_html() -> None:
     with pytest.raises(OptionError):
         _cfg("--chart", "out.png")
+
+
+def test_compare_repeats_for_several_servers_with_their_own_labels_and_models() -> None:
+    cfg = _cfg("--compare", "127.0.0.1:8000", "--compare-label", "llama-cpp-python", "--compare-model", "m1",
+               "--compare", "127.0.0.1:8080", "--compare-label", "llama.cpp")
+    assert [t.label for t in cfg.targets] == ["localrun", "llama-cpp-python", "llama.cpp"]
+    assert [t.base_url for t in cfg.targets[1:]] == ["http://127.0.0.1:8000", "http://127.0.0.1:8080"]
+    assert [t.model for t in cfg.targets[1:]] == ["m1", ""]
+
+
+def test_more_compare_labels_than_compare_urls_is_an_error() -> None:
+    with pytest.raises(OptionError, match="--compare-label"):
+        _cfg("--compare", "127.0.0.1:8000", "--compare-label", "a", "--compare-label", "b")
