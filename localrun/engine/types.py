@@ -45,6 +45,11 @@ class SamplingOptions:
     stop: tuple[str, ...] = ()
     logprobs: bool = False
     top_logprobs: int = 0
+    # End-of-generation control (vLLM's names). ignore_eos: EOG tokens are never sampled, so only
+    # num_predict, a stop string or the context end the output. min_tokens: the same for the first
+    # min_tokens generated tokens. A grammar (format) still ends its output when it is complete.
+    ignore_eos: bool = False
+    min_tokens: int = 0
 
 
 class Truncation(enum.Enum):
