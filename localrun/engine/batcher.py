@@ -179,10 +179,10 @@ class Batcher:
             seq.n_past += 1
         assert seq.row is not None
         try:
-            token = sample(seq.sampler, self.ctx, seq.row, self.scratch, self.vocab)
+            token = sample(seq.sampler, self.ctx, seq.row, self.scratch, self.vocab, seq.generated)
         except GrammarDeadEnd as exc:
             raise GrammarError(f"constrained output cannot continue: {exc}") from exc
-        if self.vocab.is_eog(token):
+        if self.vocab.is_eog(token):  # never while the sampler masks EOG (ignore_eos, min_tokens)
             self._finish(seq, DoneReason.STOP)
             return
         logprobs: tuple[TokenLogprob, ...] = ()

@@ -14,6 +14,14 @@ Grammar: the chain samples first and the grammar only checks that one token; onl
 rejected is the grammar applied to the whole vocabulary and the chain run again (llama.cpp's
 common sampler does the same). A token is accepted by the grammar only after it passed the
 grammar, because a rejected accept throws inside llama.cpp.
+
+End of generation: with ``ignore_eos`` (or while fewer than ``min_tokens`` tokens were generated)
+the logits of every end-of-generation token are set to -inf in the output row before sampling, as
+llama.cpp's server does with a -inf logit bias: the sampled token is always a real one, and
+penalties, top-k and logprobs see the masked row. The row is masked in place rather than with a
+logit-bias sampler in the chain because ``min_tokens`` switches the mask off mid-stream, and a
+chain cannot drop a sampler without losing its penalty history and RNG state. A grammar turns
+both off: constrained output ends when the grammar is complete, else it could only dead-end.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import codecs
 import ctypes
 import math
 import secrets
+import weakref
 from dataclasses import dataclass
 
 import llama_cpp as lc
@@ -74,6 +83,9 @@ def validate(options: SamplingOptions) -> None:
     if any(len(s) > MAX_STOP_CHARS for s in options.stop):
         raise OptionError(f"stop strings must be at most {MAX_STOP_CHARS} characters")
     integer("top_logprobs", options.top_logprobs, 0, MAX_TOP_LOGPROBS)
+    if not isinstance(options.ignore_eos, bool):
+        raise OptionError(f"ignore_eos must be true or false, got {options.ignore_eos!r}")
+    integer("min_tokens", options.min_tokens, 0)
 
 
 def resolve_seed(seed: int | None) -> int:
@@ -118,6 +130,13 @@ class Sampler:
     logprobs: bool
     top_logprobs: int
     utf8_tail: bytes = b""   # grammar mode: the output's incomplete last character
+    eog: np.ndarray | None = None  # EOG token ids to mask, None when EOG always ends the output
+    ignore_eos: bool = False       # mask them for the whole output
+    min_tokens: int = 0            # mask them while fewer tokens than this were generated
+
+    def suppresses_eog(self, generated: int) -> bool:
+        """Whether EOG tokens are masked for the token after ``generated`` generated ones."""
+        return self.eog is not None and (self.ignore_eos or generated < self.min_tokens)
 
     def free(self) -> None:
         if self.chain:
@@ -167,8 +186,34 @@ def build_sampler(options: SamplingOptions, vocab: Vocab, gbnf: str | None, num_
             add(lc.llama_sampler_init_min_p(options.min_p, 1))
         add(lc.llama_sampler_init_temp(options.temperature))
         add(lc.llama_sampler_init_dist(resolve_seed(options.seed)))
+    eog = None
+    if grammar is None and (options.ignore_eos or options.min_tokens > 0):
+        eog = eog_tokens(vocab)
     return Sampler(chain=chain, grammar=grammar, greedy=greedy,
-                   logprobs=options.logprobs or options.top_logprobs > 0, top_logprobs=options.top_logprobs)
+                   logprobs=options.logprobs or options.top_logprobs > 0, top_logprobs=options.top_logprobs,
+                   eog=eog, ignore_eos=options.ignore_eos, min_tokens=options.min_tokens)
+
+
+_EOG_IDS: weakref.WeakKeyDictionary[Vocab, np.ndarray] = weakref.WeakKeyDictionary()
+
+
+def eog_tokens(vocab: Vocab) -> np.ndarray:
+    """Every end-of-generation token id of ``vocab`` (EOS, EOT, <|im_end|>...), computed once.
+
+    llama.cpp has no call that lists them, so every id is asked (``llama_vocab_is_eog``), as its
+    server does for ``ignore_eos``; a 262k vocabulary takes a fraction of a second, once per model.
+    """
+    try:
+        cached = _EOG_IDS.get(vocab)
+    except TypeError:  # a Vocab that cannot be weakly referenced: no cache
+        cached = None
+    if cached is None:
+        cached = np.array([t for t in range(vocab.n_vocab) if vocab.is_eog(t)], dtype=np.int64)
+        try:
+            _EOG_IDS[vocab] = cached  # a race computes the same array twice: harmless
+        except TypeError:
+            pass
+    return cached
 
 
 def accept_prompt(sampler: Sampler, tokens: list[int], last_n: int) -> None:
@@ -181,14 +226,20 @@ class GrammarDeadEnd(Exception):
     """No token of the vocabulary can continue the grammar."""
 
 
-def sample(sampler: Sampler, ctx: lc.llama_context_p, row: int, scratch: TokenData, vocab: Vocab) -> int:
+def sample(sampler: Sampler, ctx: lc.llama_context_p, row: int, scratch: TokenData, vocab: Vocab,
+           generated: int = 0) -> int:
     """Sample the next token from output row ``row`` and record it in the sampler state.
+
+    ``generated`` is how many tokens the sequence has generated so far (for ``min_tokens``).
 
     With a grammar, the token must also keep the output valid UTF-8: llama.cpp's grammar
     counts a malformed byte sequence as one character where the text shows several U+FFFD,
     which could break maxLength or a pattern (byte tokens from a small vocabulary do that).
     """
     if sampler.grammar is None:
+        if sampler.suppresses_eog(generated):
+            assert sampler.eog is not None
+            logits_row(ctx, row, vocab.n_vocab)[sampler.eog] = -np.inf  # the context's own row
         return int(lc.llama_sampler_sample(sampler.chain, ctx, row))
     logits = logits_row(ctx, row, vocab.n_vocab)
     scratch.fill(logits)
