@@ -4,7 +4,8 @@ Requests: :func:`chat_to_native`, :func:`completion_to_native`, :func:`embedding
 Responses: :func:`chat_completion`, :func:`chat_chunk`, :func:`completion`, :func:`usage`...
 No I/O here; ``routes_openai`` does the calling and streaming. Fields a request leaves unset
 keep the model's Modelfile defaults; ``num_ctx``, ``keep_alive``, ``top_k``, ``min_p``,
-``repeat_penalty`` (and a whole Ollama ``options`` object) may be passed as extra fields.
+``repeat_penalty`` (and a whole Ollama ``options`` object) may be passed as extra fields, and
+vLLM's ``ignore_eos`` / ``min_tokens`` (end-of-generation tokens do not end the output).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class NativeCall:
     tool_choice: Any = None
     prompts: list[str] = field(default_factory=list)
     echo: bool = False
+    ignore_eos: bool = False  # vLLM's extras: end-of-generation tokens do not end the output
+    min_tokens: int = 0       # ... until this many tokens were generated
 
 
 def _typed(body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str) -> Any:
@@ -176,11 +179,24 @@ def _common(body: dict[str, Any]) -> NativeCall:
     if stream_options is not None and not isinstance(stream_options, dict):
         raise InvalidRequest("'stream_options' must be an object")
     include_usage = bool(stream_options and stream_options.get("include_usage"))
+    options = options_from_openai(body)
+    ignore_eos, min_tokens = _eos_controls(body, options.get("num_predict"))
     return NativeCall(
-        model=body.get("model"), options=options_from_openai(body),
+        model=body.get("model"), options=options,
         keep_alive=parse_keep_alive(body.get("keep_alive")), stream=stream, include_usage=include_usage,
-        n=n or 1,
+        n=n or 1, ignore_eos=ignore_eos, min_tokens=min_tokens,
     )
+
+
+def _eos_controls(body: dict[str, Any], max_tokens: Any) -> tuple[bool, int]:
+    """vLLM's ``ignore_eos`` and ``min_tokens`` (benchmarks use them to pin the output length)."""
+    ignore_eos = bool(_typed(body, "ignore_eos", (bool,), "true or false"))
+    min_tokens = _typed(body, "min_tokens", (int,), "a whole number") or 0
+    if min_tokens < 0:
+        raise InvalidRequest(f"'min_tokens' must be at least 0, got {min_tokens}")
+    if isinstance(max_tokens, int) and 0 < max_tokens < min_tokens:
+        raise InvalidRequest(f"'min_tokens' ({min_tokens}) must not be more than 'max_tokens' ({max_tokens})")
+    return ignore_eos, min_tokens
 
 
 def chat_to_native(body: dict[str, Any]) -> NativeCall:

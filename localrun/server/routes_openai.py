@@ -109,7 +109,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     forced = forced_call_schema(tools, call.tool_choice) if tools else None
     full = prompts.with_defaults(call.messages, target.system, target.messages)
     prompt, _ = await prompts.render_async(target.template, full, tools)
-    sampling = replace(target.sampling, logprobs=call.logprobs, top_logprobs=call.top_logprobs)
+    sampling = replace(target.sampling, logprobs=call.logprobs, top_logprobs=call.top_logprobs,
+                       ignore_eos=call.ignore_eos, min_tokens=call.min_tokens)
     gens = await _start(service, target, prompt, sampling, forced or call.format, call.n, "/v1/chat/completions",
                         truncation(body))
     rid, created, names = oc.new_id("chatcmpl"), int(time.time()), tool_names(tools)
@@ -174,7 +175,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
     call = oc.completion_to_native(body)
     service = request.app[SERVICE]
     target = await service.target(call.model, call.options, call.keep_alive)
-    sampling = replace(target.sampling, logprobs=call.logprobs, top_logprobs=call.top_logprobs)
+    sampling = replace(target.sampling, logprobs=call.logprobs, top_logprobs=call.top_logprobs,
+                       ignore_eos=call.ignore_eos, min_tokens=call.min_tokens)
     fmt = oc.response_format(body.get("response_format"))
     gens: list[Generation] = []
     try:
