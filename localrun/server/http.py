@@ -24,7 +24,7 @@ async def read_json(request: web.Request) -> dict[str, Any]:
         raise InvalidRequest(f"request body is not valid JSON: it is not UTF-8 ({exc})") from None
     try:
         body = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, or an int of > 4300 digits
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object")
