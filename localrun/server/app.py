@@ -22,7 +22,7 @@ from ..runtime import memory
 from ..runtime.memory import Placement
 from ..runtime.process import RunnerProcess
 from ..runtime.scheduler import Backend, LoadFn, LoadSpec, Scheduler
-from . import routes_api, routes_openai, routes_status
+from . import routes_api, routes_openai, routes_status, routes_tokens
 from .http import JSON_BODY_LIMIT
 from .keys import METRICS, PULLS, SCHEDULER, SERVICE, SETTINGS, STARTED_AT, STORE
 from .metrics import Metrics
@@ -99,6 +99,7 @@ def create_app(
     app.on_response_prepare.append(add_cors_headers)
     routes_status.add_routes(app)
     routes_api.add_routes(app)
+    routes_tokens.add_routes(app)
     routes_openai.add_routes(app)
     try:
         from . import routes_models

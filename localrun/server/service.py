@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from .. import errors
 from ..engine.types import DoneEvent, EmbedResult, ErrorEvent, GenerateRequest, SamplingOptions, TokenEvent
 from ..runtime.memory import ModelGeometry
+from ..runtime.resident import Phase
 from ..runtime.scheduler import DEFAULT, LoadSpec, Scheduler
 from .metrics import Metrics
 from .options import MISSING, merge_options
@@ -210,6 +211,39 @@ class Service:
             target.name, len(inputs), result.prompt_eval_count, total / 1e6,
         )
         return result, int(lease.load_duration_ns), total
+
+    async def tokenize(self, target: Target, text: str, add_special: bool) -> list[int]:
+        """``text`` as the model's token ids (``add_special``: with the BOS it adds to prompts)."""
+        lease = await self._hold_for_vocab(target)
+        try:
+            tokens: list[int] = await lease.backend.tokenize(text, add_special=add_special)
+        finally:
+            lease.release()
+        return tokens
+
+    async def detokenize(self, target: Target, tokens: list[int]) -> str:
+        """Token ids as text (special tokens print nothing).
+
+        An id outside the vocabulary is an InvalidRequest from the runner (it knows the size).
+        """
+        lease = await self._hold_for_vocab(target)
+        try:
+            text: str = await lease.backend.detokenize(tokens)
+        finally:
+            lease.release()
+        return text
+
+    async def _hold_for_vocab(self, target: Target) -> Any:
+        """Hold the model for a tokenizer call: an instance loaded with other options will do.
+
+        The vocabulary depends on the model file alone, so tokenizing must not reload a model
+        that a request loaded with, say, another num_ctx.
+        """
+        spec = target.spec
+        loaded = self.scheduler.models.get(spec.name)
+        if loaded is not None and loaded.phase is Phase.READY and loaded.spec.model_path == spec.model_path:
+            spec = loaded.spec  # a DRAINING one is about to be replaced: ask for the request's own
+        return await self.scheduler.acquire(spec, target.keep_alive)
 
     async def load_only(self, target: Target) -> int:
         """Load (or keep) the model without generating; returns load_duration_ns."""
