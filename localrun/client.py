@@ -183,6 +183,15 @@ class AsyncClient:
         """Unload ``model`` now (after its in-flight requests finish)."""
         await self._request("POST", "/api/generate", {"model": model, "prompt": "", "keep_alive": 0})
 
+    async def tokenize(self, model: str, content: str, add_special: bool = True) -> list[int]:
+        """``content`` as ``model``'s token ids (``add_special``: with the BOS a prompt gets)."""
+        body = {"model": model, "content": content, "add_special": add_special}
+        return [int(t) for t in (await self._request("POST", "/api/tokenize", body))["tokens"]]
+
+    async def detokenize(self, model: str, tokens: list[int]) -> str:
+        """Token ids of ``model`` as text (special tokens print nothing)."""
+        return str((await self._request("POST", "/api/detokenize", {"model": model, "tokens": tokens}))["content"])
+
 
 class Client:
     """Blocking twin of :class:`AsyncClient`, for the CLI."""
@@ -282,6 +291,13 @@ class Client:
 
     def stop(self, model: str) -> None:
         self._request("POST", "/api/generate", {"model": model, "prompt": "", "keep_alive": 0})
+
+    def tokenize(self, model: str, content: str, add_special: bool = True) -> list[int]:
+        body = {"model": model, "content": content, "add_special": add_special}
+        return [int(t) for t in self._request("POST", "/api/tokenize", body)["tokens"]]
+
+    def detokenize(self, model: str, tokens: list[int]) -> str:
+        return str(self._request("POST", "/api/detokenize", {"model": model, "tokens": tokens})["content"])
 
 
 def daemon_log_path() -> Path:
