@@ -72,6 +72,8 @@ def build_payload(plan: LoadPlan, model: str, prompt: str, max_tokens: int | Non
     else:
         payload["prompt"] = prompt
     payload.update(plan.extras)
+    if isinstance(payload.get("min_tokens"), int):  # vLLM and localrun refuse min_tokens > max_tokens (400)
+        payload["min_tokens"] = min(payload["min_tokens"], payload["max_tokens"])
     return payload
 
 
