@@ -283,12 +283,18 @@ async def test_short_bench_against_the_daemon_on_the_tiny_model(tiny_gguf: Path)
             cfg = _config(url, targets=(Target("localrun", url, "tiny"),), api=api, concurrency=(1, 4),
                           requests=4, output_tokens=16, timeout_s=60.0)
             result = await run_bench(cfg)
+            # The daemon's /api/tokenize makes prompt lengths exact, and it honours ignore_eos/min_tokens,
+            # so every request gets exactly the output length asked for.
+            info = result.targets[0]
+            assert info.tokenizer.exact and info.tokenizer.endpoint == "/api/tokenize", info.tokenizer.note
+            assert set(info.extras_sent) == {"ignore_eos", "min_tokens"} and info.usage_requested
             for lv in result.levels:
                 s = lv.stats
                 assert (s.ok, s.errors, s.timeouts) == (s.requests, 0, 0), s.error_samples
-                assert s.min_output_tokens is not None and 1 <= s.min_output_tokens <= 16
-                if s.short_outputs:  # the daemon may stop at EOS: then the report says so
-                    assert any("fewer than 16 output tokens" in w for w in result.warnings)
+                assert s.min_output_tokens == s.mean_output_tokens == 16 and s.short_outputs == 0
+                if api == "completions":  # raw prompt: exactly what was built (chat adds its template)
+                    assert s.mean_prompt_tokens == 32
                 assert s.output_tok_s > 0 and s.ttft.p50 is not None
+            assert not any("fewer than" in w for w in result.warnings)
     finally:
         await server.close()
