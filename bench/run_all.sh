@@ -1,30 +1,36 @@
 #!/usr/bin/env bash
 # Reproduce BENCHMARKS.md "localrun bench: localrun vs llama-cpp-python's server" in one command:
 #
-#     bench/run_all.sh            (from the repository root, with .venv set up; about 6-9 minutes on 2 cores)
+#     bench/run_all.sh            (from the repository root, with .venv set up; about 15 minutes on 2 cores)
 #
 # One run, one machine, the starter model (Gemma 3 270M Q4_K_M) everywhere:
 #   1. the decode ceiling of the kernels (../shared/bench/ceiling.py, llama-cpp-python's low-level API);
-#   2. localrun's daemon vs llama-cpp-python's own server, interleaved per level, at concurrency 1,4,8,16
-#      (128-token prompts, 64 tokens out, streaming /v1/completions);
-#   3. the same two with a 1,300-token prefix shared by every prompt (40 unique tokens after it), 8 streams.
-# Both servers stay loaded for the whole run and are measured in turn, never at the same time. Prompts for
-# both are built with the same GGUF's tokenizer (llama-cpp-python's /extras/tokenize), so lengths are exact.
+#   2. localrun's daemon and llama-cpp-python's own server, twice: as shipped and tuned, interleaved per
+#      level, at concurrency 1,4,8,16 (128-token prompts, 64 tokens out, streaming /v1/completions);
+#   3. the same three with a 1,300-token prefix shared by every prompt (40 unique tokens after it), 8 streams.
+# All servers stay loaded for the whole run and are measured in turn, never at the same time. Prompts are
+# built with the same GGUF's tokenizer (localrun's /api/tokenize), so lengths are exact for all of them.
 # localrun runs with its defaults (LOCALRUN_NUM_PARALLEL: 8 slots on 2 cores), kept loaded for the run.
 # llama-cpp-python's server runs through bench/launch_llama_cpp_server.py (use_extra_bufts=False: the AMX
-# crash, see ../shared/ENGINE_NOTES.md), with every core and --interrupt_requests False: by default it cuts
-# a running stream short when the next request arrives, so it could not serve concurrent clients at all.
+# crash, see ../shared/ENGINE_NOTES.md) with --interrupt_requests False (by default it cuts a running stream
+# short when the next request arrives, so it could not serve concurrent clients at all), and otherwise:
+#   - "as shipped": its defaults, which is what `python -m llama_cpp.server --model M` gives a Python user
+#     (n_threads = cores // 2 = 1 here, n_threads_batch = cores, n_ctx 2048);
+#   - "tuned": --n_threads and --n_threads_batch = all cores.
 #
-# Settings (environment): PY (python), OUT (results folder), REQUESTS (measured requests per level, at
-# least one per client), LR_PORT / LCP_PORT, LR_MODEL (model name in localrun), CEILING (path to ceiling.py).
+# Settings (environment): PY (python), OUT (results folder), REQUESTS / PREFIX_REQUESTS (measured requests
+# per level, at least one per client), LR_PORT / LCP_PORT / LCPT_PORT, LR_MODEL (model name in localrun),
+# CEILING (path to ceiling.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-bench/out/$(date -u +%Y%m%dT%H%M%SZ)}
-REQUESTS=${REQUESTS:-8}
+REQUESTS=${REQUESTS:-32}
+PREFIX_REQUESTS=${PREFIX_REQUESTS:-16}
 LR_PORT=${LR_PORT:-11535}
 LCP_PORT=${LCP_PORT:-18080}
+LCPT_PORT=${LCPT_PORT:-18081}
 LR_MODEL=${LR_MODEL:-gemma3:270m}
 CEILING=${CEILING:-../shared/bench/ceiling.py}
 THREADS=$(nproc)
@@ -58,29 +64,34 @@ EOF
 echo "== ceiling ($CEILING)" >&2
 "$PY" "$CEILING" "$MODEL_PATH" --batch 1,4,8,16 --prompt 128 --steps 32 --threads "$THREADS" | tee "$OUT/ceiling.jsonl"
 
-# 2. Both servers.
+# 2. The servers.
 LOCALRUN_HOST=127.0.0.1:$LR_PORT LOCALRUN_KEEP_ALIVE=-1 setsid "$PY" -m localrun serve >"$OUT/localrun.log" 2>&1 &
 PIDS+=($!); LR_PID=$!
 setsid "$PY" bench/launch_llama_cpp_server.py --model "$MODEL_PATH" --host 127.0.0.1 --port "$LCP_PORT" \
-    --n_threads "$THREADS" --n_threads_batch "$THREADS" --n_ctx 2048 --interrupt_requests False \
-    >"$OUT/llama_cpp_server.log" 2>&1 &
+    --interrupt_requests False >"$OUT/llama_cpp_server.log" 2>&1 &
 PIDS+=($!); LCP_PID=$!
+setsid "$PY" bench/launch_llama_cpp_server.py --model "$MODEL_PATH" --host 127.0.0.1 --port "$LCPT_PORT" \
+    --n_threads "$THREADS" --n_threads_batch "$THREADS" --interrupt_requests False \
+    >"$OUT/llama_cpp_server_tuned.log" 2>&1 &
+PIDS+=($!); LCPT_PID=$!
 wait_ready "http://127.0.0.1:$LR_PORT" localrun "$LR_PID" "$OUT/localrun.log"
 wait_ready "http://127.0.0.1:$LCP_PORT" llama-cpp-python "$LCP_PID" "$OUT/llama_cpp_server.log"
+wait_ready "http://127.0.0.1:$LCPT_PORT" "llama-cpp-python (tuned)" "$LCPT_PID" "$OUT/llama_cpp_server_tuned.log"
 
 BENCH=("$PY" -m localrun bench --base-url "127.0.0.1:$LR_PORT" --model "$LR_MODEL" --label localrun
        --compare "127.0.0.1:$LCP_PORT" --compare-label llama-cpp-python
-       --tokenizer-url "127.0.0.1:$LCP_PORT"
-       --output-tokens 64 --requests "$REQUESTS" --timeout 180 --pause 1)
+       --compare "127.0.0.1:$LCPT_PORT" --compare-label "llama-cpp-python tuned"
+       --tokenizer-url "127.0.0.1:$LR_PORT"
+       --output-tokens 64 --timeout 300 --pause 1)
 
 # 3. Concurrency levels (an error or timeout makes bench exit 1; the results are still written).
 echo "== concurrency 1,4,8,16" >&2
-timeout 480 "${BENCH[@]}" --concurrency 1,4,8,16 --input-tokens 128 \
+timeout 1500 "${BENCH[@]}" --concurrency 1,4,8,16 --input-tokens 128 --requests "$REQUESTS" \
     --json "$OUT/concurrency.json" --markdown "$OUT/concurrency.md" --chart "$OUT/concurrency.html" || true
 
 # 4. Shared prefix.
 echo "== 1,300-token shared prefix, 8 streams" >&2
-timeout 480 "${BENCH[@]}" --concurrency 8 --shared-prefix 1300 --input-tokens 40 \
+timeout 900 "${BENCH[@]}" --concurrency 8 --shared-prefix 1300 --input-tokens 40 --requests "$PREFIX_REQUESTS" \
     --json "$OUT/shared_prefix.json" --markdown "$OUT/shared_prefix.md" --chart "$OUT/shared_prefix.html" || true
 
 # 5. The ratios BENCHMARKS.md states its targets in.
@@ -96,22 +107,26 @@ def levels(name):
     data = json.loads((out / name).read_text())
     return {(lv["target"], lv["concurrency"]): lv for lv in data["levels"]}
 conc, pre = levels("concurrency.json"), levels("shared_prefix.json")
-print("| streams | ceiling decode tok/s | localrun tok/s | llama-cpp-python tok/s | ratio | "
-      "localrun TTFT p50 / p95 | llama-cpp-python TTFT p50 / p95 | TTFT p95 ratio |")
+BASES = ("llama-cpp-python", "llama-cpp-python tuned")
+print("| streams | ceiling decode tok/s | localrun tok/s | llama-cpp-python tok/s (as shipped / tuned) | "
+      "ratio (as shipped / tuned) | localrun TTFT p50 / p95 | llama-cpp-python TTFT p95 (as shipped / tuned) | "
+      "TTFT p95 ratio (as shipped / tuned) |")
 print("|---|---|---|---|---|---|---|---|")
 def fmt(s):
     return "-" if s is None else (f"{s * 1000:,.0f} ms" if s < 10 else f"{s:,.1f} s")
+def fails(lv):
+    return "" if not (lv["errors"] or lv["timeouts"]) else f" ({lv['errors']} err, {lv['timeouts']} t.o.)"
 for name, table, c in [(f"{c}", conc, c) for c in (1, 4, 8, 16)] + [("8, 1,300-token shared prefix", pre, 8)]:
-    a, b = table.get(("localrun", c)), table.get(("llama-cpp-python", c))
-    if not a or not b:
+    a, bs = table.get(("localrun", c)), [table.get((b, c)) for b in BASES]
+    if not a or not all(bs):
         continue
-    ratio = a["output_tok_s"] / b["output_tok_s"] if b["output_tok_s"] else float("inf")
-    pa, pb = a["ttft"]["p95"], b["ttft"]["p95"]
-    tt = f"1/{pb / pa:,.0f}" if pa and pb else "-"
+    tput = " / ".join(f"{b['output_tok_s']:.1f}{fails(b)}" for b in bs)
+    ratio = " / ".join(f"{a['output_tok_s'] / b['output_tok_s']:.1f}x" if b["output_tok_s"] else "-" for b in bs)
+    pa = a["ttft"]["p95"]
+    tt = " / ".join(f"1/{b['ttft']['p95'] / pa:,.1f}" if pa and b["ttft"]["p95"] else "-" for b in bs)
     ceil = ceiling.get(c, {}).get("decode_tok_s", "-") if table is conc else "-"
-    fails = lambda lv: "" if not (lv["errors"] or lv["timeouts"]) else f" ({lv['errors']} err, {lv['timeouts']} t.o.)"
-    print(f"| {name} | {ceil} | {a['output_tok_s']:.1f}{fails(a)} | {b['output_tok_s']:.1f}{fails(b)} | {ratio:.1f}x | "
-          f"{fmt(a['ttft']['p50'])} / {fmt(pa)} | {fmt(b['ttft']['p50'])} / {fmt(pb)} | {tt} |")
+    print(f"| {name} | {ceil} | {a['output_tok_s']:.1f}{fails(a)} | {tput} | {ratio} | "
+          f"{fmt(a['ttft']['p50'])} / {fmt(pa)} | {' / '.join(fmt(b['ttft']['p95']) for b in bs)} | {tt} |")
 EOF
 echo "end: $(uptime)" >>"$OUT/machine.txt"
 cat "$OUT/machine.txt" >&2
