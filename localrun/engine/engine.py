@@ -84,8 +84,11 @@ class Engine:
         self.batcher: Batcher | None = None
         if generation:
             n_seq_max = min(MAX_SEQ_IDS, options.num_parallel + max(8, 2 * options.num_parallel))
-            # llama.cpp aborts (GGML_ASSERT on n_outputs_max) when a batch is smaller than n_seq_max
-            n_batch = max(options.num_batch, n_seq_max)
+            # llama.cpp aborts (GGML_ASSERT on n_outputs_max) when a batch is smaller than n_seq_max;
+            # above the whole context a batch buys nothing and its buffers could exhaust memory.
+            n_batch = max(min(options.num_batch, num_ctx * options.num_parallel), n_seq_max)
+            if n_batch != options.num_batch:
+                log.info("num_batch %d clamped to %d", options.num_batch, n_batch)
             spec = native.ContextSpec(n_ctx=num_ctx * options.num_parallel, n_seq_max=n_seq_max,
                                       n_batch=n_batch, n_threads=self.threads, swa_full=n_swa > 0)
             self._ctx = native.create_context(model, spec)

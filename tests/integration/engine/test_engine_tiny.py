@@ -289,3 +289,11 @@ def test_tiny_contexts_and_batches_do_not_abort_the_process(tiny_gguf: Path, opt
         assert all(collect(h).done.done_reason in (DoneReason.LENGTH, DoneReason.STOP) for h in handles)
         embedded = engine.embed(["hello world"] * 40 + ["the model " * 80])
         assert len(embedded.embeddings) == 41 and embedded.truncated[-1]
+
+
+@pytest.mark.parametrize("num_batch", [1, 10**9])
+def test_an_extreme_num_batch_is_clamped_by_the_engine_itself(tiny_gguf: Path, num_batch: int) -> None:
+    """Not only the daemon clamps it: a library user gets a working engine, not an abort or a MemoryError."""
+    with Engine(str(tiny_gguf), LoadOptions(num_ctx=128, num_parallel=2, num_batch=num_batch)) as engine:
+        result = collect(engine.submit(GenerateRequest(words(40), GREEDY)))
+        assert result.done.eval_count > 0
