@@ -71,9 +71,16 @@ def schema_to_gbnf(schema: dict[str, Any]) -> str:
     """Convert a JSON Schema; GrammarError for any feature the output could not be held to."""
     _check(schema, "#", schema)
     try:
-        return check_gbnf(str(json_schema_to_gbnf(json.dumps(schema))))
+        gbnf = str(json_schema_to_gbnf(json.dumps(schema)))
     except (AssertionError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise GrammarError(f"JSON schema cannot be enforced: {exc}") from exc
+    # The converter's string character class admits raw control characters, which JSON forbids
+    # (a string holding byte 0x15 does not parse); exclude them as its JSON_GBNF does.
+    return check_gbnf(gbnf.replace(_LOOSE_CHAR, _JSON_CHAR))
+
+
+_LOOSE_CHAR = r'char ::= [^"\\] |'
+_JSON_CHAR = r'char ::= [^"\\\x7F\x00-\x1F] |'
 
 
 def _check(node: Any, where: str, root: dict[str, Any], depth: int = 0) -> None:
