@@ -121,6 +121,7 @@ class Batcher:
         free = self.kv.n_cells - self.used_cells()
         if free < min(wanted, self.n_batch):
             self.kv.evict(min(wanted, self.n_batch) - free)
+            self.kv.release_parked()  # memory is needed now: free what eviction parked
             free = self.kv.n_cells - self.used_cells()
         for seq in decoding:
             seq.chunk = 0
@@ -142,8 +143,11 @@ class Batcher:
 
     def _decode(self, participants: list[Sequence]) -> bool:
         rc = self.batch.decode(self.ctx)
+        if rc == 1 and self.kv.release_parked():  # parked cells are not counted as used
+            rc = self.batch.decode(self.ctx)
         if rc == 1:  # no KV slot: drop all unlocked cache and retry, then decode tokens only
             self.kv.evict_all()
+            self.kv.release_parked()
             rc = self.batch.decode(self.ctx)
             if rc == 1 and any(s.chunk for s in participants):
                 log.warning("KV cache full: postponing prompt chunks this step")

@@ -47,7 +47,9 @@ class KVCache:
         self.n_cells = n_cells
         self.enabled = enabled
         self.tree = RadixCache()
-        self._free = list(range(n_seq_max - 1, -1, -1))  # pop() gives the lowest id
+        self.parked_id = n_seq_max - 1  # holds parked cells (see the module docstring)
+        self._parked = False
+        self._free = list(range(n_seq_max - 2, -1, -1))  # pop() gives the lowest id
         self._owned: dict[int, RadixNode] = {}
         self._active: set[int] = set()
 
@@ -78,7 +80,7 @@ class KVCache:
         if match.length > lease.shared_len:  # our own cells duplicate cached ones: use theirs
             other = self.tree.path_owner(match.node)
             assert other is not None and other != seq
-            if not lc.llama_memory_seq_rm(self.mem, seq, lease.shared_len, match.length):
+            if not self._give_up(seq, lease.shared_len, match.length):
                 self._disable("partial removal refused")
                 return
             lc.llama_memory_seq_cp(self.mem, other, seq, lease.shared_len, match.length)
@@ -108,7 +110,7 @@ class KVCache:
         self._active.discard(seq)
         node = self._owned.get(seq) if self.enabled else None
         if node is not None:  # idle holder: keep exactly the path to its leaf
-            if not lc.llama_memory_seq_rm(self.mem, seq, node.end, -1):
+            if not self._give_up(seq, node.end, -1):
                 self._disable("partial removal refused")
         else:
             self._drop(seq)
@@ -130,11 +132,27 @@ class KVCache:
     def evict_all(self) -> int:
         return self.evict(self.tree.evictable_size)
 
+    def release_parked(self) -> bool:
+        """Free the parked cells (call when llama.cpp found no room); False if there were none."""
+        if not self._parked:
+            return False
+        lc.llama_memory_seq_rm(self.mem, self.parked_id, -1, -1)
+        self._parked = False
+        return True
+
+    def _give_up(self, seq: int, p0: int, p1: int) -> bool:
+        """Remove positions [p0, p1) from ``seq``, parking the cells; False when llama.cpp
+        refuses a partial removal (nothing is removed then)."""
+        if self.enabled:
+            lc.llama_memory_seq_cp(self.mem, seq, self.parked_id, p0, p1)
+            self._parked = True
+        return bool(lc.llama_memory_seq_rm(self.mem, seq, p0, p1))
+
     def _on_evict(self, leaf: RadixNode, inherited: bool) -> None:
         owner = leaf.owner
         assert owner is not None and owner not in self._active, "evicted a leaf of a running sequence"
         self._owned.pop(owner, None)
-        if inherited and lc.llama_memory_seq_rm(self.mem, owner, leaf.start, -1):
+        if inherited and self._give_up(owner, leaf.start, -1):
             assert leaf.parent is not None
             self._owned[owner] = leaf.parent
             return
@@ -150,7 +168,7 @@ class KVCache:
         return self._free.pop()
 
     def _drop(self, seq: int) -> None:
-        lc.llama_memory_seq_rm(self.mem, seq, -1, -1)  # whole sequence: never fails
+        self._give_up(seq, -1, -1)  # whole sequence: never refused
         self._owned.pop(seq, None)
         self._free.append(seq)
 
@@ -161,6 +179,7 @@ class KVCache:
         for seq in list(self._owned):
             if seq not in self._active:
                 self._drop(seq)
+        self.release_parked()
         self._owned.clear()
         self.tree = RadixCache()
 
@@ -170,3 +189,4 @@ class KVCache:
         owners = {owner for _, owner in self.tree.leaf_owners()}
         assert owners == set(self._owned), f"{owners} != {set(self._owned)}"
         assert not (set(self._free) & (self._active | set(self._owned)))
+        assert self.parked_id not in set(self._free) | self._active | set(self._owned)
