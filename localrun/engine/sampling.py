@@ -1,7 +1,8 @@
 """Per-sequence native sampling: option validation, llama_sampler chains, grammar, logprobs.
 
-Each sequence owns one chain (penalty history and RNG are per stream, so a seed reproduces
-the same text whatever runs alongside) and, when output is constrained, one grammar sampler
+Each sequence owns one chain (penalty history and RNG are per stream, so sampling adds no
+dependence on what runs alongside; whether the logits do is explained in native.py) and, when
+output is constrained, one grammar sampler
 kept outside the chain. Chain order is llama.cpp's: penalties, top_k, typical_p, top_p, min_p,
 temperature, then dist (or greedy when temperature is 0).
 
