@@ -2,9 +2,9 @@
 
 Each sequence owns one chain (penalty history and RNG are per stream, so sampling adds no
 dependence on what runs alongside; whether the logits do is explained in native.py) and, when
-output is constrained, one grammar sampler
-kept outside the chain. Chain order is llama.cpp's: penalties, top_k, typical_p, top_p, min_p,
-temperature, then dist (or greedy when temperature is 0).
+output is constrained, one grammar sampler kept outside the chain. Chain order is llama.cpp's:
+penalties, top_k, typical_p, top_p, min_p, temperature, then dist (or greedy when temperature
+is 0).
 
 Speed: penalties over a 262k vocabulary cost more than the rest of the chain. When they can only
 lower logits (repeat_penalty >= 1, presence/frequency >= 0) and a top_k applies, the chain first
