@@ -161,6 +161,27 @@ def num_parallel() -> int:
     return _positive_int("LOCALRUN_NUM_PARALLEL", default)
 
 
+KV_CACHE_TYPES = ("auto", "f16", "bf16")
+
+
+def kv_cache_type() -> str:
+    """``LOCALRUN_KV_CACHE_TYPE``: how the KV cache stores keys and values: ``auto`` (default), ``bf16``, ``f16``.
+
+    Both types take 2 bytes per value. ``bf16`` (what ``auto`` picks on CPU) keeps seeded output
+    reproducible: the engine's attention then takes the same path for every batch. ``f16`` (what
+    ``auto`` picks when layers are offloaded to a GPU) is faster at prefilling long prompts on
+    CPU, e.g. 0.52 s instead of 0.75 s to the first token after a cached 1,300-token prefix, but a
+    seeded request can then change its text when other requests run alongside (BENCHMARKS.md).
+    """
+    raw = _env("LOCALRUN_KV_CACHE_TYPE")
+    if raw is None:
+        return "auto"
+    value = raw.strip().lower()
+    if value not in KV_CACHE_TYPES:
+        raise ConfigError(f"LOCALRUN_KV_CACHE_TYPE={raw!r}: expected one of {', '.join(KV_CACHE_TYPES)}")
+    return value
+
+
 def max_queue() -> int:
     """``LOCALRUN_MAX_QUEUE``: requests waiting for a slot before new ones get 503. Default 512."""
     return _positive_int("LOCALRUN_MAX_QUEUE", 512)
@@ -193,6 +214,7 @@ class Settings:
     keep_alive: float | None
     max_loaded_models: int
     num_parallel: int
+    kv_cache_type: str
     max_queue: int
     origins: tuple[str, ...]
     api_key: str | None
@@ -206,6 +228,7 @@ def load_settings() -> Settings:
         keep_alive=keep_alive(),
         max_loaded_models=max_loaded_models(),
         num_parallel=num_parallel(),
+        kv_cache_type=kv_cache_type(),
         max_queue=max_queue(),
         origins=origins(),
         api_key=api_key(),

@@ -17,6 +17,7 @@ from collections import deque
 
 import llama_cpp as lc
 
+from .. import config
 from ..errors import ContextOverflow, EngineError, InvalidRequest, OptionError
 from ..offload import parse_load_report
 from . import native
@@ -33,6 +34,18 @@ from .types import EmbedResult, EngineStats, ErrorEvent, GenerateRequest, LoadOp
 log = logging.getLogger(__name__)
 
 MAX_SEQ_IDS = 64  # llama.cpp's LLAMA_MAX_SEQ is larger; running + cached sequences fit well within
+
+
+def kv_type(options: LoadOptions) -> str:
+    """The KV cache type LOCALRUN_KV_CACHE_TYPE asks for; ``auto`` is bf16 on CPU, f16 with GPU layers.
+
+    bf16 keeps seeded output reproducible on llama.cpp's CPU attention kernels (native.py); GPU
+    kernels are built around f16 caches, and their reproducibility is another matter.
+    """
+    wanted = config.kv_cache_type()
+    if wanted != "auto":
+        return wanted
+    return "f16" if lc.llama_supports_gpu_offload() and options.num_gpu != 0 else "bf16"
 
 
 def check_load_options(options: LoadOptions) -> None:
@@ -90,7 +103,8 @@ class Engine:
             if n_batch != options.num_batch:
                 log.info("num_batch %d clamped to %d", options.num_batch, n_batch)
             spec = native.ContextSpec(n_ctx=num_ctx * options.num_parallel, n_seq_max=n_seq_max,
-                                      n_batch=n_batch, n_threads=self.threads, swa_full=n_swa > 0)
+                                      n_batch=n_batch, n_threads=self.threads, swa_full=n_swa > 0,
+                                      kv_type=kv_type(options))
             self._ctx = native.create_context(model, spec)
             n_cells = int(lc.llama_n_ctx(self._ctx))
             kv = KVCache(lc.llama_get_memory(self._ctx), n_cells, n_seq_max, enabled=not recurrent)

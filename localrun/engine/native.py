@@ -27,32 +27,30 @@ from .types import LoadOptions
 
 log = logging.getLogger(__name__)
 
-# Attention settings: flash attention on, K and V cached in BF16. Why (measured on Gemma 3 270M,
-# which turns a last-bit difference in one layer into up to ~1 logit; BENCHMARKS.md, Known limits):
+# Attention settings: flash attention on; K and V cached in BF16 (on CPU) or F16
+# (LOCALRUN_KV_CACHE_TYPE, engine.kv_type). Why (measured on Gemma 3 270M, which turns a last-bit difference in one
+# layer into up to ~1 logit; BENCHMARKS.md, Known limits):
 # - Flash attention OFF reduces softmax and V*p over all cells of the unified cache in SIMD lanes
-#   chosen by cell index, so a sequence's logits depend on where its cells sit: a seeded request
-#   repeated alone on the same engine (its prompt now from the prefix cache) changed its text.
-# - Flash attention ON walks each query's own cells in index order (other sequences' cells are
-#   masked and skipped) with an f32 online softmax: the result depends only on the sequence's own
-#   cells and their order, provided the kernel takes that per-query path. With an F16/F32 K cache
-#   it does not always: a 1-token batch over >= 512 cells is split across threads at cell-index
-#   boundaries (measured: bitwise different when a sequence straddles the split). A BF16 K cache
-#   keeps every batch on the per-query path, and BF16 V is accumulated in f32 (F16 V in f16).
-#   BF16 takes the same 2 bytes per value as F16 (the memory estimate is unchanged) and is what
-#   Gemma was trained in. The engine keeps each sequence's cells in position order by parking
-#   freed cells until the cache is full (kvcache.py).
-# Contract: a seeded request repeated alone gives the same text, also when its prompt comes from
-# the prefix cache or other requests ran before it (unless the cache filled up meanwhile). Its
-# attention is then bit-identical; its logits can still differ in the last bits (~1e-5) when its
-# prompt is cut into batches of another size, which changes a token only at a near-tie. NOT
-# guaranteed while other requests run alongside: llama.cpp's CPU matmuls round differently once
-# a batch holds 8 or more tokens (the layer-0 attention-output matmul already differs), which no
-# attention or cache setting changes, and Gemma 3 amplifies that. Flash attention also makes a
-# 16-sequence decode step faster (BENCHMARKS.md).
+#   chosen by cell index, so a sequence's logits depend on where its cells sit; it is also slower
+#   (every query pays for every cell of the unified cache, cached prefixes of others included).
+# - Flash attention ON skips other sequences' (masked) cells. With an F16 K cache llama.cpp uses
+#   its fast tiled kernel for prompt batches (a 1,300-token shared prefix: first token 0.52 s
+#   against 0.75 s with BF16) and splits a 1-token batch over >= 512 cells across threads at
+#   cell-index boundaries, so where a sequence's cells sit can still change its last bits.
+# - With a BF16 K cache every batch takes the per-query path, walking a query's own cells in index
+#   order with an f32 online softmax (BF16 V is accumulated in f32): attention depends only on the
+#   sequence's own cells and their order. The engine keeps each sequence's cells in position order
+#   by parking freed cells until the cache is full (kvcache.py). Contract with bf16: a seeded
+#   request repeated alone gives the same text, also when its prompt comes from the prefix cache
+#   or other requests ran before it (unless the cache filled up meanwhile).
+# Neither setting makes seeded text independent of requests running alongside: llama.cpp's CPU
+# matmuls round differently once a batch holds 8 or more tokens (the layer-0 attention-output
+# matmul already differs), which no attention or cache setting changes.
 FLASH_ATTN = lc.LLAMA_FLASH_ATTN_TYPE_AUTO
-GGML_TYPE_BF16 = 30  # ggml.h enum ggml_type (llama_cpp does not export the name)
-KV_TYPE_K = GGML_TYPE_BF16
-KV_TYPE_V = GGML_TYPE_BF16  # 2 bytes per value, as runtime/memory.py's estimate assumes
+GGML_TYPE_F16 = 1  # ggml.h enum ggml_type (llama_cpp does not export these names)
+GGML_TYPE_BF16 = 30
+KV_TYPES = {"f16": GGML_TYPE_F16, "bf16": GGML_TYPE_BF16}  # both 2 bytes per value (runtime/memory.py)
+
 
 _init_lock = threading.Lock()
 _initialised = False
@@ -152,6 +150,7 @@ class ContextSpec:
     swa_full: bool
     embeddings: bool = False
     pooling: int | None = None  # llama_pooling_type, None = the model's
+    kv_type: str = "f16"  # a key of KV_TYPES
 
 
 def create_context(model: lc.llama_model_p, spec: ContextSpec) -> lc.llama_context_p:
@@ -164,8 +163,7 @@ def create_context(model: lc.llama_model_p, spec: ContextSpec) -> lc.llama_conte
     params.kv_unified = True
     params.swa_full = spec.swa_full
     params.flash_attn_type = FLASH_ATTN
-    params.type_k = KV_TYPE_K
-    params.type_v = KV_TYPE_V
+    params.type_k = params.type_v = KV_TYPES[spec.kv_type]
     params.no_perf = True
     if spec.embeddings:
         params.embeddings = True

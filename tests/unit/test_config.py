@@ -81,3 +81,13 @@ def test_models_dir_must_be_a_directory(monkeypatch: pytest.MonkeyPatch, tmp_pat
 def test_origins_list(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOCALRUN_ORIGINS", "https://app.example, http://tool.local:3000")
     assert config.origins() == ("https://app.example", "http://tool.local:3000")
+
+
+def test_kv_cache_type_defaults_to_auto_and_names_the_variable_on_a_bad_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOCALRUN_KV_CACHE_TYPE", raising=False)
+    assert config.kv_cache_type() == "auto"
+    monkeypatch.setenv("LOCALRUN_KV_CACHE_TYPE", " BF16 ")
+    assert config.kv_cache_type() == "bf16"
+    monkeypatch.setenv("LOCALRUN_KV_CACHE_TYPE", "q4_0")
+    with pytest.raises(ConfigError, match="LOCALRUN_KV_CACHE_TYPE"):
+        config.load_settings()

@@ -3,7 +3,7 @@
 Gemma 3 turns a last-bit difference inside one layer into up to ~1 logit. With flash attention
 off, where a sequence's cells sat in the unified KV cache changed its logits, so even a seeded
 request repeated alone on the same engine changed its text (this file's first test failed with
-those settings). native.py explains the settings that fix that. Running alongside other
+those settings). native.py explains the setting that fixes that (LOCALRUN_KV_CACHE_TYPE=bf16). Running alongside other
 requests still changes the text (second test, expected to fail): llama.cpp's CPU matmuls round
 differently for batches of 8 or more tokens.
 """
@@ -44,7 +44,11 @@ OTHERS = [
 
 @pytest.fixture(scope="module")
 def engine(starter_gguf: Path) -> Iterator[Engine]:
-    with Engine(str(starter_gguf), LoadOptions(num_ctx=512, num_parallel=8, num_batch=64)) as e:
+    """The starter with LOCALRUN_KV_CACHE_TYPE=bf16 (the CPU default), which promises repeatable seeds."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LOCALRUN_KV_CACHE_TYPE", "bf16")
+        engine = Engine(str(starter_gguf), LoadOptions(num_ctx=512, num_parallel=8, num_batch=64))
+    with engine as e:
         yield e
 
 

@@ -297,3 +297,10 @@ def test_an_extreme_num_batch_is_clamped_by_the_engine_itself(tiny_gguf: Path, n
     with Engine(str(tiny_gguf), LoadOptions(num_ctx=128, num_parallel=2, num_batch=num_batch)) as engine:
         result = collect(engine.submit(GenerateRequest(words(40), GREEDY)))
         assert result.done.eval_count > 0
+
+
+@pytest.mark.parametrize("kv", ["f16", "bf16"])
+def test_both_kv_cache_types_load_and_generate(tiny_gguf: Path, kv: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCALRUN_KV_CACHE_TYPE", kv)
+    with Engine(str(tiny_gguf), LoadOptions(num_ctx=128, num_parallel=2, num_batch=64)) as engine:
+        assert collect(engine.submit(GenerateRequest(words(40), GREEDY))).done.eval_count > 0
