@@ -25,7 +25,7 @@ import httpx
 from ..errors import BenchError
 from .cpu import CpuMeter, CpuUsage, find_server, is_local, warnings_for
 from .loadgen import LevelRun, LoadPlan, Target, send_one, run_level
-from .prompts import PromptBuilder, TokenizerInfo, calibrate, find_tokenizer
+from .prompts import CountFn, PromptBuilder, TokenizerInfo, calibrate, find_tokenizer
 from .stats import LevelStats, Outcome, RequestRecord, summarize
 
 log = logging.getLogger(__name__)
@@ -146,6 +146,28 @@ async def _resolve_model(client: httpx.AsyncClient, target: Target) -> Target:
     return replace(target, model=str(data[0]["id"]))
 
 
+async def _shared_tokenizer(client: httpx.AsyncClient, config: BenchConfig) -> tuple[str, CountFn] | None:
+    """The --tokenizer-url endpoint, asked for the model it serves (a daemon like localrun needs a name).
+
+    When the URL is one of the targets, that target's model and API key are used; otherwise no
+    model first (llama.cpp-style servers serve one), then the first model its /v1/models lists.
+    """
+    url = config.tokenizer_url
+    assert url is not None
+    owner = next((t for t in config.targets if t.base_url == url), None)
+    if owner is not None:
+        owner = await _resolve_model(client, owner)
+        return await find_tokenizer(client, url, owner.model, owner.headers)
+    found = await find_tokenizer(client, url, None, {})
+    if found is None:
+        try:
+            listed = await _resolve_model(client, Target("--tokenizer-url", url, ""))
+        except BenchError:
+            return None
+        found = await find_tokenizer(client, url, listed.model, {})
+    return found
+
+
 async def _prime(client: httpx.AsyncClient, target: Target, plan: LoadPlan, prompt: str) -> LoadPlan:
     """Send one short request, dropping optional fields the server rejects; returns the plan to use."""
     candidates = [plan]
@@ -168,7 +190,7 @@ async def _prepare(
 ) -> tuple[Target, TargetInfo, LoadPlan, PromptBuilder]:
     target = await _resolve_model(client, target)
     if config.tokenizer_url:
-        found = await find_tokenizer(client, config.tokenizer_url, None, {})
+        found = await _shared_tokenizer(client, config)
         if found is None:
             raise BenchError(f"--tokenizer-url {config.tokenizer_url}: no tokenizer endpoint answers there")
         found = (config.tokenizer_url + found[0], found[1])

@@ -296,5 +296,10 @@ async def test_short_bench_against_the_daemon_on_the_tiny_model(tiny_gguf: Path)
                     assert s.mean_prompt_tokens == 32
                 assert s.output_tok_s > 0 and s.ttft.p50 is not None
             assert not any("fewer than" in w for w in result.warnings)
+        # --tokenizer-url pointing at the daemon: it needs a model name, taken from the matching target
+        cfg = _config(url, targets=(Target("localrun", url, "tiny"),), concurrency=(1,), requests=1,
+                      output_tokens=4, timeout_s=60.0, tokenizer_url=url)
+        info = (await run_bench(cfg)).targets[0].tokenizer
+        assert info.exact and info.endpoint == url + "/api/tokenize", info.note
     finally:
         await server.close()
