@@ -28,8 +28,8 @@ from .types import LoadOptions
 log = logging.getLogger(__name__)
 
 # Attention settings: flash attention on; K and V cached in BF16 (on CPU) or F16
-# (LOCALRUN_KV_CACHE_TYPE, engine.kv_type). Why (measured on Gemma 3 270M, which turns a last-bit difference in one
-# layer into up to ~1 logit; BENCHMARKS.md, Known limits):
+# (LOCALRUN_KV_CACHE_TYPE, engine.kv_type). Why (measured on Gemma 3 270M, which turns a last-bit
+# difference in one layer into up to ~1 logit; BENCHMARKS.md, Known limits):
 # - Flash attention OFF reduces softmax and V*p over all cells of the unified cache in SIMD lanes
 #   chosen by cell index, so a sequence's logits depend on where its cells sit; it is also slower
 #   (every query pays for every cell of the unified cache, cached prefixes of others included).

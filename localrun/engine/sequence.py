@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from .detok import TextStream
 from .kvcache import Lease
 from .sampling import Sampler
-from .types import Event
+from .types import Event, is_last
 
 
 class RequestHandle:
@@ -35,7 +35,7 @@ class RequestHandle:
     def __iter__(self) -> Iterator[Event]:
         while not self._finished:
             event = self._events.get()
-            if _is_last(event):
+            if is_last(event):
                 self._finished = True
             yield event
 
@@ -47,7 +47,7 @@ class RequestHandle:
             event = self._events.get(timeout=timeout)
         except queue.Empty:
             return None
-        if _is_last(event):
+        if is_last(event):
             self._finished = True
         return event
 
@@ -79,12 +79,6 @@ class RequestHandle:
                 return
             sink = self._sink
         sink(event)
-
-
-def _is_last(event: Event) -> bool:
-    from .types import DoneEvent, ErrorEvent
-
-    return isinstance(event, (DoneEvent, ErrorEvent))
 
 
 class SeqState(enum.Enum):

@@ -121,6 +121,11 @@ class ErrorEvent:
 Event = TokenEvent | DoneEvent | ErrorEvent
 
 
+def is_last(event: object) -> bool:
+    """Whether ``event`` ends its request's stream (a DoneEvent or an ErrorEvent)."""
+    return isinstance(event, (DoneEvent, ErrorEvent))
+
+
 @dataclass(frozen=True, slots=True)
 class EmbedResult:
     embeddings: list[list[float]]

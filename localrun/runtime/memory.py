@@ -3,7 +3,7 @@
 :func:`read_geometry` reads the few GGUF header keys that size a model (a small reader of our own:
 ``gguf.GGUFReader`` materialises the whole vocabulary, 11 s for a 262k-token model on this
 machine, while skipping arrays takes milliseconds). :func:`estimate` adds up weights, KV cache for
-``num_ctx * num_parallel`` tokens (bf16 K and V, as the engine allocates) and compute buffers;
+``num_ctx * num_parallel`` tokens (2-byte K and V: bf16 or f16, as the engine allocates) and compute buffers;
 :func:`place` decides how many layers go to a GPU and whether the rest fits in RAM.
 
 The numbers are estimates, deliberately on the high side: a model that is refused here would
@@ -244,7 +244,7 @@ def estimate(geometry: ModelGeometry, options: LoadOptions) -> MemoryEstimate:
     """Bytes needed to load ``geometry`` with ``options`` (weights + KV cache + compute buffers)."""
     g = geometry
     kv_tokens = options.num_ctx * max(1, options.num_parallel)
-    kv = kv_tokens * g.n_layer * g.n_head_kv * (g.head_dim_k + g.head_dim_v) * 2  # bf16 K and V (engine/native.py)
+    kv = kv_tokens * g.n_layer * g.n_head_kv * (g.head_dim_k + g.head_dim_v) * 2  # bf16 or f16 K and V (engine/native.py)
     batch = max(1, min(options.num_batch, kv_tokens))
     # Activations for one batch, plus one row of logits per sequence slot, plus allocator slack.
     compute = batch * (g.n_embd + g.n_ff) * 4 * 4 + max(1, options.num_parallel) * g.n_vocab * 4 + 32 * MiB

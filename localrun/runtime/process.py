@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import errors
-from ..engine.types import DoneEvent, EmbedResult, EngineStats, ErrorEvent, Event, GenerateRequest, LoadOptions
+from ..engine.types import EmbedResult, EngineStats, ErrorEvent, Event, GenerateRequest, LoadOptions, is_last
 from . import protocol
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ class RunnerStream:
         if self._finished:
             raise StopAsyncIteration
         event = await self._queue.get()
-        if isinstance(event, (DoneEvent, ErrorEvent)):
+        if is_last(event):
             self._finished = True
             self._process._streams.pop(self.rid, None)
         return event

@@ -25,7 +25,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, Callable
 
-from ..engine.types import DoneEvent, ErrorEvent
+from ..engine.types import ErrorEvent, is_last
 from . import protocol
 
 log = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ class Runner:
     def _on_event(self, rid: int, event: Any) -> None:
         """Engine thread: queue one event of request ``rid`` (encoded later by the writer)."""
         self._outbox.put((rid, event))
-        if _is_last(event):
+        if is_last(event):
             with self._handles_lock:
                 self._handles.pop(rid, None)
 
@@ -167,10 +167,6 @@ class Runner:
 
 
 _STOP = object()
-
-
-def _is_last(event: Any) -> bool:
-    return isinstance(event, (DoneEvent, ErrorEvent))
 
 
 def _as_message(item: Any) -> dict[str, Any]:

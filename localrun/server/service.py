@@ -214,11 +214,7 @@ class Service:
 
     async def tokenize(self, target: Target, text: str, add_special: bool) -> list[int]:
         """``text`` as the model's token ids (``add_special``: with the BOS it adds to prompts)."""
-        lease = await self._hold_for_vocab(target)
-        try:
-            tokens: list[int] = await lease.backend.tokenize(text, add_special=add_special)
-        finally:
-            lease.release()
+        tokens: list[int] = await self._with_vocab(target, lambda b: b.tokenize(text, add_special=add_special))
         return tokens
 
     async def detokenize(self, target: Target, tokens: list[int]) -> str:
@@ -226,12 +222,16 @@ class Service:
 
         An id outside the vocabulary is an InvalidRequest from the runner (it knows the size).
         """
+        text: str = await self._with_vocab(target, lambda b: b.detokenize(tokens))
+        return text
+
+    async def _with_vocab(self, target: Target, call: Any) -> Any:
+        """Await ``call(backend)`` while holding the model (see :meth:`_hold_for_vocab`)."""
         lease = await self._hold_for_vocab(target)
         try:
-            text: str = await lease.backend.detokenize(tokens)
+            return await call(lease.backend)
         finally:
             lease.release()
-        return text
 
     async def _hold_for_vocab(self, target: Target) -> Any:
         """Hold the model for a tokenizer call: an instance loaded with other options will do.
