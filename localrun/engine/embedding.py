@@ -26,6 +26,15 @@ log = logging.getLogger(__name__)
 MAX_EMBED_CTX = 8192
 MAX_SEQS_PER_PASS = 32
 MAX_INPUTS = 2048
+# llama.cpp pads an embeddings context to a multiple of 32 cells; with mean pooling its graph
+# then aborts (GGML_ASSERT in build_pooling) when n_batch is not padded alike. Measured: every
+# n_ctx of 16-32 or a multiple of 32 works, 33, 48, 100, 1000, 1618 abort the process.
+CTX_ALIGN = 32
+
+
+def aligned_ctx(n: int) -> int:
+    """The largest context llama.cpp embeds safely that is at most ``n`` (``n`` >= 16)."""
+    return n if n <= CTX_ALIGN else n // CTX_ALIGN * CTX_ALIGN
 
 
 class Embedder:
@@ -34,7 +43,7 @@ class Embedder:
         self._vocab = vocab
         self._arch = arch
         self._threads = threads
-        self.n_ctx = min(num_ctx, MAX_EMBED_CTX)
+        self.n_ctx = aligned_ctx(min(num_ctx, MAX_EMBED_CTX))
         self._ctx: lc.llama_context_p | None = None
         self._batch: Batch | None = None
         self._lock = threading.Lock()

@@ -191,6 +191,16 @@ def test_out_of_range_options_get_a_clear_answer(daemon: LiveDaemon, option: str
     healthy(daemon)
 
 
+@pytest.mark.parametrize("num_ctx", [33, 100, 1618])
+def test_embeddings_with_an_odd_num_ctx_answer(daemon: LiveDaemon, num_ctx: int) -> None:
+    """llama.cpp aborted the runner (SIGABRT, a 502) when the embeddings context was not a multiple
+    of 32 tokens; found by the fuzzer with num_ctx 1618. Every valid num_ctx must embed."""
+    r = send(daemon, "POST", "/api/embed", json={"model": "tiny", "input": ["first text", "second"],
+                                                  "options": {"num_ctx": num_ctx}}, timeout=180)
+    assert r.status_code == 200, r.text[:300]
+    assert [len(e) > 0 for e in r.json()["embeddings"]] == [True, True]
+
+
 def test_unknown_options_are_ignored_as_ollama_does(daemon: LiveDaemon) -> None:
     r = send(daemon, "POST", "/api/generate", json={
         "model": "tiny", "prompt": "hi", "stream": False,
