@@ -188,6 +188,11 @@ class Vocab:
         self._pieces: dict[int, bytes] = {}
         self._lock = threading.Lock()
         self._utf8_cache: tuple[np.ndarray, list[int]] | None = None
+        self._eog_ids: np.ndarray | None = None
+        # Whole-vocabulary scans run once per model: the first caller computes, concurrent callers
+        # wait for it. Eight requests each scanning 262k tokens at once held the GIL for ~1.5 s
+        # and stalled the engine thread's decode loop (measured).
+        self._scan_lock = threading.Lock()
         self._eog = {t for t in (self.eos, int(lc.llama_vocab_eot(self.ptr))) if t >= 0}
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
@@ -228,10 +233,15 @@ class Vocab:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
 
     def _utf8_classes(self) -> tuple[np.ndarray, list[int]]:
-        with self._lock:
-            cached = self._utf8_cache
+        cached = self._utf8_cache
         if cached is not None:
             return cached
+        with self._scan_lock:
+            if self._utf8_cache is None:
+                self._utf8_cache = self._scan_utf8()
+            return self._utf8_cache
+
+    def _scan_utf8(self) -> tuple[np.ndarray, list[int]]:
         broken: list[int] = []
         continuation: list[int] = []
         for token in range(self.n_vocab):
@@ -242,10 +252,7 @@ class Vocab:
                 codecs.getincrementaldecoder("utf-8")("strict").decode(piece, final=False)
             except UnicodeDecodeError:
                 broken.append(token)
-        result = (np.array(broken, dtype=np.int64), continuation)
-        with self._lock:
-            self._utf8_cache = result
-        return result
+        return np.array(broken, dtype=np.int64), continuation
 
     def broken_utf8_tokens(self) -> np.ndarray:
         """Tokens whose bytes cannot follow a complete character (computed once, on demand)."""
@@ -254,6 +261,20 @@ class Vocab:
     def continuation_tokens(self) -> list[int]:
         """Tokens whose bytes start with a UTF-8 continuation byte."""
         return self._utf8_classes()[1]
+
+    def eog_ids(self) -> np.ndarray:
+        """Every end-of-generation token id (EOS, EOT, <|im_end|>...), computed once per model.
+
+        llama.cpp has no call that lists them, so every id is asked (``llama_vocab_is_eog``), as its
+        server does for ``ignore_eos``: about 0.1 s for a 262k vocabulary.
+        """
+        cached = self._eog_ids
+        if cached is not None:
+            return cached
+        with self._scan_lock:
+            if self._eog_ids is None:
+                self._eog_ids = np.array([t for t in range(self.n_vocab) if self.is_eog(t)], dtype=np.int64)
+            return self._eog_ids
 
     def is_eog(self, token: int) -> bool:
         return token in self._eog or bool(lc.llama_vocab_is_eog(self.ptr, token))

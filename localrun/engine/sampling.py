@@ -31,7 +31,6 @@ import codecs
 import ctypes
 import math
 import secrets
-import weakref
 from dataclasses import dataclass
 
 import llama_cpp as lc
@@ -195,26 +194,9 @@ def build_sampler(options: SamplingOptions, vocab: Vocab, gbnf: str | None, num_
                    eog=eog, ignore_eos=options.ignore_eos, min_tokens=options.min_tokens)
 
 
-_EOG_IDS: weakref.WeakKeyDictionary[Vocab, np.ndarray] = weakref.WeakKeyDictionary()
-
-
 def eog_tokens(vocab: Vocab) -> np.ndarray:
-    """Every end-of-generation token id of ``vocab`` (EOS, EOT, <|im_end|>...), computed once.
-
-    llama.cpp has no call that lists them, so every id is asked (``llama_vocab_is_eog``), as its
-    server does for ``ignore_eos``; a 262k vocabulary takes a fraction of a second, once per model.
-    """
-    try:
-        cached = _EOG_IDS.get(vocab)
-    except TypeError:  # a Vocab that cannot be weakly referenced: no cache
-        cached = None
-    if cached is None:
-        cached = np.array([t for t in range(vocab.n_vocab) if vocab.is_eog(t)], dtype=np.int64)
-        try:
-            _EOG_IDS[vocab] = cached  # a race computes the same array twice: harmless
-        except TypeError:
-            pass
-    return cached
+    """Every end-of-generation token id of ``vocab``, computed once per model (Vocab.eog_ids)."""
+    return vocab.eog_ids()
 
 
 def accept_prompt(sampler: Sampler, tokens: list[int], last_n: int) -> None:
