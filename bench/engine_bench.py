@@ -104,9 +104,11 @@ def decode_rate(streams: list[Stream]) -> tuple[float, float]:
 
 
 def sampling(args: argparse.Namespace, tokens: int, seed: int) -> SamplingOptions:
+    """Every stream generates exactly ``tokens`` (ignore_eos), as ceiling.py decodes a fixed count:
+    a stream that samples end-of-text early would otherwise shrink the work being timed."""
     if args.greedy:
-        return SamplingOptions(temperature=0, repeat_penalty=1.0, num_predict=tokens)
-    return SamplingOptions(seed=seed, num_predict=tokens)
+        return SamplingOptions(temperature=0, repeat_penalty=1.0, num_predict=tokens, ignore_eos=True)
+    return SamplingOptions(seed=seed, num_predict=tokens, ignore_eos=True)
 
 
 def bench_streams(model: str, n: int, args: argparse.Namespace) -> dict[str, object]:
@@ -146,8 +148,11 @@ def bench_shared(model: str, args: argparse.Namespace, warm: bool) -> dict[str, 
 
 
 def ceiling(path: str, model: str, sizes: list[int]) -> dict[int, float]:
+    """ceiling.py's decode tok/s per batch size, with llama.cpp's default kernel choice (the engine
+    may pick other kernels through GGML_* variables; the ceiling must not inherit them)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_CPU_TILED_MM")}
     out = subprocess.run([sys.executable, path, model, "--batch", ",".join(map(str, sizes))],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, check=True, env=env).stdout
     rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     return {int(r["parallel"]): float(r["decode_tok_s"]) for r in rows}
 
