@@ -167,11 +167,12 @@ KV_CACHE_TYPES = ("auto", "f16", "bf16")
 def kv_cache_type() -> str:
     """``LOCALRUN_KV_CACHE_TYPE``: how the KV cache stores keys and values: ``auto`` (default), ``bf16``, ``f16``.
 
-    Both types take 2 bytes per value. ``bf16`` (what ``auto`` picks on CPU) keeps seeded output
-    reproducible: the engine's attention then takes the same path for every batch. ``f16`` (what
-    ``auto`` picks when layers are offloaded to a GPU) is faster at prefilling long prompts on
-    CPU, e.g. 0.52 s instead of 0.75 s to the first token after a cached 1,300-token prefix, but a
-    seeded request can then change its text when other requests run alongside (BENCHMARKS.md).
+    Both types take 2 bytes per value. ``bf16`` (what ``auto`` picks on CPU while
+    LOCALRUN_BATCH_INVARIANT is on) keeps seeded output reproducible: the engine's attention then
+    takes the same path for every batch. ``f16`` (what ``auto`` picks with GPU layers, or with
+    LOCALRUN_BATCH_INVARIANT=0) is faster at prefilling long prompts on CPU, e.g. 0.52 s instead
+    of 0.75 s to the first token after a cached 1,300-token prefix, but a seeded request can then
+    change its text when other requests run alongside (BENCHMARKS.md).
     """
     raw = _env("LOCALRUN_KV_CACHE_TYPE")
     if raw is None:
@@ -180,6 +181,29 @@ def kv_cache_type() -> str:
     if value not in KV_CACHE_TYPES:
         raise ConfigError(f"LOCALRUN_KV_CACHE_TYPE={raw!r}: expected one of {', '.join(KV_CACHE_TYPES)}")
     return value
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def batch_invariant() -> bool:
+    """``LOCALRUN_BATCH_INVARIANT``: seeded output independent of the requests decoded alongside. Default on.
+
+    On (``1``), a seeded request gives the same text alone or among other requests: the CPU
+    backend computes every matmul with its per-row kernels (llama.cpp switches K-quant matmuls to
+    a tiled kernel that rounds differently once a batch holds 8 tokens) and ``auto`` picks a BF16
+    KV cache. Costs about 15 % of prompt-processing speed on K-quant models; decoding is not slower.
+    Off (``0``): llama.cpp's fastest kernels and, with ``auto``, an F16 KV cache; seeded text then
+    repeats only when the request runs alone. GPU kernels are not covered either way.
+    """
+    raw = _env("LOCALRUN_BATCH_INVARIANT")
+    if raw is None:
+        return True
+    value = raw.lower()
+    if value not in _TRUE + _FALSE:
+        raise ConfigError(f"LOCALRUN_BATCH_INVARIANT={raw!r}: expected 1 or 0")
+    return value in _TRUE
 
 
 def max_queue() -> int:
@@ -215,6 +239,7 @@ class Settings:
     max_loaded_models: int
     num_parallel: int
     kv_cache_type: str
+    batch_invariant: bool
     max_queue: int
     origins: tuple[str, ...]
     api_key: str | None
@@ -229,6 +254,7 @@ def load_settings() -> Settings:
         max_loaded_models=max_loaded_models(),
         num_parallel=num_parallel(),
         kv_cache_type=kv_cache_type(),
+        batch_invariant=batch_invariant(),
         max_queue=max_queue(),
         origins=origins(),
         api_key=api_key(),

@@ -37,15 +37,18 @@ MAX_SEQ_IDS = 64  # llama.cpp's LLAMA_MAX_SEQ is larger; running + cached sequen
 
 
 def kv_type(options: LoadOptions) -> str:
-    """The KV cache type LOCALRUN_KV_CACHE_TYPE asks for; ``auto`` is bf16 on CPU, f16 with GPU layers.
+    """The KV cache type LOCALRUN_KV_CACHE_TYPE asks for; ``auto`` is bf16 on CPU while
+    LOCALRUN_BATCH_INVARIANT is on, f16 with GPU layers or with batch invariance off.
 
-    bf16 keeps seeded output reproducible on llama.cpp's CPU attention kernels (native.py); GPU
-    kernels are built around f16 caches, and their reproducibility is another matter.
+    bf16 keeps seeded output reproducible on llama.cpp's CPU attention kernels (native.py); f16
+    prefills long prompts faster there. GPU kernels are built around f16 caches, and their
+    reproducibility is another matter.
     """
     wanted = config.kv_cache_type()
     if wanted != "auto":
         return wanted
-    return "f16" if lc.llama_supports_gpu_offload() and options.num_gpu != 0 else "bf16"
+    gpu = lc.llama_supports_gpu_offload() and options.num_gpu != 0
+    return "bf16" if config.batch_invariant() and not gpu else "f16"
 
 
 def check_load_options(options: LoadOptions) -> None:
@@ -65,6 +68,8 @@ class Engine:
     def __init__(self, model_path: str, options: LoadOptions, *, template: str | None = None) -> None:
         check_load_options(options)
         self.options = options
+        if config.batch_invariant():
+            native.use_batch_invariant_matmuls()
         self._model = native.load_model(model_path, options)
         self._ctx: lc.llama_context_p | None = None
         self._closed = False

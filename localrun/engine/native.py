@@ -43,9 +43,11 @@ log = logging.getLogger(__name__)
 #   by parking freed cells until the cache is full (kvcache.py). Contract with bf16: a seeded
 #   request repeated alone gives the same text, also when its prompt comes from the prefix cache
 #   or other requests ran before it (unless the cache filled up meanwhile).
-# Neither setting makes seeded text independent of requests running alongside: llama.cpp's CPU
-# matmuls round differently once a batch holds 8 or more tokens (the layer-0 attention-output
-# matmul already differs), which no attention or cache setting changes.
+# The other half is outside attention: for K-quant weights (Q4_K, Q6_K...) llama.cpp's CPU backend
+# switches to a tiled matmul kernel once a batch holds 8 or more tokens, and it rounds differently
+# from the per-row dot products used below 8, so a token decoded alone and the same token decoded
+# among 7 others differed (Gemma 3's layer-0 attention-output matmul was the first tensor to
+# change). use_batch_invariant_matmuls() turns the tiled kernel off (LOCALRUN_BATCH_INVARIANT).
 FLASH_ATTN = lc.LLAMA_FLASH_ATTN_TYPE_AUTO
 GGML_TYPE_F16 = 1  # ggml.h enum ggml_type (llama_cpp does not export these names)
 GGML_TYPE_BF16 = 30
@@ -81,6 +83,18 @@ def init_backend() -> None:
             lc.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p())
             lc.llama_backend_init()
             _initialised = True
+
+
+def use_batch_invariant_matmuls() -> None:
+    """Have the CPU backend compute every matmul with its per-row kernels, whatever the batch size.
+
+    llama.cpp reads ``GGML_CPU_TILED_MM`` once per process, at its first K-quant matmul, so this
+    must run before the process decodes anything; the daemon runs one runner process per model.
+    A value the user exported is kept. Measured on Gemma 3 270M Q4_K_M (2 cores): prompt
+    processing about 15 % slower, decoding 8 sequences about 5 % faster (the tiled kernel does not
+    pay off for 8-token batches here), 1 sequence unchanged (BENCHMARKS.md).
+    """
+    os.environ.setdefault("GGML_CPU_TILED_MM", "0")
 
 
 def default_threads() -> int:

@@ -91,3 +91,15 @@ def test_kv_cache_type_defaults_to_auto_and_names_the_variable_on_a_bad_value(mo
     monkeypatch.setenv("LOCALRUN_KV_CACHE_TYPE", "q4_0")
     with pytest.raises(ConfigError, match="LOCALRUN_KV_CACHE_TYPE"):
         config.load_settings()
+
+
+def test_batch_invariant_is_on_by_default_and_names_the_variable_on_a_bad_value(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOCALRUN_BATCH_INVARIANT", raising=False)
+    assert config.batch_invariant() is True
+    for raw, value in (("0", False), (" off ", False), ("FALSE", False), ("1", True), ("yes", True)):
+        monkeypatch.setenv("LOCALRUN_BATCH_INVARIANT", raw)
+        assert config.batch_invariant() is value
+    monkeypatch.setenv("LOCALRUN_BATCH_INVARIANT", "maybe")
+    with pytest.raises(ConfigError, match="LOCALRUN_BATCH_INVARIANT"):
+        config.load_settings()

@@ -1,11 +1,14 @@
-"""Seeds on the real starter model (Gemma 3 270M): what reproduces and what does not yet.
+"""Seeds on the real starter model (Gemma 3 270M): the same seed gives the same text, bit for bit.
 
-Gemma 3 turns a last-bit difference inside one layer into up to ~1 logit. With flash attention
-off, where a sequence's cells sat in the unified KV cache changed its logits, so even a seeded
-request repeated alone on the same engine changed its text (this file's first test failed with
-those settings). native.py explains the setting that fixes that (LOCALRUN_KV_CACHE_TYPE=bf16). Running alongside other
-requests still changes the text (second test, expected to fail): llama.cpp's CPU matmuls round
-differently for batches of 8 or more tokens.
+Gemma 3 turns a last-bit difference inside one layer into up to ~1 logit, so only bit-identical
+computation gives identical text. Three things used to change those bits (native.py):
+- where a sequence's cells sat in the unified KV cache (flash attention off): fixed by flash
+  attention with a BF16 K/V cache and by parking freed cells (LOCALRUN_KV_CACHE_TYPE=auto);
+- the 1-token-batch split of the F16 flash-attention kernel: avoided by BF16 likewise;
+- how many tokens shared the batch: llama.cpp's tiled K-quant matmul (8+ tokens) rounds
+  differently from its per-row kernel; LOCALRUN_BATCH_INVARIANT (default on) turns it off.
+With all three, a seeded request gives the same tokens and log-probabilities alone, repeated
+from the prefix cache, after the cache churned, and among seven other requests.
 """
 
 from __future__ import annotations
@@ -111,17 +114,29 @@ def test_same_seed_same_text_when_repeated_alone_also_after_churn(engine: Engine
     churn(engine)
     after_churn = collect(engine.submit(request))
     assert after_churn.text == alone.text
-    # not bit for bit: a cached prompt's last token is decoded in a 1-token batch (see the xfail)
-    assert max(abs(a - b) for a, b in zip(logprobs(after_churn), logprobs(alone))) < 0.05
+    assert logprobs(after_churn) == logprobs(alone)  # bit for bit
     assert collect(engine.submit(GenerateRequest(TARGET, seeded(43)))).text != alone.text
 
 
-@pytest.mark.xfail(reason="llama.cpp's CPU matmuls round differently for batches of < 8 and >= 8 tokens "
-                          "(measured: the Q4_K attention-output matmul of layer 0 already differs) and "
-                          "Gemma 3 amplifies a last-bit change to ~1 logit; see BENCHMARKS.md, Known limits",
-                   strict=False)
 def test_same_seed_same_text_with_seven_other_requests_alongside(engine: Engine) -> None:
     request = GenerateRequest(TARGET, seeded(42))
     alone = collect(engine.submit(request))
     together = with_seven_others(engine, request)
     assert together.text == alone.text
+    assert logprobs(together) == logprobs(alone)
+
+
+def test_greedy_and_seeded_text_unchanged_by_a_cached_system_prompt_and_seven_others(starter_gguf: Path) -> None:
+    """Reference: each request alone in a fresh engine. Then, in another engine, an earlier request
+    puts the system prompt in the prefix cache and the request runs among seven others."""
+    requests = [GenerateRequest(TARGET, seeded(7)),
+                GenerateRequest(TARGET, SamplingOptions(temperature=0, num_predict=N, logprobs=True))]
+    with Engine(str(starter_gguf), LoadOptions(num_ctx=512, num_parallel=8, num_batch=64)) as fresh:
+        reference = [collect(fresh.submit(r)) for r in requests]
+    with Engine(str(starter_gguf), LoadOptions(num_ctx=512, num_parallel=8, num_batch=64)) as engine:
+        collect(engine.submit(GenerateRequest(SYSTEM + "Question: What is a keel?\nAnswer:", seeded(1))))
+        for request, ref in zip(requests, reference):
+            together = with_seven_others(engine, request)
+            assert together.done.cached_tokens > 0  # the system prompt came from the cache
+            assert together.text == ref.text
+            assert logprobs(together) == logprobs(ref)

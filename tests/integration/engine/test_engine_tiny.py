@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import threading
 from pathlib import Path
 
 import jsonschema
 import pytest
 
-from localrun.engine import kvcache
+from localrun.engine import kvcache, native
 from localrun.engine.batcher import SHARE_MIN
-from localrun.engine.engine import Engine
+from localrun.engine.engine import Engine, kv_type
 from localrun.engine.types import (
     DoneReason, GenerateRequest, LoadOptions, SamplingOptions, Truncation,
 )
@@ -297,6 +298,25 @@ def test_an_extreme_num_batch_is_clamped_by_the_engine_itself(tiny_gguf: Path, n
     with Engine(str(tiny_gguf), LoadOptions(num_ctx=128, num_parallel=2, num_batch=num_batch)) as engine:
         result = collect(engine.submit(GenerateRequest(words(40), GREEDY)))
         assert result.done.eval_count > 0
+
+
+@pytest.mark.parametrize(("invariant", "expected"), [("1", "bf16"), ("0", "f16")])
+def test_auto_kv_cache_follows_batch_invariance_on_cpu(monkeypatch: pytest.MonkeyPatch, invariant: str,
+                                                       expected: str) -> None:
+    monkeypatch.delenv("LOCALRUN_KV_CACHE_TYPE", raising=False)
+    monkeypatch.setenv("LOCALRUN_BATCH_INVARIANT", invariant)
+    assert kv_type(LoadOptions(num_gpu=0)) == expected
+    monkeypatch.setenv("LOCALRUN_KV_CACHE_TYPE", "f16")
+    assert kv_type(LoadOptions(num_gpu=0)) == "f16"  # an explicit type wins
+
+
+def test_batch_invariant_matmuls_keep_a_value_the_user_exported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GGML_CPU_TILED_MM", raising=False)
+    native.use_batch_invariant_matmuls()
+    assert os.environ["GGML_CPU_TILED_MM"] == "0"
+    monkeypatch.setenv("GGML_CPU_TILED_MM", "1")
+    native.use_batch_invariant_matmuls()
+    assert os.environ["GGML_CPU_TILED_MM"] == "1"
 
 
 @pytest.mark.parametrize("kv", ["f16", "bf16"])
