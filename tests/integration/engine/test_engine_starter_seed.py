@@ -8,7 +8,9 @@ computation gives identical text. Three things used to change those bits (native
 - how many tokens shared the batch: llama.cpp's tiled K-quant matmul (8+ tokens) rounds
   differently from its per-row kernel; LOCALRUN_BATCH_INVARIANT (default on) turns it off.
 With all three, a seeded request gives the same tokens and log-probabilities alone, repeated
-from the prefix cache, after the cache churned, and among seven other requests.
+from the prefix cache, after the cache churned, and among seven other requests, as long as the
+KV cache has not filled up: once the engine must hand its parked cells back to llama.cpp, new
+cells can land out of position order (BENCHMARKS.md, Known limits).
 """
 
 from __future__ import annotations
