@@ -84,6 +84,8 @@ class Batcher:
             self._finish(seq, DoneReason.CANCELLED)
 
     def _admit(self) -> None:
+        if self.waiting and not self.running:
+            self.kv.reset_if_fragmented()
         deferred: list[Sequence] = []
         while self.waiting and len(self.running) < self.num_parallel:
             seq = self.waiting.popleft()

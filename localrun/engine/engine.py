@@ -112,7 +112,8 @@ class Engine:
                                       kv_type=kv_type(options))
             self._ctx = native.create_context(model, spec)
             n_cells = int(lc.llama_n_ctx(self._ctx))
-            kv = KVCache(lc.llama_get_memory(self._ctx), n_cells, n_seq_max, enabled=not recurrent)
+            kv = KVCache(lc.llama_get_memory(self._ctx), n_cells, n_seq_max, enabled=not recurrent,
+                         reorder_when_idle=config.batch_invariant())
             self.batcher = Batcher(self._ctx, self.vocab, kv, n_batch=n_batch,
                                    num_parallel=options.num_parallel)
         report = parse_load_report(native.last_load_log)

@@ -42,13 +42,22 @@ class Lease:
 
 
 class KVCache:
-    def __init__(self, mem: lc.llama_memory_t, n_cells: int, n_seq_max: int, enabled: bool) -> None:
+    def __init__(self, mem: lc.llama_memory_t, n_cells: int, n_seq_max: int, enabled: bool,
+                 *, reorder_when_idle: bool = False) -> None:
         self.mem = mem
         self.n_cells = n_cells
         self.enabled = enabled
         self.tree = RadixCache()
         self.parked_id = n_seq_max - 1  # holds parked cells (see the module docstring)
         self._parked = False
+        self._n_seq_max = n_seq_max
+        # Once parked cells go back to llama.cpp, free cells can sit below used ones, and a new
+        # sequence's cells can land out of position order (which changes attention's summation
+        # order). With reorder_when_idle the next admission into an idle engine starts from an
+        # empty cache instead (reset_if_fragmented): cached prefixes are recomputed, in order.
+        self.reorder_when_idle = reorder_when_idle
+        self.fragmented = False
+        self.resets = 0
         self._free = list(range(n_seq_max - 2, -1, -1))  # pop() gives the lowest id
         self._owned: dict[int, RadixNode] = {}
         self._active: set[int] = set()
@@ -138,6 +147,24 @@ class KVCache:
             return False
         lc.llama_memory_seq_rm(self.mem, self.parked_id, -1, -1)
         self._parked = False
+        self.fragmented = True
+        return True
+
+    def reset_if_fragmented(self) -> bool:
+        """With ``reorder_when_idle``, and no active sequence: if parked cells were handed back
+        since the last reset, drop every cached prefix and clear the memory, so cells are
+        allocated in position order again. True when it reset."""
+        if not (self.reorder_when_idle and self.fragmented) or self._active:
+            return False
+        lc.llama_memory_clear(self.mem, True)
+        log.info("KV cache: cleared after it filled up, so new cells are allocated in order (%d cached tokens dropped)",
+                 self.tree.total_size)
+        self.tree = RadixCache()
+        self._owned.clear()
+        self._free = list(range(self._n_seq_max - 2, -1, -1))
+        self._parked = False
+        self.fragmented = False
+        self.resets += 1
         return True
 
     def _give_up(self, seq: int, p0: int, p1: int) -> bool:

@@ -142,3 +142,22 @@ def test_greedy_and_seeded_text_unchanged_by_a_cached_system_prompt_and_seven_ot
             assert together.done.cached_tokens > 0  # the system prompt came from the cache
             assert together.text == ref.text
             assert logprobs(together) == logprobs(ref)
+
+
+def test_same_seed_same_text_after_the_cache_filled_up(starter_gguf: Path) -> None:
+    """A small cache that long requests fill: the engine hands its parked cells back to llama.cpp,
+    which can place new cells below older ones; the next request into the idle engine then
+    starts from a cleared cache (cells in order again) instead of reusing out-of-order cells."""
+    with Engine(str(starter_gguf), LoadOptions(num_ctx=256, num_parallel=4, num_batch=64)) as engine:
+        request = GenerateRequest(TARGET, seeded(42))
+        alone = collect(engine.submit(request))
+        for r in range(3):
+            handles = [engine.submit(GenerateRequest(OTHERS[(2 * i + r) % len(OTHERS)] + f" ({r}.{i})" * (12 * i),
+                                                     SamplingOptions(seed=i, num_predict=12 + 6 * i)))
+                       for i in range(4)]
+            for h in handles:
+                collect(h)
+        after = collect(engine.submit(request))
+        assert engine.batcher is not None and engine.batcher.kv.resets >= 1  # the cache did fill up
+        assert after.text == alone.text
+        assert logprobs(after) == logprobs(alone)
