@@ -92,12 +92,12 @@ class _Replay:
         return self.handle.get(timeout=timeout)
 
 
-def churn(engine: Engine) -> None:
+def churn(engine: Engine, rounds: int = 2, requests: int = 8, repeat: int = 5) -> None:
     """Requests of many lengths, so the cache holds (and evicts) other prefixes elsewhere."""
-    for r in range(2):
-        handles = [engine.submit(GenerateRequest(OTHERS[(3 * i + r) % len(OTHERS)] + f" ({r}.{i})" * (5 * i),
+    for r in range(rounds):
+        handles = [engine.submit(GenerateRequest(OTHERS[(3 * i + r) % len(OTHERS)] + f" ({r}.{i})" * (repeat * i),
                                                  SamplingOptions(seed=i, num_predict=10 + 8 * i)))
-                   for i in range(8)]
+                   for i in range(requests)]
         for h in handles:
             collect(h)
 
@@ -151,12 +151,8 @@ def test_same_seed_same_text_after_the_cache_filled_up(starter_gguf: Path) -> No
     with Engine(str(starter_gguf), LoadOptions(num_ctx=256, num_parallel=4, num_batch=64)) as engine:
         request = GenerateRequest(TARGET, seeded(42))
         alone = collect(engine.submit(request))
-        for r in range(3):
-            handles = [engine.submit(GenerateRequest(OTHERS[(2 * i + r) % len(OTHERS)] + f" ({r}.{i})" * (12 * i),
-                                                     SamplingOptions(seed=i, num_predict=12 + 6 * i)))
-                       for i in range(4)]
-            for h in handles:
-                collect(h)
+        # measured: with these rounds, the request kept only part of its text without the reset
+        churn(engine, rounds=4, requests=4, repeat=12)
         after = collect(engine.submit(request))
         assert engine.batcher is not None and engine.batcher.kv.resets >= 1  # the cache did fill up
         assert after.text == alone.text
