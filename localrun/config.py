@@ -169,8 +169,8 @@ def kv_cache_type() -> str:
 
     Both types take 2 bytes per value. ``bf16`` (what ``auto`` picks on CPU while
     LOCALRUN_BATCH_INVARIANT is on: keys in BF16, values in F16) keeps seeded output
-    reproducible: the engine's attention then takes the same path for every batch. ``f16`` (what ``auto`` picks with GPU layers, or with
-    LOCALRUN_BATCH_INVARIANT=0) is faster at prefilling long prompts on CPU, e.g. 0.52 s instead
+    reproducible: the engine's attention then takes the same path for every batch. ``f16``
+    (what ``auto`` picks with GPU layers, or with LOCALRUN_BATCH_INVARIANT=0) is faster at prefilling long prompts on CPU, e.g. 0.52 s instead
     of 0.75 s to the first token after a cached 1,300-token prefix, but a seeded request can then
     change its text when other requests run alongside (BENCHMARKS.md).
     """

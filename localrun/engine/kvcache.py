@@ -50,7 +50,6 @@ class KVCache:
         self.tree = RadixCache()
         self.parked_id = n_seq_max - 1  # holds parked cells (see the module docstring)
         self._parked = False
-        self._n_seq_max = n_seq_max
         # Once parked cells go back to llama.cpp, free cells can sit below used ones, and a new
         # sequence's cells can land out of position order (which changes attention's summation
         # order). With reorder_when_idle the next admission into an idle engine starts from an
@@ -58,7 +57,7 @@ class KVCache:
         self.reorder_when_idle = reorder_when_idle
         self.fragmented = False
         self.resets = 0
-        self._free = list(range(n_seq_max - 2, -1, -1))  # pop() gives the lowest id
+        self._free = self._all_ids()
         self._owned: dict[int, RadixNode] = {}
         self._active: set[int] = set()
 
@@ -161,7 +160,7 @@ class KVCache:
                  self.tree.total_size)
         self.tree = RadixCache()
         self._owned.clear()
-        self._free = list(range(self._n_seq_max - 2, -1, -1))
+        self._free = self._all_ids()
         self._parked = False
         self.fragmented = False
         self.resets += 1
@@ -187,6 +186,10 @@ class KVCache:
             self._disable("partial removal refused")
             return
         self._drop(owner)
+
+    def _all_ids(self) -> list[int]:
+        """Every sequence id but the parked one, as a free list (pop() gives the lowest id)."""
+        return list(range(self.parked_id - 1, -1, -1))
 
     def _take_id(self) -> int:
         while not self._free:

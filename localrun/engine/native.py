@@ -16,8 +16,10 @@ import ctypes
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import llama_cpp as lc
 import numpy as np
@@ -26,6 +28,7 @@ from ..errors import EngineError, InvalidModelFile
 from .types import LoadOptions
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Attention settings: flash attention on; K and V cached in BF16 (on CPU) or F16
 # (LOCALRUN_KV_CACHE_TYPE, engine.kv_type). Why (measured on Gemma 3 270M, which turns a last-bit
@@ -249,14 +252,20 @@ class Vocab:
     def detokenize(self, tokens: list[int]) -> str:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
 
+    def _scan_once(self, attr: str, scan: Callable[[], T]) -> T:
+        """The value cached in ``attr``, computed by ``scan`` on first use; concurrent first
+        callers wait for that one scan instead of each running it."""
+        cached: T | None = getattr(self, attr)
+        if cached is None:
+            with self._scan_lock:
+                cached = getattr(self, attr)
+                if cached is None:
+                    cached = scan()
+                    setattr(self, attr, cached)
+        return cached
+
     def _utf8_classes(self) -> tuple[np.ndarray, list[int]]:
-        cached = self._utf8_cache
-        if cached is not None:
-            return cached
-        with self._scan_lock:
-            if self._utf8_cache is None:
-                self._utf8_cache = self._scan_utf8()
-            return self._utf8_cache
+        return self._scan_once("_utf8_cache", self._scan_utf8)
 
     def _scan_utf8(self) -> tuple[np.ndarray, list[int]]:
         broken: list[int] = []
@@ -285,13 +294,8 @@ class Vocab:
         llama.cpp has no call that lists them, so every id is asked (``llama_vocab_is_eog``), as its
         server does for ``ignore_eos``: about 0.1 s for a 262k vocabulary.
         """
-        cached = self._eog_ids
-        if cached is not None:
-            return cached
-        with self._scan_lock:
-            if self._eog_ids is None:
-                self._eog_ids = np.array([t for t in range(self.n_vocab) if self.is_eog(t)], dtype=np.int64)
-            return self._eog_ids
+        return self._scan_once(
+            "_eog_ids", lambda: np.array([t for t in range(self.n_vocab) if self.is_eog(t)], dtype=np.int64))
 
     def is_eog(self, token: int) -> bool:
         return token in self._eog or bool(lc.llama_vocab_is_eog(self.ptr, token))
