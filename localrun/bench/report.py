@@ -61,6 +61,10 @@ def describe(result: BenchResult) -> list[str]:
         f"streaming /v1/{'chat/completions' if cfg.api == 'chat' else 'completions'}; "
         f"{cfg.input_tokens} input tokens" + (f" after a {cfg.shared_prefix}-token shared prefix" if cfg.shared_prefix else "")
         + f", {cfg.output_tokens} output tokens; {load}; warm-up {cfg.warmup_s:g} s; temperature {cfg.temperature:g}",
+        f"prompt seed {cfg.seed}; " + (
+            ("every prompt measured was sent once before, unmeasured" if cfg.first_pass else
+             "every prompt measured was sent by an earlier run with this seed (no first pass)")
+            if cfg.repeat_prompts else "fresh prompts: none was sent before in this run"),
     ]
     for t in result.targets:
         extras = (f"max_tokens + {', '.join(t.extras_sent)} (not rejected; honoured only if the server knows them)"

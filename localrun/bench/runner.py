@@ -51,8 +51,13 @@ class BenchConfig:
     temperature: float = 0.0
     send_extras: bool = True
     pause_s: float = 1.0
-    seed: int = 0
+    seed: int = 0  # prompt text seed; the CLI draws a fresh one per run unless --seed is given
     tokenizer_url: str | None = None  # build every target's prompts with this server's tokenizer
+    # Measure prompts the server has seen: each level first sends its prompts once, unmeasured (the
+    # "first pass"), then measures the same prompts again; with first_pass False that pass is left
+    # out because an earlier run with the same seed sent them (e.g. before a server restart).
+    repeat_prompts: bool = False
+    first_pass: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,9 +276,14 @@ async def _measure_level(
     meter = CpuMeter(find_server(target.base_url))
     say(f"{info.label}: concurrency {c}, " + (f"{n} requests" if n else f"{config.duration_s:g} s"))
 
-    def next_prompt() -> str:
-        return builder.prompt(next(numbers), config.input_tokens, config.shared_prefix)
-
+    next_prompt = _prompt_source(config, builder, numbers, n)
+    if config.repeat_prompts and config.first_pass and n:
+        say(f"{info.label}: concurrency {c}: first pass, {n} requests (not measured)")
+        first = await run_level(client, target, level_plan, c, next_prompt)
+        failed = [r for r in first.records if r.outcome is not Outcome.OK]
+        if failed:
+            result.warnings.append(f"{info.label} @ {c}: {len(failed)} of {len(first.records)} first-pass requests "
+                                   f"failed ({failed[0].error}); their prompts are measured uncached")
     meter.start()
     run: LevelRun = await run_level(client, target, level_plan, c, next_prompt)
     cpu = meter.stop()
@@ -291,3 +301,17 @@ async def _measure_level(
             f"fewer than {config.output_tokens} output tokens (the server stopped early)"
         )
     say(f"{info.label}: concurrency {c}: {stats.output_tok_s:.1f} tok/s, {stats.ok}/{stats.requests} ok")
+
+
+def _prompt_source(config: BenchConfig, builder: PromptBuilder, numbers: Iterator[int],
+                   n: int | None) -> Callable[[], str]:
+    """The prompts of one level: fresh ones (numbers never used before in this run), or with
+    ``repeat_prompts`` a pool of ``n`` fresh ones that each pass sends in the same order."""
+    def build(number: int) -> str:
+        return builder.prompt(number, config.input_tokens, config.shared_prefix)
+
+    if not config.repeat_prompts or not n:
+        return lambda: build(next(numbers))
+    pool = [build(next(numbers)) for _ in range(n)]
+    cursor = itertools.cycle(range(n))
+    return lambda: pool[next(cursor)]

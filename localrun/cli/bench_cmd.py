@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import re
 import signal
 import sys
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import config
+from ..bench.baseline import BASELINE_THRESHOLD, compare, print_changes, read_baseline
 from ..bench.chart import to_html
 from ..bench.loadgen import Target
 from ..bench.report import print_table, to_json, to_markdown
@@ -107,11 +109,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     w.add_argument("--no-extras", action="store_true", help="do not send ignore_eos/min_tokens")
     w.add_argument("--pause", type=_positive(float, 0), default=1.0, metavar="SECONDS",
                    help="idle time between runs (default 1)")
-    w.add_argument("--seed", type=int, default=0, help="prompt text seed (default 0)")
+    w.add_argument("--seed", type=int, default=None,
+                   help="prompt text seed (default: a fresh random one per run, printed, so a repeated run "
+                   "never measures a server's cache of the last run's prompts)")
+    w.add_argument("--repeat-prompts", action="store_true",
+                   help="measure prompts the server has seen: each level sends its prompts once unmeasured, "
+                   "then measures the same prompts again (a prompt cache's TTFT); needs --requests, not --duration")
+    w.add_argument("--no-first-pass", dest="first_pass", action="store_false",
+                   help="with --repeat-prompts and --seed: leave out the unmeasured pass, because the same "
+                   "command sent these prompts before (e.g. to measure a cache across a server restart)")
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="FILE", help="write machine-readable results ('-' for stdout)")
     o.add_argument("--chart", metavar="FILE", help="write a self-contained HTML page with SVG charts")
     o.add_argument("--markdown", metavar="FILE", help="write the table as Markdown")
+    o.add_argument("--baseline", metavar="FILE",
+                   help="compare with a stored --json result; a throughput drop or a latency rise of more than "
+                   f"{BASELINE_THRESHOLD:.0%} is flagged as a regression (exit status 1)")
     o.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
 
@@ -119,6 +132,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def build_config(args: argparse.Namespace) -> BenchConfig:
     if args.chart and not args.chart.lower().endswith((".html", ".htm")):
         raise OptionError("--chart writes HTML (with SVG charts): give a file name ending in .html")
+    if args.repeat_prompts and args.duration is not None:
+        raise OptionError("--repeat-prompts repeats a fixed set of prompts: give --requests, not --duration")
+    if not args.first_pass and not (args.repeat_prompts and args.seed is not None):
+        raise OptionError("--no-first-pass needs --repeat-prompts and the --seed of the run that sent the prompts")
     if args.base_url:
         base = normalize_url(args.base_url)
         key = args.api_key
@@ -146,8 +163,10 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         targets=tuple(targets), concurrency=args.concurrency, api=args.endpoint,
         input_tokens=args.input_tokens, output_tokens=args.output_tokens, shared_prefix=args.shared_prefix,
         requests=args.requests, duration_s=args.duration, warmup_s=args.warmup, timeout_s=args.timeout,
-        temperature=args.temperature, send_extras=not args.no_extras, pause_s=args.pause, seed=args.seed,
+        temperature=args.temperature, send_extras=not args.no_extras, pause_s=args.pause,
+        seed=args.seed if args.seed is not None else random.SystemRandom().randrange(2**31),
         tokenizer_url=normalize_url(args.tokenizer_url) if args.tokenizer_url else None,
+        repeat_prompts=args.repeat_prompts, first_pass=args.first_pass,
     )
 
 
@@ -168,20 +187,28 @@ def write_outputs(result: BenchResult, args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = build_config(args)
+    baseline = read_baseline(Path(args.baseline)) if args.baseline else None
     to_stdout = args.json == "-"
 
     def progress(msg: str) -> None:
         if not args.quiet:
             print(msg, file=sys.stderr, flush=True)
 
+    # On stderr even with --quiet: the seed is what reproduces (or deliberately avoids) these prompts.
+    print(f"prompt seed: {cfg.seed} (--seed {cfg.seed} sends the same prompts again)", file=sys.stderr, flush=True)
     result = asyncio.run(_run_interruptible(cfg, progress))
     if not to_stdout:
         print_table(result)
     write_outputs(result, args)
+    regressions = 0
+    if baseline is not None:
+        changes = compare(result.as_dict(), baseline, BASELINE_THRESHOLD)
+        print_changes(changes, args.baseline, BASELINE_THRESHOLD, file=sys.stderr if to_stdout else sys.stdout)
+        regressions = sum(1 for ch in changes if ch.regression)
     if result.interrupted:
         return 130
     failed = sum(lv.stats.errors + lv.stats.timeouts for lv in result.levels)
-    return 1 if failed else 0
+    return 1 if failed or regressions else 0
 
 
 async def _run_interruptible(cfg: BenchConfig, progress: Callable[[str], None]) -> BenchResult:

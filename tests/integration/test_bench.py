@@ -254,6 +254,52 @@ def test_cli_writes_table_json_and_chart(standin: tuple[str, StandIn], tmp_path:
     assert "<svg" in chart.read_text() and "| conc |" in md.read_text()
 
 
+async def test_repeat_prompts_measures_each_prompt_a_second_time(standin: tuple[str, StandIn]) -> None:
+    url, server = standin
+    result = await run_bench(_config(url, concurrency=(1, 2), requests=3, repeat_prompts=True))
+    measured = [b["prompt"] for b in server.seen if b["max_tokens"] == 8]
+    # per level: a first pass of 3 prompts, then the same 3 again; the two levels use different prompts
+    assert measured[0:3] == measured[3:6] and measured[6:9] == measured[9:12]
+    assert len(set(measured)) == 6
+    assert all(lv.stats.requests == 3 and lv.stats.ok == 3 for lv in result.levels)
+
+    server.seen.clear()  # the same seed without the first pass: only the measured requests, same prompts
+    await run_bench(_config(url, concurrency=(1, 2), requests=3, repeat_prompts=True, first_pass=False))
+    again = [b["prompt"] for b in server.seen if b["max_tokens"] == 8]
+    assert again == measured[3:6] + measured[9:12]
+
+
+async def test_another_seed_sends_other_prompts(standin: tuple[str, StandIn]) -> None:
+    url, server = standin
+    await run_bench(_config(url, concurrency=(1,), requests=2, seed=1))
+    await run_bench(_config(url, concurrency=(1,), requests=2, seed=2))
+    prompts = [b["prompt"] for b in server.seen if b["max_tokens"] == 8]
+    assert len(prompts) == 4 and not set(prompts[:2]) & set(prompts[2:])
+
+
+def test_cli_prints_a_fresh_seed_and_flags_regressions_against_a_baseline(
+        standin: tuple[str, StandIn], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url, server = standin
+    argv = ["bench", "--base-url", url, "--concurrency", "1", "--requests", "2", "--output-tokens", "4",
+            "--input-tokens", "16", "--pause", "0", "-q"]
+    assert main([*argv, "--json", str(tmp_path / "a.json")]) == 0
+    first = capsys.readouterr()
+    seeds = [line for line in first.err.splitlines() if line.startswith("prompt seed:")]
+    assert len(seeds) == 1
+    slow = json.loads((tmp_path / "a.json").read_text())  # a baseline 3x slower than this server
+    for level in slow["levels"]:
+        level["output_tok_s"] /= 3
+        for metric in ("ttft", "tpot"):
+            level[metric] = {k: v * 3 for k, v in level[metric].items() if k in ("p50", "p95")}
+    (tmp_path / "slow.json").write_text(json.dumps(slow))
+    assert main([*argv, "--baseline", str(tmp_path / "slow.json")]) == 0
+    assert "no regression" in capsys.readouterr().out
+    server.step_s = 0.02  # ten times slower per token: throughput and TPOT regress
+    assert main([*argv, "--baseline", str(tmp_path / "a.json")]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION" in out and "out tok/s" in out
+
+
 def test_cli_reports_an_unreachable_target_as_an_error(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["bench", "--base-url", "http://127.0.0.1:9", "--concurrency", "1", "-q"])
     assert rc == 1

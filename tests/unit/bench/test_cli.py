@@ -78,3 +78,18 @@ def test_compare_repeats_for_several_servers_with_their_own_labels_and_models() 
 def test_more_compare_labels_than_compare_urls_is_an_error() -> None:
     with pytest.raises(OptionError, match="--compare-label"):
         _cfg("--compare", "127.0.0.1:8000", "--compare-label", "a", "--compare-label", "b")
+
+
+def test_every_run_draws_a_fresh_prompt_seed_unless_one_is_given() -> None:
+    assert len({_cfg().seed for _ in range(5)}) > 1
+    assert _cfg("--seed", "7").seed == 7
+
+
+def test_repeat_prompts_needs_a_request_count_and_no_first_pass_needs_the_seed() -> None:
+    cfg = _cfg("--repeat-prompts", "--requests", "8")
+    assert cfg.repeat_prompts and cfg.first_pass
+    assert not _cfg("--repeat-prompts", "--no-first-pass", "--seed", "3").first_pass
+    with pytest.raises(OptionError, match="--duration"):
+        _cfg("--repeat-prompts", "--duration", "5")
+    with pytest.raises(OptionError, match="--seed"):
+        _cfg("--repeat-prompts", "--no-first-pass")
