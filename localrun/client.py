@@ -59,8 +59,12 @@ def error_from(status: int, body: Any, headers: Any = None) -> errors.LocalrunEr
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
+    # The CLI and the TUI generate for a person waiting at the prompt: the daemon serves them before batch work.
+    headers = {"X-Localrun-Priority": "interactive"}
     key = api_key if api_key is not None else config.api_key()
-    return {"Authorization": f"Bearer {key}"} if key else {}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    return headers
 
 
 def _json_or_text(response: httpx.Response) -> Any:

@@ -151,14 +151,16 @@ def max_loaded_models() -> int:
     return _positive_int("LOCALRUN_MAX_LOADED_MODELS", 3)
 
 
-def num_parallel() -> int:
+def num_parallel() -> int | None:
     """``LOCALRUN_NUM_PARALLEL``: sequence slots per loaded model.
 
-    Default sized to the machine: 4 per CPU core, between 4 and 16 (8 on a 2-core machine),
-    since batched decode on CPU keeps gaining throughput up to about 16 sequences.
+    Default ``None``: sized per model when it loads, from free memory and the model's KV cache
+    bytes per token (``runtime.memory.default_slots``: up to 16, since batched decode on CPU keeps
+    gaining throughput up to about 16 sequences). ``localrun ps`` shows the number chosen.
     """
-    default = min(16, max(4, 4 * (os.cpu_count() or 1)))
-    return _positive_int("LOCALRUN_NUM_PARALLEL", default)
+    if _env("LOCALRUN_NUM_PARALLEL") is None:
+        return None
+    return _positive_int("LOCALRUN_NUM_PARALLEL", 1)
 
 
 KV_CACHE_TYPES = ("auto", "f16", "bf16")
@@ -167,12 +169,11 @@ KV_CACHE_TYPES = ("auto", "f16", "bf16")
 def kv_cache_type() -> str:
     """``LOCALRUN_KV_CACHE_TYPE``: how the KV cache stores keys and values: ``auto`` (default), ``bf16``, ``f16``.
 
-    Both types take 2 bytes per value. ``bf16`` (what ``auto`` picks on CPU while
-    LOCALRUN_BATCH_INVARIANT is on: keys in BF16, values in F16) keeps seeded output
-    reproducible: the engine's attention then takes the same path for every batch. ``f16``
-    (what ``auto`` picks with GPU layers, or with LOCALRUN_BATCH_INVARIANT=0) is faster at prefilling long prompts on CPU, e.g. 0.52 s instead
-    of 0.75 s to the first token after a cached 1,300-token prefix, but a seeded request can then
-    change its text when other requests run alongside (BENCHMARKS.md).
+    Both types take 2 bytes per value. ``auto`` is ``f16`` unless the model is loaded with
+    batch_invariant on CPU, where it is ``bf16`` (keys in BF16, values in F16): the engine's
+    attention then takes the same path for every batch, so seeded output repeats whatever runs
+    alongside. ``f16`` is faster at prefilling long prompts on CPU, e.g. 0.52 s instead of 0.75 s
+    to the first token after a cached 1,300-token prefix (BENCHMARKS.md).
     """
     raw = _env("LOCALRUN_KV_CACHE_TYPE")
     if raw is None:
@@ -188,22 +189,46 @@ _FALSE = ("0", "false", "no", "off")
 
 
 def batch_invariant() -> bool:
-    """``LOCALRUN_BATCH_INVARIANT``: seeded output independent of the requests decoded alongside. Default on.
+    """``LOCALRUN_BATCH_INVARIANT``: the default of the ``batch_invariant`` load option (deterministic
+    mode: seeded output independent of the requests decoded alongside). Default off.
 
-    On (``1``), a seeded request gives the same text alone or among other requests: the CPU
+    Off (``0``): llama.cpp's fastest kernels and, with ``auto``, an F16 KV cache; a seeded request
+    repeats its text when it runs alone. On (``1``), also alone or among other requests: the CPU
     backend computes every matmul with its per-row kernels (llama.cpp switches K-quant matmuls to
     a tiled kernel that rounds differently once a batch holds 8 tokens) and ``auto`` picks a BF16
-    KV cache. Costs about 15 % of prompt-processing speed on K-quant models; decoding is not slower.
-    Off (``0``): llama.cpp's fastest kernels and, with ``auto``, an F16 KV cache; seeded text then
-    repeats only when the request runs alone. GPU kernels are not covered either way.
+    KV cache; costs about 15-20 % of prompt-processing speed on K-quant models. A model's
+    Modelfile (``PARAMETER batch_invariant true``) or a request's options can ask for it too.
+    GPU kernels are not covered either way.
     """
     raw = _env("LOCALRUN_BATCH_INVARIANT")
     if raw is None:
-        return True
+        return False
     value = raw.lower()
     if value not in _TRUE + _FALSE:
         raise ConfigError(f"LOCALRUN_BATCH_INVARIANT={raw!r}: expected 1 or 0")
     return value in _TRUE
+
+
+def prefix_cache_dir() -> Path | None:
+    """``LOCALRUN_PREFIX_CACHE``: where each model's prefix cache is saved when it unloads and found
+    again when it loads (one file per model digest, checked against it). Default: the platformdirs
+    user cache dir + ``prefix-cache``; ``off`` keeps the cache in memory only."""
+    raw = _env("LOCALRUN_PREFIX_CACHE")
+    if raw is None:
+        return Path(platformdirs.user_cache_dir(APP_NAME)) / "prefix-cache"
+    if raw.lower() in _FALSE:
+        return None
+    path = Path(raw).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"LOCALRUN_PREFIX_CACHE={raw!r}: exists and is not a directory")
+    return path
+
+
+def trace_dir() -> Path | None:
+    """``LOCALRUN_TRACE``: a folder where the daemon and its runners write timestamps through the
+    serving path (``localrun.trace``; ``bench/trace_report.py`` reads them). Default unset: off."""
+    raw = _env("LOCALRUN_TRACE")
+    return None if raw is None else Path(raw).expanduser()
 
 
 def max_queue() -> int:
@@ -237,12 +262,13 @@ class Settings:
     models_dir: Path
     keep_alive: float | None
     max_loaded_models: int
-    num_parallel: int
+    num_parallel: int | None  # None: sized per model from memory
     kv_cache_type: str
     batch_invariant: bool
     max_queue: int
     origins: tuple[str, ...]
     api_key: str | None
+    prefix_cache_dir: Path | None = None
 
 
 def load_settings() -> Settings:
@@ -258,4 +284,5 @@ def load_settings() -> Settings:
         max_queue=max_queue(),
         origins=origins(),
         api_key=api_key(),
+        prefix_cache_dir=prefix_cache_dir(),
     )

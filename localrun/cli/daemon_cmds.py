@@ -48,13 +48,15 @@ def until(expires_at: str | None, now: dt.datetime | None = None) -> str:
 
 
 def ps_table(models: list[dict[str, Any]]) -> str:
-    rows = [("NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL")]
+    """Ollama's columns, plus SLOTS: requests running / sequence slots (sized from memory at load)."""
+    rows = [("NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "SLOTS", "UNTIL")]
     for m in models:
         digest = str(m.get("digest") or "").removeprefix("sha256:")[:12]
         size = int(m.get("size") or 0)
         processor = m.get("processor") or _processor(size, int(m.get("size_vram") or 0))
+        slots = f"{m.get('active', 0)}/{m['num_parallel']}" if m.get("num_parallel") else "-"
         rows.append((str(m.get("name", "")), digest, human_size(size), processor,
-                     str(m.get("context_length", "")), until(m.get("expires_at"))))
+                     str(m.get("context_length", "")), slots, until(m.get("expires_at"))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("    ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 

@@ -29,16 +29,28 @@ COMMAND_MODULES = (
     "localrun.cli.info_cmd",
     "localrun.cli.service_cmd",
 )
+# The module that registers each command: running one command imports only its module, so
+# `localrun serve` (the daemon, which stays in memory) and `localrun run` start without importing
+# the bench, the dashboard or the store commands' progress bars.
+COMMANDS = {
+    "serve": "localrun.cli.serve_cmd", "run": "localrun.cli.run_cmd", "ps": "localrun.cli.daemon_cmds",
+    "stop": "localrun.cli.daemon_cmds", "top": "localrun.cli.top_cmd", "bench": "localrun.cli.bench_cmd",
+    "info": "localrun.cli.info_cmd", "service": "localrun.cli.service_cmd",
+    **{name: "localrun.cli.store_cmds" for name in ("pull", "create", "list", "ls", "show", "cp", "rm",
+                                                     "import-ollama")},
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; given the command line, only with the command module it names (all without)."""
     parser = argparse.ArgumentParser(
         prog="localrun",
         description="Run language models locally: pull, serve, chat.",
     )
     parser.add_argument("-v", "--version", action="version", version=f"localrun {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    module_of = COMMANDS.get(argv[0]) if argv else None
+    for name in (module_of,) if module_of else COMMAND_MODULES:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -50,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
     if func is None:

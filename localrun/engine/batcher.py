@@ -9,6 +9,12 @@ A waiting request whose prompt shares a long prefix with a prompt still being pr
 for that prefill (it is registered in the prefix tree chunk by chunk) instead of computing the
 same prefix again: eight requests with one system prompt compute it once.
 
+A request with an explicit seed repeats its text when it runs alone, also with llama.cpp's fastest
+kernels (the deterministic mode covers the rest): its last prompt token is always computed in a
+step of its own, as a repeat computes it after a prefix-cache hit, and while it decodes alone a
+placeholder token rides along, because a batch of exactly one token makes llama.cpp split F16
+attention at cell-index boundaries that move as the cache fills (BENCHMARKS.md, Known limits).
+
 Owned by the engine thread (nothing here is thread-safe); ``RequestHandle.cancel`` only sets
 a flag that the next step reads.
 """
@@ -21,6 +27,7 @@ from collections import deque
 
 import llama_cpp as lc
 
+from .. import trace
 from ..errors import EngineError, GrammarError, LocalrunError
 from .kvcache import KVCache
 from .native import Batch, Vocab
@@ -31,6 +38,7 @@ from .types import DoneEvent, DoneReason, ErrorEvent, TokenEvent, TokenLogprob
 log = logging.getLogger(__name__)
 
 SHARE_MIN = 32  # tokens of shared prefix worth waiting for another prefill
+MAX_BATCH_WAIT = 30.0  # seconds: a waiting batch request is then served like an interactive one
 
 
 class Batcher:
@@ -43,6 +51,7 @@ class Batcher:
         self.num_parallel = num_parallel
         self.batch = Batch(n_batch)
         self.scratch = TokenData(vocab.n_vocab)
+        self._placeholder = False  # the batch holds a placeholder token (a seeded sequence decoding alone)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.prompt_tokens = 0
@@ -65,13 +74,16 @@ class Batcher:
         participants = self._build()
         if not participants:
             return False
+        trace.mark("step", 0, self.batch.n_tokens)
         if not self._decode(participants):
             return True
+        trace.mark("decoded", 0, len(participants))
         for seq in participants:
             try:
                 self._advance(seq)
             except LocalrunError as exc:
                 self._fail(seq, exc)
+        trace.mark("advanced")
         return True
 
     def _retire_cancelled(self) -> None:
@@ -86,6 +98,8 @@ class Batcher:
     def _admit(self) -> None:
         if self.waiting and not self.running:
             self.kv.reset_if_fragmented()
+        if len(self.waiting) > 1 and len(self.running) + len(self.waiting) > self.num_parallel:
+            self._order_waiting()
         deferred: list[Sequence] = []
         while self.waiting and len(self.running) < self.num_parallel:
             seq = self.waiting.popleft()
@@ -96,11 +110,22 @@ class Batcher:
             seq.n_past = seq.lease.cached
             seq.state = SeqState.PREFILL
             seq.t_start = time.perf_counter()
+            trace.mark("admitted", seq.handle.request_id, seq.lease.cached)
             accept_prompt(seq.sampler, seq.tokens[: seq.prompt_len], seq.last_n)
             self.running.append(seq)
             self.prompt_tokens += seq.prompt_len
             self.cached_tokens += seq.lease.cached
         self.waiting.extendleft(reversed(deferred))
+
+    def _order_waiting(self) -> None:
+        """More requests than free slots: interactive ones first, each class in arrival order.
+
+        A batch request that has waited :data:`MAX_BATCH_WAIT` seconds counts as interactive, so a
+        steady stream of chat turns delays long jobs but never starves them.
+        """
+        now = time.perf_counter()
+        self.waiting = deque(sorted(
+            self.waiting, key=lambda s: (not (s.interactive or now - s.t_submit >= MAX_BATCH_WAIT), s.t_submit)))
 
     def _should_wait_for_shared_prefill(self, seq: Sequence) -> bool:
         if not self.kv.enabled:
@@ -118,7 +143,10 @@ class Batcher:
         batch = self.batch
         batch.clear()
         decoding = [s for s in self.running if s.state is SeqState.DECODE]
-        prefilling = [s for s in self.running if s.state is SeqState.PREFILL]
+        # Interactive prompts first, then the shortest remaining: a chat turn admitted behind a long
+        # batch prompt gets its first token without waiting for all of that prompt's chunks.
+        prefilling = sorted((s for s in self.running if s.state is SeqState.PREFILL),
+                            key=lambda s: (not s.interactive, s.prompt_len - s.n_past))
         wanted = len(decoding) + sum(s.prompt_len - s.n_past for s in prefilling)
         free = self.kv.n_cells - self.used_cells()
         if free < min(wanted, self.n_batch):
@@ -134,6 +162,8 @@ class Batcher:
             if budget <= 0:
                 break
             take = min(budget, seq.prompt_len - seq.n_past)
+            if seq.seeded and take > 1 and seq.n_past + take == seq.prompt_len:
+                take -= 1  # the last prompt token in a step of its own (module docstring)
             last = seq.n_past + take == seq.prompt_len
             row = batch.add(seq.lease.seq_id, seq.n_past,  # type: ignore[union-attr]
                             seq.tokens[seq.n_past: seq.n_past + take], want_last_logits=last)
@@ -141,9 +171,20 @@ class Batcher:
             seq.chunk = take
             budget -= take
             participants.append(seq)
+        if batch.n_tokens == 1 and participants[0].seeded and free > 1:
+            batch.add(self.kv.scratch_id, 0, [self.vocab.bos if self.vocab.bos >= 0 else 0], want_last_logits=False)
+            self._placeholder = True
         return participants
 
     def _decode(self, participants: list[Sequence]) -> bool:
+        try:
+            return self._decode_batch(participants)
+        finally:
+            if self._placeholder:  # its one cell goes back at once
+                self._placeholder = False
+                self.kv.clear_scratch()
+
+    def _decode_batch(self, participants: list[Sequence]) -> bool:
         rc = self.batch.decode(self.ctx)
         if rc == 1 and self.kv.release_parked():  # parked cells are not counted as used
             rc = self.batch.decode(self.ctx)
@@ -178,6 +219,7 @@ class Batcher:
                 return
             seq.state = SeqState.DECODE
             seq.t_first = time.perf_counter()
+            trace.mark("prefilled", seq.handle.request_id)
             if seq.num_predict == 0:
                 self._finish(seq, DoneReason.LENGTH)
                 return

@@ -7,6 +7,8 @@ sequences and the prefix cache. The engine thread owns the context and runs the
 (validated synchronously: OptionError, GrammarError, ContextOverflow, InvalidRequest) and read
 events from the returned :class:`RequestHandle`. ``embed()`` uses a second, lazily created
 context and is serialised by its own lock. ``close()`` stops the thread and frees native memory.
+With a ``prefix_cache`` location, the prefix cache is restored from disk at load and saved there
+by ``close()`` (prefix_store.py), so a model reloaded later answers cached prompts at once.
 """
 
 from __future__ import annotations
@@ -14,41 +16,51 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from pathlib import Path
 
 import llama_cpp as lc
 
-from .. import config
 from ..errors import ContextOverflow, EngineError, InvalidRequest, OptionError
 from ..offload import parse_load_report
-from . import native
+from . import native, prefix_store
 from .batcher import Batcher
 from .detok import TextStream
 from .embedding import Embedder
 from .grammar import grammar_for
 from .kvcache import KVCache
+from .prefix_store import PrefixStore
 from .sampling import build_sampler, validate
 from .sequence import RequestHandle, Sequence
 from .template import ChatTemplate
-from .types import EmbedResult, EngineStats, ErrorEvent, GenerateRequest, LoadOptions, ModelInfo, Truncation
+from .types import (
+    EmbedResult,
+    EngineStats,
+    ErrorEvent,
+    GenerateRequest,
+    LoadOptions,
+    ModelInfo,
+    PrefixCacheLocation,
+    Truncation,
+)
 
 log = logging.getLogger(__name__)
 
 MAX_SEQ_IDS = 64  # llama.cpp's LLAMA_MAX_SEQ is larger; running + cached sequences fit well within
+INTERACTIVE_PROMPT_TOKENS = 512  # a request that does not say counts as interactive up to this prompt length
 
 
 def kv_type(options: LoadOptions) -> str:
-    """The KV cache type LOCALRUN_KV_CACHE_TYPE asks for; ``auto`` is bf16 on CPU while
-    LOCALRUN_BATCH_INVARIANT is on, f16 with GPU layers or with batch invariance off.
+    """The KV cache type ``options.kv_cache_type`` asks for; ``auto`` is bf16 on CPU with
+    ``batch_invariant``, f16 otherwise (the fast default, and GPU layers).
 
-    bf16 keeps seeded output reproducible on llama.cpp's CPU attention kernels (native.py); f16
-    prefills long prompts faster there. GPU kernels are built around f16 caches, and their
-    reproducibility is another matter.
+    bf16 keys keep seeded output reproducible on llama.cpp's CPU attention kernels whatever
+    runs alongside (native.py); f16 prefills long prompts faster there. GPU kernels are built
+    around f16 caches, and their reproducibility is another matter.
     """
-    wanted = config.kv_cache_type()
-    if wanted != "auto":
-        return wanted
+    if options.kv_cache_type != "auto":
+        return options.kv_cache_type
     gpu = lc.llama_supports_gpu_offload() and options.num_gpu != 0
-    return "bf16" if config.batch_invariant() and not gpu else "f16"
+    return "bf16" if options.batch_invariant and not gpu else "f16"
 
 
 def check_load_options(options: LoadOptions) -> None:
@@ -60,26 +72,32 @@ def check_load_options(options: LoadOptions) -> None:
         raise OptionError(f"num_thread must be at least 1, got {options.num_thread!r}")
     if options.num_parallel > MAX_SEQ_IDS // 2:
         raise OptionError(f"num_parallel must be at most {MAX_SEQ_IDS // 2}, got {options.num_parallel}")
+    if options.kv_cache_type not in native.KV_CACHE_TYPES:
+        raise OptionError(f"kv_cache_type must be one of {', '.join(native.KV_CACHE_TYPES)}, "
+                          f"got {options.kv_cache_type!r}")
 
 
 class Engine:
     """A loaded model serving many concurrent requests by continuous batching."""
 
-    def __init__(self, model_path: str, options: LoadOptions, *, template: str | None = None) -> None:
+    def __init__(self, model_path: str, options: LoadOptions, *, template: str | None = None,
+                 prefix_cache: PrefixCacheLocation | None = None) -> None:
         check_load_options(options)
         self.options = options
-        if config.batch_invariant():
+        self._prefix_store: PrefixStore | None = None
+        if options.batch_invariant:
             native.use_batch_invariant_matmuls()
         self._model = native.load_model(model_path, options)
         self._ctx: lc.llama_context_p | None = None
         self._closed = False
         try:
-            self._setup(model_path, options, template)
+            self._setup(model_path, options, template, prefix_cache)
         except BaseException:
             self._free_native()
             raise
 
-    def _setup(self, model_path: str, options: LoadOptions, template: str | None) -> None:
+    def _setup(self, model_path: str, options: LoadOptions, template: str | None,
+               prefix_cache: PrefixCacheLocation | None) -> None:
         model = self._model
         self.vocab = native.Vocab(model)
         n_ctx_train = int(lc.llama_model_n_ctx_train(model))
@@ -113,9 +131,14 @@ class Engine:
             self._ctx = native.create_context(model, spec)
             n_cells = int(lc.llama_n_ctx(self._ctx))
             kv = KVCache(lc.llama_get_memory(self._ctx), n_cells, n_seq_max, enabled=not recurrent,
-                         reorder_when_idle=config.batch_invariant())
+                         reorder_when_idle=options.batch_invariant)
             self.batcher = Batcher(self._ctx, self.vocab, kv, n_batch=n_batch,
                                    num_parallel=options.num_parallel)
+            if prefix_cache is not None and kv.enabled:
+                self._prefix_store = PrefixStore(Path(prefix_cache.directory), prefix_cache.model_digest,
+                                                 prefix_store.fingerprint(Path(model_path)), spec.kv_type,
+                                                 n_cells // 2)
+                prefix_store.restore(self._prefix_store, self._ctx, kv)
         report = parse_load_report(native.last_load_log)
         self._info = ModelInfo(
             architecture=arch, n_params=int(lc.llama_model_n_params(model)), n_ctx_train=n_ctx_train,
@@ -155,9 +178,12 @@ class Engine:
         with self._cond:
             self._next_id += 1
             handle = RequestHandle(self._next_id, self._wake)
+            interactive = request.interactive if request.interactive is not None \
+                else len(tokens) <= INTERACTIVE_PROMPT_TOKENS
             seq = Sequence(handle=handle, tokens=tokens, prompt_len=len(tokens), truncated=truncated,
                            sampler=sampler, text=TextStream(options.stop), num_ctx=self.num_ctx,
-                           num_predict=num_predict, last_n=last_n)
+                           num_predict=num_predict, last_n=last_n, interactive=interactive,
+                           seeded=options.seed is not None and not self.options.batch_invariant)
             self._incoming.append(seq)
             self._cond.notify()
         return handle
@@ -183,7 +209,7 @@ class Engine:
         return EngineStats(
             slots_total=b.num_parallel, slots_active=len(b.running), queued=len(b.waiting) + len(self._incoming),
             kv_cells_total=b.kv.n_cells, kv_cells_used=b.used_cells(), prefix_cache_hit_tokens=b.cached_tokens,
-            prompt_tokens=b.prompt_tokens, generated_tokens=b.generated_tokens,
+            prompt_tokens=b.prompt_tokens, generated_tokens=b.generated_tokens, kv_cache_resets=b.kv.resets,
         )
 
     def close(self) -> None:
@@ -196,6 +222,11 @@ class Engine:
                 self._cond.notify_all()
             if self._thread.is_alive():
                 self._thread.join()
+        if self._prefix_store is not None and self.batcher is not None and self._ctx is not None:
+            try:
+                prefix_store.save(self._prefix_store, self._ctx, self.batcher.kv)
+            except OSError as exc:  # a full or read-only disk costs the saved cache, never the unload
+                log.warning("prefix cache not saved: %s", exc)
         self._free_native()
 
     # -- internals -----------------------------------------------------------------------

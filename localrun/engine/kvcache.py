@@ -16,6 +16,14 @@ tree's instead (``seq_rm`` + ``seq_cp``) when it registers, so every cached posi
 once and ``used_cells`` is exact. Models whose cache cannot be partially removed (recurrent,
 hybrid) run with the prefix cache disabled: every request recomputes its prompt.
 
+In the deterministic mode (``reorder_when_idle``, the batch_invariant load option) cells a
+sequence gives up are *parked* on a reserved sequence id instead of freed, until llama.cpp runs
+out of room: freed cells below a sequence's own would let its next cells land out of position
+order, which changes the attention kernel's summation order. The default mode frees them at once.
+
+:meth:`export_order`, :meth:`export_segment` and :meth:`adopt` save the tree to disk and put it
+back (``prefix_store.py``), between loads of the model.
+
 Owned by the engine thread; nothing here is thread-safe.
 """
 
@@ -123,6 +131,64 @@ class KVCache:
         else:
             self._drop(seq)
 
+    # -- on disk (prefix_store.py; engine thread, while nothing runs) ----------------------
+    def export_order(self, max_tokens: int) -> list[tuple[RadixNode, RadixNode | None]]:
+        """Cached nodes with their parents (None: the root), parents first, most recently used
+        subtrees first, up to ``max_tokens`` positions in all."""
+        out: list[tuple[RadixNode, RadixNode | None]] = []
+        total = 0
+        stack: list[RadixNode] = sorted(self.tree.root.children.values(), key=lambda n: n.last_access)
+        while stack:
+            node = stack.pop()
+            if total + len(node.key) > max_tokens:
+                continue
+            total += len(node.key)
+            out.append((node, node.parent if node.parent is not self.tree.root else None))
+            stack.extend(sorted(node.children.values(), key=lambda n: n.last_access))
+        return out
+
+    def export_segment(self, ctx: lc.llama_context_p, node: RadixNode) -> bytes | None:
+        """The KV of ``node``'s own positions ``[start, end)`` as llama.cpp serialises a sequence
+        (copied to the parked id for the call, so nothing cached moves)."""
+        from .prefix_store import state_of
+
+        owner = self.tree.path_owner(node)
+        if owner is None:
+            return None
+        self.release_parked()
+        lc.llama_memory_seq_cp(self.mem, owner, self.parked_id, node.start, node.end)
+        try:
+            return state_of(ctx, self.parked_id)
+        finally:
+            lc.llama_memory_seq_rm(self.mem, self.parked_id, -1, -1)
+
+    def adopt(self, ctx: lc.llama_context_p, tokens: list[int], start: int, state: bytes) -> bool:
+        """Put saved KV back: ``state`` holds positions ``[start, len(tokens))`` and the tree
+        already caches ``tokens[:start]``. False (nothing changed) when llama.cpp refuses it or
+        no sequence id is free."""
+        from .prefix_store import load_state
+
+        match = self.tree.match_prefix(tokens[:start])
+        if not self.enabled or match.length != start or not self._free:
+            return False
+        holder = self.tree.path_owner(match.node) if start else None
+        seq = self._free.pop()
+        if not load_state(ctx, seq, state):
+            lc.llama_memory_seq_rm(self.mem, seq, -1, -1)
+            self._free.append(seq)
+            return False
+        if holder is not None:
+            lc.llama_memory_seq_cp(self.mem, holder, seq, 0, start)
+        result = self.tree.insert(tokens, seq)
+        if not result.created:
+            self._drop(seq)
+            return True
+        if result.displaced_owner is not None:  # the parent's holder: ``seq`` now covers its path
+            self._owned.pop(result.displaced_owner, None)
+            self._drop(result.displaced_owner)
+        self._owned[seq] = result.node
+        return True
+
     # -- memory ------------------------------------------------------------------------
     @property
     def cached_cells(self) -> int:
@@ -139,6 +205,16 @@ class KVCache:
 
     def evict_all(self) -> int:
         return self.evict(self.tree.evictable_size)
+
+    @property
+    def scratch_id(self) -> int:
+        """A sequence id for a cell that lives one step (the batcher's placeholder token); it is the
+        parked id, unused in the default mode. Call :meth:`clear_scratch` after the decode."""
+        assert not self.reorder_when_idle, "the deterministic mode parks cells on this id"
+        return self.parked_id
+
+    def clear_scratch(self) -> None:
+        lc.llama_memory_seq_rm(self.mem, self.parked_id, -1, -1)
 
     def release_parked(self) -> bool:
         """Free the parked cells (call when llama.cpp found no room); False if there were none."""
@@ -169,7 +245,7 @@ class KVCache:
     def _give_up(self, seq: int, p0: int, p1: int) -> bool:
         """Remove positions [p0, p1) from ``seq``, parking the cells; False when llama.cpp
         refuses a partial removal (nothing is removed then)."""
-        if self.enabled:
+        if self.enabled and self.reorder_when_idle:
             lc.llama_memory_seq_cp(self.mem, seq, self.parked_id, p0, p1)
             self._parked = True
         return bool(lc.llama_memory_seq_rm(self.mem, seq, p0, p1))

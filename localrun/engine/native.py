@@ -30,9 +30,10 @@ from .types import LoadOptions
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# Attention settings: flash attention on; K and V cached in BF16 (on CPU) or F16
-# (LOCALRUN_KV_CACHE_TYPE, engine.kv_type). Why (measured on Gemma 3 270M, which turns a last-bit
-# difference in one layer into up to ~1 logit; BENCHMARKS.md, Known limits):
+# Attention settings: flash attention on; K and V cached in F16 (the fast default), or K in BF16
+# and V in F16 in the deterministic mode (LoadOptions.batch_invariant / kv_cache_type,
+# engine.kv_type). Why the deterministic mode needs BF16 keys (measured on Gemma 3 270M, which
+# turns a last-bit difference in one layer into up to ~1 logit; BENCHMARKS.md, Known limits):
 # - Flash attention OFF reduces softmax and V*p over all cells of the unified cache in SIMD lanes
 #   chosen by cell index, so a sequence's logits depend on where its cells sit; it is also slower
 #   (every query pays for every cell of the unified cache, cached prefixes of others included).
@@ -52,12 +53,13 @@ T = TypeVar("T")
 # switches to a tiled matmul kernel once a batch holds 8 or more tokens, and it rounds differently
 # from the per-row dot products used below 8, so a token decoded alone and the same token decoded
 # among 7 others differed (Gemma 3's layer-0 attention-output matmul was the first tensor to
-# change). use_batch_invariant_matmuls() turns the tiled kernel off (LOCALRUN_BATCH_INVARIANT).
+# change). use_batch_invariant_matmuls() turns the tiled kernel off (LoadOptions.batch_invariant).
 FLASH_ATTN = lc.LLAMA_FLASH_ATTN_TYPE_AUTO
 GGML_TYPE_F16 = 1  # ggml.h enum ggml_type (llama_cpp does not export these names)
 GGML_TYPE_BF16 = 30
-# LOCALRUN_KV_CACHE_TYPE -> (K type, V type); 2 bytes per value either way (runtime/memory.py)
+# LoadOptions.kv_cache_type -> (K type, V type); 2 bytes per value either way (runtime/memory.py)
 KV_TYPES = {"f16": (GGML_TYPE_F16, GGML_TYPE_F16), "bf16": (GGML_TYPE_BF16, GGML_TYPE_F16)}
+KV_CACHE_TYPES = ("auto", *KV_TYPES)
 
 
 _init_lock = threading.Lock()

@@ -105,6 +105,8 @@ class Sequence:
     num_ctx: int
     num_predict: int | None
     last_n: int                                  # penalty window fed with prompt tokens
+    interactive: bool = False                    # admitted and prefilled first (batcher.py)
+    seeded: bool = False                         # an explicit seed: computed so that it repeats alone (batcher.py)
     state: SeqState = SeqState.WAITING
     lease: Lease | None = None
     n_past: int = 0

@@ -22,9 +22,15 @@ class LoadOptions:
     main_gpu: int = 0
     num_thread: int | None = None  # None = all physical cores
     use_mmap: bool = True
-    num_parallel: int = 4        # sequence slots (LOCALRUN_NUM_PARALLEL)
+    num_parallel: int = 4        # sequence slots (the daemon sizes them from memory: runtime/memory.py)
     adapter: str | None = None   # path to a LoRA adapter GGUF
     embedding: bool = False      # load for embeddings (pooling) instead of generation
+    # Deterministic mode (as SGLang's): a seeded request gives the same text whatever runs beside it.
+    # Off (default): llama.cpp's fastest kernels; a seeded request repeats its text when it runs alone.
+    # On: per-row matmuls for every batch size and a BF16-key cache (engine/native.py), ~15-20 %
+    # slower prompt processing. Per process: a runner decodes with one kind of matmul kernel.
+    batch_invariant: bool = False
+    kv_cache_type: str = "auto"  # "auto" | "f16" | "bf16": auto = bf16 with batch_invariant on CPU, else f16
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +58,15 @@ class SamplingOptions:
     min_tokens: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class PrefixCacheLocation:
+    """Where a model's prefix cache is saved between loads: a folder, and the store's digest of
+    the model, which the saved file must name to be used (engine/prefix_store.py)."""
+
+    directory: str
+    model_digest: str
+
+
 class Truncation(enum.Enum):
     """What to do with a prompt longer than the context."""
 
@@ -74,6 +89,9 @@ class GenerateRequest:
     truncation: Truncation = Truncation.FRONT
     num_keep: int = 0
     add_special: bool = True  # add BOS when the prompt is text
+    # Someone is waiting at a chat prompt (the TUI, `localrun run`): admitted and prefilled before
+    # batch work. None: decided by the prompt's length (short prompts count as interactive).
+    interactive: bool | None = None
 
 
 class DoneReason(enum.Enum):
@@ -145,6 +163,7 @@ class EngineStats:
     prefix_cache_hit_tokens: int   # cumulative
     prompt_tokens: int             # cumulative
     generated_tokens: int          # cumulative
+    kv_cache_resets: int = 0       # cumulative: times the deterministic mode cleared a filled-up cache
 
 
 @dataclass(frozen=True, slots=True)

@@ -240,11 +240,35 @@ def _read_geometry_cached(path: str, size: int, _mtime: int) -> ModelGeometry:
     )
 
 
+MAX_AUTO_SLOTS = 16  # batched decode on CPU stops gaining throughput around here (ENGINE_NOTES.md)
+SLOT_SHARE = 0.5  # of the memory left after the weights: what default_slots may give the KV cache
+
+
+def kv_bytes_per_token(geometry: ModelGeometry) -> int:
+    """KV cache bytes one token takes in every layer (2-byte K and V: bf16 or f16, engine/native.py)."""
+    g = geometry
+    return g.n_layer * g.n_head_kv * (g.head_dim_k + g.head_dim_v) * 2
+
+
+def default_slots(geometry: ModelGeometry, options: LoadOptions, free_ram: int, gpus: list[Device]) -> int:
+    """How many sequence slots to load ``geometry`` with when the user did not say.
+
+    Each slot costs ``num_ctx`` tokens of KV cache plus a row of logits. Up to :data:`SLOT_SHARE`
+    of the memory left once the weights and compute buffers are placed (free RAM, plus free GPU
+    memory when a GPU is there) goes to slots, between 1 and :data:`MAX_AUTO_SLOTS`. Ollama sizes
+    its parallelism from free memory too; on a 24 GB machine a small model gets 16.
+    """
+    base = estimate(geometry, dataclasses.replace(options, num_parallel=1))
+    per_slot = options.num_ctx * kv_bytes_per_token(geometry) + geometry.n_vocab * 4
+    left = free_ram + sum(g.free for g in gpus) - base.weights - base.compute
+    return max(1, min(MAX_AUTO_SLOTS, int(left * SLOT_SHARE) // max(1, per_slot)))
+
+
 def estimate(geometry: ModelGeometry, options: LoadOptions) -> MemoryEstimate:
     """Bytes needed to load ``geometry`` with ``options`` (weights + KV cache + compute buffers)."""
     g = geometry
     kv_tokens = options.num_ctx * max(1, options.num_parallel)
-    kv = kv_tokens * g.n_layer * g.n_head_kv * (g.head_dim_k + g.head_dim_v) * 2  # bf16 or f16 K and V (engine/native.py)
+    kv = kv_tokens * kv_bytes_per_token(g)
     batch = max(1, min(options.num_batch, kv_tokens))
     # Activations for one batch, plus one row of logits per sequence slot, plus allocator slack.
     compute = batch * (g.n_embd + g.n_ff) * 4 * 4 + max(1, options.num_parallel) * g.n_vocab * 4 + 32 * MiB

@@ -9,6 +9,7 @@ with the reason; the scheduler then forgets the model so the next request loads 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import os
@@ -18,8 +19,17 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .. import errors
-from ..engine.types import EmbedResult, EngineStats, ErrorEvent, Event, GenerateRequest, LoadOptions, is_last
+from .. import errors, trace
+from ..engine.types import (
+    EmbedResult,
+    EngineStats,
+    ErrorEvent,
+    Event,
+    GenerateRequest,
+    LoadOptions,
+    PrefixCacheLocation,
+    is_last,
+)
 from . import protocol
 
 log = logging.getLogger(__name__)
@@ -93,6 +103,7 @@ class RunnerProcess:
         template: str | None = None,
         factory: str | None = None,
         env: Mapping[str, str] | None = None,
+        prefix_cache: PrefixCacheLocation | None = None,
     ) -> RunnerProcess:
         """Spawn a runner, load the model in it and wait until it is ready.
 
@@ -107,7 +118,7 @@ class RunnerProcess:
         )
         runner = cls(name, proc)
         try:
-            first = await runner._load(model_path, options, template, factory)
+            first = await runner._load(model_path, options, template, factory, prefix_cache)
         except BaseException:  # a failed, timed-out or abandoned load must not leave a process behind
             runner.kill()
             await proc.wait()
@@ -124,13 +135,14 @@ class RunnerProcess:
         return runner
 
     async def _load(self, model_path: str, options: LoadOptions, template: str | None,
-                    factory: str | None) -> dict[str, Any] | None:
+                    factory: str | None, prefix_cache: PrefixCacheLocation | None) -> dict[str, Any] | None:
         await self._send({
             "op": "load",
             "model_path": model_path,
             "options": protocol.encode_load_options(options),
             "template": template,
             "factory": factory,
+            "prefix_cache": dataclasses.asdict(prefix_cache) if prefix_cache is not None else None,
         })
         assert self._proc.stdout is not None
         try:
@@ -161,6 +173,7 @@ class RunnerProcess:
                 message = await protocol.read_frame(self._proc.stdout)
                 if message is None:
                     break
+                trace.mark("frame_read", self.pid)
                 self._dispatch(message)
         except errors.RunnerCrashed as exc:
             problem = str(exc)
@@ -223,6 +236,7 @@ class RunnerProcess:
             raise errors.RunnerCrashed(f"the runner for model {self.name!r} is not running")
         try:
             await self._send({"op": "generate", "id": rid, "request": protocol.encode_request(request)})
+            trace.mark_request("sent", f"{self.pid}:{rid}")
             await accepted
         except errors.LocalrunError:  # refused by the engine (OptionError...) or the runner died
             self._streams.pop(rid, None)

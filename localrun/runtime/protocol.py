@@ -4,7 +4,7 @@ A frame is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON 
 JSON rather than pickle: a runner that misbehaves can send nothing that runs code in the daemon.
 
 Daemon -> runner ops (``op``):
-    load {model_path, options, template, factory}   first frame, exactly once
+    load {model_path, options, template, factory, prefix_cache}   first frame, exactly once
     generate {id, request}    -> accepted {id} | error {id, error}, then events {id, event}
     cancel {id}                -> (the stream ends with a done/cancelled or error event)
     embed {id, input, truncate} / tokenize {id, text, add_special} / detokenize {id, tokens}
@@ -151,6 +151,7 @@ def encode_request(request: GenerateRequest) -> dict[str, Any]:
         "truncation": request.truncation.value,
         "num_keep": request.num_keep,
         "add_special": request.add_special,
+        "interactive": request.interactive,
     }
 
 
@@ -166,6 +167,7 @@ def decode_request(data: dict[str, Any]) -> GenerateRequest:
         truncation=Truncation(data.get("truncation", "front")),
         num_keep=int(data.get("num_keep", 0)),
         add_special=bool(data.get("add_special", True)),
+        interactive=None if data.get("interactive") is None else bool(data["interactive"]),
     )
 
 

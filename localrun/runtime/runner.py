@@ -25,7 +25,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, Callable
 
-from ..engine.types import ErrorEvent, is_last
+from .. import config, trace
+from ..engine.types import ErrorEvent, PrefixCacheLocation, is_last
 from . import protocol
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class Runner:
         self._handles: dict[int, Any] = {}
         self._handles_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="runner-rpc")
+        self._traced: set[int] = set()  # request ids whose first event went out (tracing only)
         self._writer = threading.Thread(target=self._write_loop, name="runner-writer", daemon=True)
         self._writer.start()
 
@@ -84,8 +86,18 @@ class Runner:
                     self._out.flush()
                 except (BrokenPipeError, OSError):  # the daemon went away: nothing left to tell it
                     return
+                if trace.enabled():
+                    self._trace_frame(items)
             if stop:
                 return
+
+    def _trace_frame(self, items: list[Any]) -> None:
+        """Tracing only: mark the frame, and each request whose first event it carried."""
+        trace.mark("frame_written", 0, len(items))
+        for item in items:
+            if isinstance(item, tuple) and item[0] not in self._traced:
+                self._traced.add(item[0])
+                trace.mark("first_written", item[0])
 
     def serve(self, stream: IO[bytes]) -> None:
         while True:
@@ -99,6 +111,7 @@ class Runner:
         op = message.get("op")
         rid = message.get("id")
         if op == "generate":
+            trace.mark("recv", int(message["id"]))
             self._generate(int(message["id"]), message["request"])
         elif op == "cancel":
             with self._handles_lock:
@@ -120,6 +133,8 @@ class Runner:
             return
         with self._handles_lock:
             self._handles[rid] = handle
+        if trace.enabled():
+            trace.mark("submitted", rid, handle.request_id)
         self.send({"op": "accepted", "id": rid})
         forward = getattr(handle, "forward", None)
         if forward is not None:
@@ -185,6 +200,7 @@ def main() -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s runner[%(process)d] %(name)s: %(message)s",
     )
+    trace.configure(config.trace_dir())
     out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)  # stray native prints go to stderr, never into the frame stream
     sys.stdout = sys.stderr
@@ -200,7 +216,9 @@ def main() -> int:
     try:
         factory = load_factory(str(first.get("factory") or DEFAULT_FACTORY))
         options = protocol.decode_load_options(first.get("options") or {})
-        engine = factory(str(first["model_path"]), options, template=first.get("template"))
+        cache = first.get("prefix_cache")
+        extra = {"prefix_cache": PrefixCacheLocation(**cache)} if isinstance(cache, dict) else {}
+        engine = factory(str(first["model_path"]), options, template=first.get("template"), **extra)
     except Exception as exc:
         log.info("load failed: %s", exc)
         writer.send({"op": "load_error", "error": protocol.encode_error(exc)})

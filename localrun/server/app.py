@@ -13,11 +13,14 @@ import logging
 import os
 import signal
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from .. import config, trace
 from ..config import Settings
+from ..engine.types import LoadOptions, PrefixCacheLocation
 from ..runtime import memory
 from ..runtime.memory import Placement
 from ..runtime.process import RunnerProcess
@@ -32,10 +35,12 @@ from .service import Service
 log = logging.getLogger(__name__)
 
 
-def runner_load_fn(factory: str | None = None, env: Mapping[str, str] | None = None) -> LoadFn:
+def runner_load_fn(factory: str | None = None, env: Mapping[str, str] | None = None,
+                   prefix_cache_dir: Path | None = None) -> LoadFn:
     """A scheduler ``load_fn`` that starts one runner process per model.
 
     ``factory`` ("module:callable") replaces the engine class inside the runner (tests).
+    ``prefix_cache_dir``: where models with a store digest keep their prefix cache between loads.
     """
 
     async def load(spec: LoadSpec, placement: Placement) -> Backend:
@@ -44,8 +49,10 @@ def runner_load_fn(factory: str | None = None, env: Mapping[str, str] | None = N
         options = spec.options
         if options.num_gpu is None:
             options = replace(options, num_gpu=placement.gpu_layers)
+        cache = PrefixCacheLocation(str(prefix_cache_dir), spec.digest) if prefix_cache_dir and spec.digest else None
         return await RunnerProcess.start(
-            spec.name, spec.model_path, options, template=spec.template, factory=factory, env=env
+            spec.name, spec.model_path, options, template=spec.template, factory=factory, env=env,
+            prefix_cache=cache,
         )
 
     return load
@@ -75,7 +82,8 @@ def create_app(
     if scheduler is None:
         scheduler = Scheduler(
             # LOCALRUN_RUNNER_FACTORY ("module:callable") swaps the engine inside runners: a test seam.
-            load_fn or runner_load_fn(os.environ.get("LOCALRUN_RUNNER_FACTORY") or None),
+            load_fn or runner_load_fn(os.environ.get("LOCALRUN_RUNNER_FACTORY") or None,
+                                      prefix_cache_dir=settings.prefix_cache_dir),
             probe=_probe_devices,
             geometry=memory.read_geometry,
             max_loaded=settings.max_loaded_models,
@@ -94,7 +102,9 @@ def create_app(
     app[SCHEDULER] = scheduler
     app[METRICS] = metrics
     app[SERVICE] = Service(store, scheduler, metrics, num_parallel=settings.num_parallel,
-                           geometry=memory.read_geometry)
+                           geometry=memory.read_geometry, probe=_probe_devices,
+                           load_defaults=LoadOptions(batch_invariant=settings.batch_invariant,
+                                                     kv_cache_type=settings.kv_cache_type))
     app[STARTED_AT] = 0.0
     app.on_response_prepare.append(add_cors_headers)
     routes_status.add_routes(app)
@@ -132,6 +142,7 @@ async def start_site(app: web.Application, settings: Settings) -> web.AppRunner:
 
 async def serve(settings: Settings, *, store: Any = None) -> None:
     """Run the daemon until SIGINT or SIGTERM."""
+    trace.configure(config.trace_dir())
     app = create_app(settings, store=store)
     runner = await start_site(app, settings)
     log.info("localrun listening on %s (models in %s)", settings.host.url, settings.models_dir)

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import json
 from typing import Any
 
 from aiohttp import web
 
+from .. import trace
 from ..errors import InvalidRequest
+
+PRIORITY_HEADER = "X-Localrun-Priority"
+"""``interactive`` (a person waits: the TUI, ``localrun run``) or ``batch``: how the engine queues the
+request's generations when more arrive than it has slots. Without it, short prompts count as interactive."""
+PRIORITIES = {"interactive": True, "batch": False}
+interactive_hint: contextvars.ContextVar[bool | None] = contextvars.ContextVar("localrun_interactive", default=None)
+"""The request's PRIORITY_HEADER, set by the priority middleware for the handler's task."""
 
 JSON_BODY_LIMIT = 64 * 1024 * 1024  # aiohttp's client_max_size: bodies over it get 413
 
@@ -28,6 +37,7 @@ async def read_json(request: web.Request) -> dict[str, Any]:
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object")
+    trace.mark_request("parsed")
     if _has_lone_surrogate(text):
         try:  # "\ud800"-style escapes decode to lone surrogates, which no tokenizer or log can encode
             json.dumps(body, ensure_ascii=False).encode("utf-8")
@@ -92,6 +102,7 @@ class NDJSONStream:
         if not self.response.prepared:
             await self.response.prepare(self.request)
         await self.response.write(json.dumps(obj, ensure_ascii=False).encode() + b"\n")
+        trace.mark_request("written")
 
     async def finish(self) -> web.StreamResponse:
         if not self.response.prepared:
@@ -112,6 +123,7 @@ class SSEStream:
             await self.response.prepare(self.request)
         data = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)
         await self.response.write(f"data: {data}\n\n".encode())
+        trace.mark_request("written")
 
     async def finish(self) -> web.StreamResponse:
         await self.write("[DONE]")

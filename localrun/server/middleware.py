@@ -20,7 +20,8 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import errors
+from .. import errors, trace
+from .http import PRIORITIES, PRIORITY_HEADER, interactive_hint
 from .keys import METRICS, SETTINGS
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,7 @@ def _endpoint(request: web.Request) -> str:
 
 @web.middleware
 async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    trace.mark_request("http")
     status = 500
     try:
         response = await handler(request)
@@ -192,4 +194,14 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     return await handler(request)
 
 
-MIDDLEWARES = [metrics_middleware, error_middleware, host_middleware, cors_middleware, auth_middleware]
+@web.middleware
+async def priority_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Read PRIORITY_HEADER into ``interactive_hint`` (an unknown value is ignored, as no header)."""
+    hint = PRIORITIES.get(request.headers.get(PRIORITY_HEADER, "").strip().lower())
+    if hint is not None:
+        interactive_hint.set(hint)
+    return await handler(request)
+
+
+MIDDLEWARES = [metrics_middleware, error_middleware, host_middleware, cors_middleware, auth_middleware,
+               priority_middleware]

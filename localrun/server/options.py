@@ -22,8 +22,8 @@ log = logging.getLogger(__name__)
 _INT = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "num_keep", "seed", "num_predict",
         "top_k", "repeat_last_n", "top_logprobs"}
 _FLOAT = {"temperature", "top_p", "min_p", "typical_p", "repeat_penalty", "presence_penalty", "frequency_penalty"}
-_BOOL = {"use_mmap", "logprobs"}
-_LOAD = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "use_mmap"}
+_BOOL = {"use_mmap", "logprobs", "batch_invariant"}
+_LOAD = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "use_mmap", "batch_invariant"}
 _SAMPLING = {f.name for f in dataclasses.fields(SamplingOptions)}
 _DEFAULT_LOAD = LoadOptions()
 MAX_KEEP_ALIVE = 100 * 365 * 86400.0  # seconds; longer keep-alives mean "forever"
@@ -79,8 +79,10 @@ def merge_options(
     *,
     num_parallel: int,
     n_ctx_train: int | None = None,
+    base: LoadOptions = _DEFAULT_LOAD,
 ) -> tuple[LoadOptions, SamplingOptions, dict[str, Any]]:
-    """Combine Modelfile parameters and request options.
+    """Combine Modelfile parameters and request options over ``base`` (the daemon's settings:
+    batch_invariant, kv_cache_type), with ``num_parallel`` slots.
 
     Returns (load options, sampling options, extras) where extras holds ``num_keep``.
     """
@@ -113,7 +115,7 @@ def merge_options(
     #   (GGML_ASSERT n_outputs_max, e.g. num_batch 8 with 8 parallel sequences).
     load_kwargs["num_batch"] = min(max(load_kwargs.get("num_batch", _DEFAULT_LOAD.num_batch), MIN_BATCH),
                                    load_kwargs.get("num_ctx", _DEFAULT_LOAD.num_ctx) * num_parallel)
-    load = LoadOptions(num_parallel=num_parallel, **load_kwargs)
+    load = dataclasses.replace(base, num_parallel=num_parallel, **load_kwargs)
     sampling_kwargs = {k: v for k, v in merged.items() if k in _SAMPLING}
     if sampling_kwargs.get("num_predict") is not None and sampling_kwargs["num_predict"] < 0:
         sampling_kwargs["num_predict"] = None  # -1 (infinite) and -2 (fill context)

@@ -13,6 +13,7 @@ import logging
 from functools import lru_cache
 from typing import Any
 
+from .. import trace
 from ..errors import InvalidRequest, TemplateError
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,9 @@ async def render_async(source: str | None, messages: list[dict[str, Any]],
         return render(source, messages, tools), system_prefix(source, messages)
 
     try:
-        return await asyncio.wait_for(asyncio.to_thread(work), RENDER_TIMEOUT)
+        rendered = await asyncio.wait_for(asyncio.to_thread(work), RENDER_TIMEOUT)
+        trace.mark_request("rendered")
+        return rendered
     except asyncio.TimeoutError:
         raise TemplateError(f"the chat template took longer than {RENDER_TIMEOUT:.0f}s to render") from None
 

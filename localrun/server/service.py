@@ -11,17 +11,20 @@ the one log line per request.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from .. import errors
-from ..engine.types import DoneEvent, EmbedResult, ErrorEvent, GenerateRequest, SamplingOptions, TokenEvent
+from .. import errors, trace
+from ..engine.types import DoneEvent, EmbedResult, ErrorEvent, GenerateRequest, LoadOptions, SamplingOptions, TokenEvent
+from ..runtime import memory
 from ..runtime.memory import ModelGeometry
-from ..runtime.resident import Phase
+from ..runtime.resident import Phase, ProbeFn
 from ..runtime.scheduler import DEFAULT, LoadSpec, Scheduler
+from .http import interactive_hint
 from .metrics import Metrics
 from .options import MISSING, merge_options
 
@@ -91,6 +94,7 @@ class Generation:
             if isinstance(event, TokenEvent):
                 now = time.perf_counter_ns()
                 if self.first_token_ns is None:
+                    trace.mark_request("first_event")
                     self.first_token_ns = now
                     metrics.ttft.labels(self.target.name).observe((now - self.started_ns) / 1e9)
                 elif self.last_token_ns is not None:
@@ -129,6 +133,13 @@ class Generation:
         )
 
 
+def might_overflow(prompt: str, num_ctx: int) -> bool:
+    """Whether ``prompt`` could be too long for ``num_ctx``: every token covers at least one UTF-8
+    byte, except the few special tokens a tokenizer adds (BOS, EOS), so a prompt of fewer bytes
+    always fits and needs no ``num_keep`` (the tokenize round trip to the runner is skipped)."""
+    return len(prompt.encode("utf-8", "replace")) + 8 >= num_ctx
+
+
 class Service:
     def __init__(
         self,
@@ -136,14 +147,23 @@ class Service:
         scheduler: Scheduler,
         metrics: Metrics,
         *,
-        num_parallel: int,
+        num_parallel: int | None,
         geometry: Any,
+        probe: ProbeFn | None = None,
+        load_defaults: LoadOptions = LoadOptions(),
     ) -> None:
+        """``num_parallel`` None: slots sized per model from free memory (``probe``, see :meth:`slots`);
+        ``load_defaults``: the daemon's batch_invariant and kv_cache_type settings."""
         self.store = store
         self.scheduler = scheduler
         self.metrics = metrics
         self.num_parallel = num_parallel
         self._geometry = geometry
+        self._probe = probe
+        self._load_defaults = load_defaults
+        # Slots chosen per (model file, other load options), kept so that requests arriving while the
+        # model loads, or after free memory moved a little, ask for the same options (no reload).
+        self._slots: dict[tuple[str, LoadOptions], int] = {}
 
     async def target(self, name: Any, options: Any = None, keep_alive: Any = MISSING) -> Target:
         """Resolve ``name`` in the store and merge its parameters with the request's options.
@@ -154,14 +174,15 @@ class Service:
             raise errors.InvalidRequest("'model' is required and must be a model name")
         resolved = await asyncio.to_thread(self.store.resolve, name.strip())
         geometry = self._geometry(str(resolved.model_path))
-        load, sampling, extras = merge_options(
-            getattr(resolved, "parameters", None) or {}, options,
-            num_parallel=self.num_parallel, n_ctx_train=geometry.n_ctx_train,
-        )
+        params = getattr(resolved, "parameters", None) or {}
+        load, sampling, extras = merge_options(params, options, num_parallel=1, n_ctx_train=geometry.n_ctx_train,
+                                               base=self._load_defaults)
+        slots = await self.slots(str(resolved.model_path), load, geometry)
+        if slots != 1:
+            load, _, _ = merge_options(params, options, num_parallel=slots, n_ctx_train=geometry.n_ctx_train,
+                                       base=self._load_defaults)
         adapter = getattr(resolved, "adapter_path", None)
         if adapter:
-            from dataclasses import replace
-
             load = replace(load, adapter=str(adapter))
         spec = LoadSpec(
             name=str(getattr(resolved, "name", name)),
@@ -170,10 +191,30 @@ class Service:
             template=getattr(resolved, "template", None),
             digest=getattr(resolved, "digest", None),
         )
+        trace.mark_request("target")
         return Target(
             name=spec.name, resolved=resolved, geometry=geometry, spec=spec, sampling=sampling,
             num_keep=extras.get("num_keep"), keep_alive=DEFAULT if keep_alive is MISSING else keep_alive,
         )
+
+    async def slots(self, model_path: str, load: LoadOptions, geometry: ModelGeometry) -> int:
+        """Sequence slots for a model loaded with ``load``: LOCALRUN_NUM_PARALLEL when set, else
+        :func:`~localrun.runtime.memory.default_slots` of the free memory when it is first asked
+        (the answer is kept for the daemon's life, so the options of a resident model never move)."""
+        if self.num_parallel is not None:
+            return self.num_parallel
+        key = (model_path, replace(load, num_parallel=1))
+        known = self._slots.get(key)
+        if known is None:
+            if self._probe is None:
+                free_ram, gpus = memory.system_devices()
+            else:
+                probed = self._probe()
+                free_ram, gpus = await probed if inspect.isawaitable(probed) else probed
+            known = self._slots.setdefault(key, memory.default_slots(geometry, load, free_ram, gpus))
+            log.info("%s: %d sequence slots (%s of KV cache per token, %s free)", model_path, known,
+                     memory.human_bytes(memory.kv_bytes_per_token(geometry)), memory.human_bytes(free_ram))
+        return known
 
     async def generate(
         self, target: Target, request: GenerateRequest, endpoint: str, *, context: list[int] | None = None,
@@ -181,16 +222,22 @@ class Service:
     ) -> Generation:
         """Hold the model and submit ``request``; raises before streaming on any request error."""
         started = time.perf_counter_ns()
+        if request.interactive is None:
+            request.interactive = interactive_hint.get()
         lease = await self.scheduler.acquire(target.spec, target.keep_alive)
+        trace.mark_request("leased")
         try:
             backend = lease.backend
             if context and isinstance(request.prompt, str):
                 request.prompt = list(context) + await backend.tokenize(request.prompt, add_special=False)
             if target.num_keep is not None:
                 request.num_keep = target.num_keep
-            elif system_prefix and isinstance(request.prompt, str) and request.prompt.startswith(system_prefix):
+            elif (system_prefix and isinstance(request.prompt, str) and request.prompt.startswith(system_prefix)
+                  and might_overflow(request.prompt, target.spec.options.num_ctx)):
                 request.num_keep = len(await backend.tokenize(system_prefix, add_special=request.add_special))
+                trace.mark_request("num_keep")
             stream = await backend.generate(request)
+            trace.mark_request("accepted")
         except BaseException:
             lease.release()
             raise

@@ -32,7 +32,7 @@ INT_PARAMS = frozenset({"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thre
                         "num_predict", "top_k", "repeat_last_n"})
 FLOAT_PARAMS = frozenset({"top_p", "min_p", "typical_p", "temperature", "repeat_penalty", "presence_penalty",
                           "frequency_penalty"})
-BOOL_PARAMS = frozenset({"use_mmap"})
+BOOL_PARAMS = frozenset({"use_mmap", "batch_invariant"})
 LIST_PARAMS = frozenset({"stop"})
 # Accepted for compatibility with Ollama Modelfiles; the engine ignores them.
 LEGACY_PARAMS: dict[str, type] = {

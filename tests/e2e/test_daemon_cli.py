@@ -43,7 +43,7 @@ def test_ensure_daemon_starts_one_in_the_background_and_ps_stop_use_it(
     pid = listener_pid(config.host().port)
     assert ensure_daemon().is_running() and listener_pid(config.host().port) == pid  # reuses it
     assert main(["ps"]) == 0
-    assert capsys.readouterr().out.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"]
+    assert capsys.readouterr().out.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "SLOTS", "UNTIL"]
     list(client.generate("tiny", "hello", keep_alive="10m"))
     assert main(["ps"]) == 0
     row = capsys.readouterr().out.splitlines()[1]

@@ -11,7 +11,8 @@ from localrun.errors import ConfigError
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("LOCALRUN_HOST", "LOCALRUN_MODELS", "LOCALRUN_KEEP_ALIVE", "LOCALRUN_MAX_QUEUE"):
+    for var in ("LOCALRUN_HOST", "LOCALRUN_MODELS", "LOCALRUN_KEEP_ALIVE", "LOCALRUN_MAX_QUEUE",
+                "LOCALRUN_NUM_PARALLEL", "LOCALRUN_BATCH_INVARIANT"):
         monkeypatch.delenv(var, raising=False)
     s = config.load_settings()
     assert (s.host.host, s.host.port) == ("127.0.0.1", 11435)
@@ -19,7 +20,8 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert s.models_dir.name == "models"
     assert s.keep_alive == 300.0
     assert s.max_queue == 512
-    assert 4 <= s.num_parallel <= 16
+    assert s.num_parallel is None  # sized per model from free memory when it loads
+    assert s.batch_invariant is False  # the fastest kernels; deterministic mode on request
     assert s.api_key is None and s.origins == ()
 
 
@@ -93,13 +95,23 @@ def test_kv_cache_type_defaults_to_auto_and_names_the_variable_on_a_bad_value(mo
         config.load_settings()
 
 
-def test_batch_invariant_is_on_by_default_and_names_the_variable_on_a_bad_value(
+def test_batch_invariant_is_off_by_default_and_names_the_variable_on_a_bad_value(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LOCALRUN_BATCH_INVARIANT", raising=False)
-    assert config.batch_invariant() is True
+    assert config.batch_invariant() is False
     for raw, value in (("0", False), (" off ", False), ("FALSE", False), ("1", True), ("yes", True)):
         monkeypatch.setenv("LOCALRUN_BATCH_INVARIANT", raw)
         assert config.batch_invariant() is value
     monkeypatch.setenv("LOCALRUN_BATCH_INVARIANT", "maybe")
     with pytest.raises(ConfigError, match="LOCALRUN_BATCH_INVARIANT"):
         config.load_settings()
+
+
+def test_num_parallel_is_sized_per_model_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOCALRUN_NUM_PARALLEL", raising=False)
+    assert config.num_parallel() is None
+    monkeypatch.setenv("LOCALRUN_NUM_PARALLEL", "3")
+    assert config.num_parallel() == 3
+    monkeypatch.setenv("LOCALRUN_NUM_PARALLEL", "0")
+    with pytest.raises(ConfigError, match="LOCALRUN_NUM_PARALLEL"):
+        config.num_parallel()

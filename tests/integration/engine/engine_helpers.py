@@ -1,11 +1,22 @@
-"""Collecting a request's events in engine tests."""
+"""Collecting a request's events in engine tests; an engine in a runner process of its own."""
 
 from __future__ import annotations
 
+import asyncio
+import queue
+import threading
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
-from localrun.engine.sequence import RequestHandle
-from localrun.engine.types import DoneEvent, ErrorEvent, Event, TokenEvent
+from localrun.engine.types import DoneEvent, EngineStats, ErrorEvent, Event, GenerateRequest, LoadOptions, TokenEvent
+from localrun.runtime.process import RunnerProcess
+
+T = TypeVar("T")
+
+
+class Handle(Protocol):
+    def get(self, timeout: float | None = None) -> Event | None: ...
 
 
 @dataclass
@@ -19,7 +30,7 @@ class Result:
         return list(self.done.context[self.done.prompt_eval_count:])
 
 
-def collect(handle: RequestHandle, timeout: float = 120.0) -> Result:
+def collect(handle: Handle, timeout: float = 120.0) -> Result:
     events: list[Event] = []
     while True:
         event = handle.get(timeout=timeout)
@@ -32,3 +43,56 @@ def collect(handle: RequestHandle, timeout: float = 120.0) -> Result:
             return Result("".join(t.text for t in tokens), tokens, event)
 
 
+
+
+class RunnerEngine:
+    """A model loaded in its own runner process, as the daemon loads it, driven synchronously like
+    an Engine (``submit`` returns a handle with ``get``). The matmul kernels llama.cpp picks are
+    fixed per process at its first decode, so load options such as batch_invariant only take
+    full effect in a process of their own."""
+
+    def __init__(self, model_path: str, options: LoadOptions) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self.process: RunnerProcess = self._run(RunnerProcess.start("test", model_path, options))
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(600)
+
+    def submit(self, request: GenerateRequest) -> _QueueHandle:
+        stream = self._run(self.process.generate(request))
+        events: queue.Queue[Event] = queue.Queue()
+
+        async def pump() -> None:
+            async for event in stream:
+                events.put(event)
+
+        asyncio.run_coroutine_threadsafe(pump(), self._loop)
+        return _QueueHandle(events)
+
+    def stats(self) -> EngineStats:
+        return self._run(self.process.stats())
+
+    def close(self) -> None:
+        self._run(self.process.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    def __enter__(self) -> RunnerEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _QueueHandle:
+    def __init__(self, events: queue.Queue[Event]) -> None:
+        self._events = events
+
+    def get(self, timeout: float | None = None) -> Event | None:
+        try:
+            return self._events.get(timeout=timeout)
+        except queue.Empty:
+            return None

@@ -1,16 +1,18 @@
-"""Seeds on the real starter model (Gemma 3 270M): the same seed gives the same text, bit for bit.
+"""Seeds on the real starter model (Gemma 3 270M) in the deterministic mode (the batch_invariant
+load option): the same seed gives the same text, bit for bit, whatever runs alongside.
 
 Gemma 3 turns a last-bit difference inside one layer into up to ~1 logit, so only bit-identical
-computation gives identical text. Three things used to change those bits (native.py):
-- where a sequence's cells sat in the unified KV cache (flash attention off): fixed by flash
-  attention with a BF16 K/V cache and by parking freed cells (LOCALRUN_KV_CACHE_TYPE=auto);
-- the 1-token-batch split of the F16 flash-attention kernel: avoided by BF16 likewise;
-- how many tokens shared the batch: llama.cpp's tiled K-quant matmul (8+ tokens) rounds
-  differently from its per-row kernel; LOCALRUN_BATCH_INVARIANT (default on) turns it off.
+computation gives identical text. Three things change those bits with llama.cpp's fastest kernels
+(native.py), and the deterministic mode avoids each:
+- where a sequence's cells sit in the unified KV cache: flash attention with a BF16-key cache
+  walks a query's own cells in order, and freed cells are parked to keep that order;
+- the 1-token-batch split of the F16 flash-attention kernel: avoided by BF16 keys likewise;
+- how many tokens share the batch: llama.cpp's tiled K-quant matmul (8+ tokens) rounds
+  differently from its per-row kernel; the mode turns it off for the whole runner process.
 With all three, a seeded request gives the same tokens and log-probabilities alone, repeated
-from the prefix cache, after the cache churned, and among seven other requests, as long as the
-KV cache has not filled up: once the engine must hand its parked cells back to llama.cpp, new
-cells can land out of position order (BENCHMARKS.md, Known limits).
+from the prefix cache, after the cache churned, and among seven other requests (BENCHMARKS.md,
+Known limits). llama.cpp picks its matmul kernels once per process, so these engines run in
+runner processes of their own, as the daemon runs them.
 """
 
 from __future__ import annotations
@@ -19,10 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine_helpers import Result, collect
+from engine_helpers import Handle, Result, RunnerEngine, collect
 
-from localrun.engine.engine import Engine
-from localrun.engine.sequence import RequestHandle
 from localrun.engine.types import (
     GenerateRequest,
     LoadOptions,
@@ -47,13 +47,14 @@ OTHERS = [
 ]
 
 
+def deterministic(num_ctx: int = 512, num_parallel: int = 8) -> LoadOptions:
+    return LoadOptions(num_ctx=num_ctx, num_parallel=num_parallel, num_batch=64, batch_invariant=True)
+
+
 @pytest.fixture(scope="module")
-def engine(starter_gguf: Path) -> Iterator[Engine]:
-    """The starter with LOCALRUN_KV_CACHE_TYPE=bf16 (the CPU default), which promises repeatable seeds."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LOCALRUN_KV_CACHE_TYPE", "bf16")
-        engine = Engine(str(starter_gguf), LoadOptions(num_ctx=512, num_parallel=8, num_batch=64))
-    with engine as e:
+def engine(starter_gguf: Path) -> Iterator[RunnerEngine]:
+    """The starter in the deterministic mode, in a runner process of its own."""
+    with RunnerEngine(str(starter_gguf), deterministic()) as e:
         yield e
 
 
@@ -66,7 +67,7 @@ def other(i: int) -> GenerateRequest:
     return GenerateRequest(OTHERS[i % len(OTHERS)], SamplingOptions(seed=100 + i, num_predict=30 + 15 * i))
 
 
-def with_seven_others(engine: Engine, request: GenerateRequest) -> Result:
+def with_seven_others(engine: RunnerEngine, request: GenerateRequest) -> Result:
     """``request`` started while 4 others generate; 3 more join once it has produced tokens."""
     before = [engine.submit(other(i)) for i in range(4)]
     assert isinstance(before[0].get(timeout=120), TokenEvent)  # the others are generating
@@ -82,7 +83,7 @@ def with_seven_others(engine: Engine, request: GenerateRequest) -> Result:
 class _Replay:
     """A handle whose first event was already read."""
 
-    def __init__(self, handle: RequestHandle, first: object) -> None:
+    def __init__(self, handle: Handle, first: object) -> None:
         self.handle, self.first = handle, first
 
     def get(self, timeout: float | None = None) -> object:
@@ -92,7 +93,7 @@ class _Replay:
         return self.handle.get(timeout=timeout)
 
 
-def churn(engine: Engine, rounds: int = 2, requests: int = 8, repeat: int = 5) -> None:
+def churn(engine: RunnerEngine, rounds: int = 2, requests: int = 8, repeat: int = 5) -> None:
     """Requests of many lengths, so the cache holds (and evicts) other prefixes elsewhere."""
     for r in range(rounds):
         handles = [engine.submit(GenerateRequest(OTHERS[(3 * i + r) % len(OTHERS)] + f" ({r}.{i})" * (repeat * i),
@@ -106,7 +107,7 @@ def logprobs(result: Result) -> list[float]:
     return [t.logprobs[0].logprob for t in result.tokens if t.logprobs]
 
 
-def test_same_seed_same_text_when_repeated_alone_also_after_churn(engine: Engine) -> None:
+def test_same_seed_same_text_when_repeated_alone_also_after_churn(engine: RunnerEngine) -> None:
     request = GenerateRequest(TARGET, seeded(42))
     alone = collect(engine.submit(request))
     assert alone.done.eval_count == N and len(alone.text) > 50
@@ -120,7 +121,7 @@ def test_same_seed_same_text_when_repeated_alone_also_after_churn(engine: Engine
     assert collect(engine.submit(GenerateRequest(TARGET, seeded(43)))).text != alone.text
 
 
-def test_same_seed_same_text_with_seven_other_requests_alongside(engine: Engine) -> None:
+def test_same_seed_same_text_with_seven_other_requests_alongside(engine: RunnerEngine) -> None:
     request = GenerateRequest(TARGET, seeded(42))
     alone = collect(engine.submit(request))
     together = with_seven_others(engine, request)
@@ -133,9 +134,9 @@ def test_greedy_and_seeded_text_unchanged_by_a_cached_system_prompt_and_seven_ot
     puts the system prompt in the prefix cache and the request runs among seven others."""
     requests = [GenerateRequest(TARGET, seeded(7)),
                 GenerateRequest(TARGET, SamplingOptions(temperature=0, num_predict=N, logprobs=True))]
-    with Engine(str(starter_gguf), LoadOptions(num_ctx=512, num_parallel=8, num_batch=64)) as fresh:
+    with RunnerEngine(str(starter_gguf), deterministic()) as fresh:
         reference = [collect(fresh.submit(r)) for r in requests]
-    with Engine(str(starter_gguf), LoadOptions(num_ctx=512, num_parallel=8, num_batch=64)) as engine:
+    with RunnerEngine(str(starter_gguf), deterministic()) as engine:
         collect(engine.submit(GenerateRequest(SYSTEM + "Question: What is a keel?\nAnswer:", seeded(1))))
         for request, ref in zip(requests, reference):
             together = with_seven_others(engine, request)
@@ -148,12 +149,12 @@ def test_same_seed_same_text_after_the_cache_filled_up(starter_gguf: Path) -> No
     """A small cache that long requests fill: the engine hands its parked cells back to llama.cpp,
     which can place new cells below older ones; the next request into the idle engine then
     starts from a cleared cache (cells in order again) instead of reusing out-of-order cells."""
-    with Engine(str(starter_gguf), LoadOptions(num_ctx=256, num_parallel=4, num_batch=64)) as engine:
+    with RunnerEngine(str(starter_gguf), deterministic(num_ctx=256, num_parallel=4)) as engine:
         request = GenerateRequest(TARGET, seeded(42))
         alone = collect(engine.submit(request))
         # measured: with these rounds, the request kept only part of its text without the reset
         churn(engine, rounds=4, requests=4, repeat=12)
         after = collect(engine.submit(request))
-        assert engine.batcher is not None and engine.batcher.kv.resets >= 1  # the cache did fill up
+        assert engine.stats().kv_cache_resets >= 1  # the cache did fill up
         assert after.text == alone.text
         assert logprobs(after) == logprobs(alone)

@@ -52,18 +52,34 @@ def test_concurrent_requests_beyond_the_slots_all_finish(tiny_engine: Engine) ->
     tiny_engine.batcher.kv.check_integrity()  # type: ignore[union-attr]
 
 
-def test_same_seed_same_text_alone_and_alongside_others(tiny_engine: Engine) -> None:
-    request = GenerateRequest(words(20, 3), SamplingOptions(seed=1234, temperature=0.9, num_predict=40))
-    alone = collect(tiny_engine.submit(request)).text
-    others = [tiny_engine.submit(GenerateRequest(words(30 + i, 50 + i), SamplingOptions(num_predict=60)))
-              for i in range(3)]
-    together = collect(tiny_engine.submit(request)).text
-    for h in others:
-        collect(h)
-    assert together == alone
-    other_seed = collect(tiny_engine.submit(GenerateRequest(words(20, 3), SamplingOptions(
-        seed=99, temperature=0.9, num_predict=40)))).text
-    assert other_seed != alone
+def test_same_seed_same_text_alone_and_alongside_others(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deterministic mode (batch_invariant): also alongside other requests."""
+    monkeypatch.delenv("GGML_CPU_TILED_MM", raising=False)  # the engine sets it; later runner processes must not inherit it
+    options = LoadOptions(num_ctx=256, num_parallel=4, num_batch=64, batch_invariant=True)
+    with Engine(str(tiny_gguf), options) as engine:
+        request = GenerateRequest(words(20, 3), SamplingOptions(seed=1234, temperature=0.9, num_predict=40))
+        alone = collect(engine.submit(request)).text
+        others = [engine.submit(GenerateRequest(words(30 + i, 50 + i), SamplingOptions(num_predict=60)))
+                  for i in range(3)]
+        together = collect(engine.submit(request)).text
+        for h in others:
+            collect(h)
+        assert together == alone
+        other_seed = collect(engine.submit(GenerateRequest(words(20, 3), SamplingOptions(
+            seed=99, temperature=0.9, num_predict=40)))).text
+        assert other_seed != alone
+
+
+def test_same_seed_same_text_when_repeated_alone_with_the_fast_kernels(tiny_gguf: Path) -> None:
+    """The default mode: the last prompt token in a step of its own and a placeholder beside a lone decode
+    make a repeat, whose prompt comes from the prefix cache, compute exactly what the first run did."""
+    request = GenerateRequest(words(40, 5), SamplingOptions(seed=77, temperature=0.9, num_predict=60, logprobs=True))
+    with Engine(str(tiny_gguf), LoadOptions(num_ctx=512, num_parallel=4, num_batch=64)) as engine:
+        for i in range(3):  # other prompts in the cache first, so the repeats' cells are not at its start
+            collect(engine.submit(GenerateRequest(words(200, 50 + i), SamplingOptions(seed=i, num_predict=40))))
+        runs = [collect(engine.submit(request)) for _ in range(4)]
+    assert runs[1].done.cached_tokens == runs[1].done.prompt_eval_count - 1  # repeats come from the prefix cache
+    assert all(r.text == runs[0].text and r.generated == runs[0].generated for r in runs)
 
 
 def test_prefix_cache_hit_gives_the_same_greedy_output(tiny_gguf: Path) -> None:
@@ -300,14 +316,14 @@ def test_an_extreme_num_batch_is_clamped_by_the_engine_itself(tiny_gguf: Path, n
         assert result.done.eval_count > 0
 
 
-@pytest.mark.parametrize(("invariant", "expected"), [("1", "bf16"), ("0", "f16")])
-def test_auto_kv_cache_follows_batch_invariance_on_cpu(monkeypatch: pytest.MonkeyPatch, invariant: str,
-                                                       expected: str) -> None:
-    monkeypatch.delenv("LOCALRUN_KV_CACHE_TYPE", raising=False)
-    monkeypatch.setenv("LOCALRUN_BATCH_INVARIANT", invariant)
-    assert kv_type(LoadOptions(num_gpu=0)) == expected
-    monkeypatch.setenv("LOCALRUN_KV_CACHE_TYPE", "f16")
-    assert kv_type(LoadOptions(num_gpu=0)) == "f16"  # an explicit type wins
+@pytest.mark.parametrize(("invariant", "expected"), [(True, "bf16"), (False, "f16")])
+def test_auto_kv_cache_follows_batch_invariance_on_cpu(invariant: bool, expected: str) -> None:
+    assert kv_type(LoadOptions(num_gpu=0, batch_invariant=invariant)) == expected
+    assert kv_type(LoadOptions(num_gpu=0, batch_invariant=invariant, kv_cache_type="f16")) == "f16"  # explicit wins
+
+
+def test_the_default_is_the_fast_kernels_and_an_f16_cache() -> None:
+    assert not LoadOptions().batch_invariant and kv_type(LoadOptions(num_gpu=0)) == "f16"
 
 
 def test_batch_invariant_matmuls_keep_a_value_the_user_exported(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -320,7 +336,25 @@ def test_batch_invariant_matmuls_keep_a_value_the_user_exported(monkeypatch: pyt
 
 
 @pytest.mark.parametrize("kv", ["f16", "bf16"])
-def test_both_kv_cache_types_load_and_generate(tiny_gguf: Path, kv: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LOCALRUN_KV_CACHE_TYPE", kv)
-    with Engine(str(tiny_gguf), LoadOptions(num_ctx=128, num_parallel=2, num_batch=64)) as engine:
+def test_both_kv_cache_types_load_and_generate(tiny_gguf: Path, kv: str) -> None:
+    with Engine(str(tiny_gguf), LoadOptions(num_ctx=128, num_parallel=2, num_batch=64, kv_cache_type=kv)) as engine:
         assert collect(engine.submit(GenerateRequest(words(40), GREEDY))).done.eval_count > 0
+
+
+def test_an_interactive_request_is_admitted_before_queued_batch_work(tiny_gguf: Path) -> None:
+    """Two slots busy with long batch jobs and three more queued: a chat turn arriving last gets a
+    slot as soon as one frees, before the batch jobs queued ahead of it."""
+    with Engine(str(tiny_gguf), LoadOptions(num_ctx=512, num_parallel=2, num_batch=64)) as engine:
+        long = SamplingOptions(temperature=0, num_predict=120, ignore_eos=True, logprobs=True)  # an event per token
+        batch = [engine.submit(GenerateRequest(words(300, i), long, interactive=False)) for i in range(5)]
+        assert batch[0].get(timeout=60) is not None  # the first two jobs hold both slots, three wait
+        chat = engine.submit(GenerateRequest(words(10, 99), SamplingOptions(temperature=0, num_predict=4,
+                                                                           ignore_eos=True), interactive=True))
+        assert collect(chat).done.eval_count == 4
+        started = [h.get(timeout=0) is not None for h in batch[1:]]  # any event yet = admitted
+        for h in batch:
+            h.cancel()
+    # besides the two running jobs, at most one admitted beside the chat turn had both slots freed at once
+    assert started[0] and sum(started[1:]) <= 1
+
+

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from localrun.runtime.memory import MAX_AUTO_SLOTS
 from localrun.server.keys import SCHEDULER
 
 from daemon_helpers import DictStore
@@ -246,3 +247,26 @@ async def test_many_concurrent_requests_with_cancellations_leak_no_slots(
     assert client.app[SCHEDULER].models["a:latest"].refcount == 0
     r = await client.post("/api/generate", json={"model": "a", "prompt": "after", "stream": False})
     assert r.status == 200
+
+
+async def test_slots_are_sized_from_memory_and_shown_in_ps(serve_app: Any, store: DictStore) -> None:
+    client = await serve_app(store)  # no LOCALRUN_NUM_PARALLEL
+    r = await client.post("/api/generate", json={"model": "a", "prompt": "hi", "stream": False,
+                                                 "options": {"num_predict": 2}})
+    assert r.status == 200
+    model = (await ps(client))["a:latest"]
+    # the tiny model's KV cache takes a few KB per token: the most slots fit in this machine's free memory
+    assert model["num_parallel"] == MAX_AUTO_SLOTS and model["active"] == 0
+
+
+async def test_the_prefix_cache_survives_a_daemon_restart(serve_app: Any, store: DictStore) -> None:
+    prompt = "The history of the printing press begins in " * 6
+    body = {"model": "a", "prompt": prompt, "raw": True, "stream": False, "options": {"num_predict": 4, "temperature": 0}}
+    first = await serve_app(store, num_parallel=2)
+    r1 = await (await first.post("/api/generate", json=body)).json()
+    assert r1["prompt_eval_cached_count"] == 0
+    await first.close()  # unloads the model: its runner saves the prefix cache
+    second = await serve_app(store, num_parallel=2)
+    r2 = await (await second.post("/api/generate", json=body)).json()
+    assert r2["prompt_eval_cached_count"] == r2["prompt_eval_count"] - 1
+    assert r2["response"] == r1["response"]

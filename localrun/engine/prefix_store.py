@@ -1,0 +1,167 @@
+"""The prefix cache on disk: saved when a model unloads, restored when it loads again.
+
+One file per model digest and KV cache type (``<dir>/<digest>.<kv type>.kvc``). It holds the
+prefix tree's nodes parent-first; each node's record is its tokens and the KV of exactly its own
+positions ``[start, end)``, as ``llama_state_seq_get_data`` serialises them, so a long prefix shared
+by many cached prompts is stored once. Restoring replays the records: a node's KV goes into a new
+sequence, which then shares its parent's positions ``[0, start)`` with ``llama_memory_seq_cp`` (no
+copy of the cells), and the node joins the tree through :meth:`KVCache.adopt`.
+
+Checked before use: the file's header must name the same model digest, the same model file
+(size and a hash of its first and last bytes), KV cache type and format version, and llama.cpp refuses state of another shape (returns 0); anything
+else is a warning and an empty cache, never a failed load. Files are written whole under a
+temporary name and renamed. Runs on the engine thread before it starts serving (restore) or
+after it stopped (save): nothing else touches the context then.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import logging
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as lc
+import numpy as np
+
+from .kvcache import KVCache
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"LOCALRUN-PREFIX-CACHE\n"
+VERSION = 1
+_RECORD = struct.Struct("<iiiQ")  # parent index (-1: root), start position, token count, KV bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixStore:
+    """Where one model's prefix cache lives on disk and what it must match to be used.
+
+    ``max_tokens``: at most this many cached positions are saved and restored (the engine
+    passes half its cells, so a restored cache never crowds out running requests).
+    """
+
+    directory: Path
+    model_digest: str
+    model_fingerprint: str  # of the GGUF file itself (fingerprint()): a wrong digest cannot slip through
+    kv_type: str
+    max_tokens: int
+
+    @property
+    def path(self) -> Path:
+        safe = self.model_digest.replace(":", "-").replace("/", "-")
+        return self.directory / f"{safe}.{self.kv_type}.kvc"
+
+    def header(self) -> dict[str, object]:
+        return {"version": VERSION, "model_digest": self.model_digest, "model": self.model_fingerprint,
+                "kv_type": self.kv_type}
+
+
+def fingerprint(model_path: Path) -> str:
+    """The file's size and a hash of its first and last 64 KiB (its header and last tensors):
+    milliseconds, where hashing a whole GGUF takes seconds."""
+    digest = hashlib.sha256()
+    size = model_path.stat().st_size
+    with model_path.open("rb") as f:
+        digest.update(f.read(1 << 16))
+        f.seek(max(0, size - (1 << 16)))
+        digest.update(f.read(1 << 16))
+    return f"{size}:{digest.hexdigest()[:32]}"
+
+
+def save(store: PrefixStore, ctx: lc.llama_context_p, kv: KVCache) -> int:
+    """Write the cached prefixes (most recently used first, up to ``max_tokens``); returns
+    the positions saved. An empty cache removes the file."""
+    nodes = kv.export_order(store.max_tokens)
+    if not nodes:
+        store.path.unlink(missing_ok=True)
+        return 0
+    store.directory.mkdir(parents=True, exist_ok=True)
+    tmp = store.path.with_name(store.path.name + f".{os.getpid()}.tmp")
+    index: dict[int, int] = {}
+    saved = 0
+    with tmp.open("wb") as f:
+        f.write(MAGIC + json.dumps(store.header()).encode() + b"\n")
+        for i, (node, parent) in enumerate(nodes):
+            blob = kv.export_segment(ctx, node)
+            if blob is None:
+                continue
+            index[id(node)] = i
+            parent_i = -1 if parent is None else index.get(id(parent), -2)
+            if parent_i == -2:  # its parent could not be saved: neither can it
+                continue
+            tokens = np.asarray(node.key, dtype=np.int32).tobytes()
+            f.write(_RECORD.pack(parent_i, node.start, len(node.key), len(blob)) + tokens + blob)
+            saved += len(node.key)
+    os.replace(tmp, store.path)
+    log.info("prefix cache: saved %d positions to %s", saved, store.path)
+    return saved
+
+
+def restore(store: PrefixStore, ctx: lc.llama_context_p, kv: KVCache) -> int:
+    """Load the saved prefixes into an empty ``kv``; returns the positions restored (0 when
+    there is no usable file)."""
+    path = store.path
+    if not kv.enabled or not path.is_file():
+        return 0
+    try:
+        data = path.read_bytes()
+        if not data.startswith(MAGIC):
+            raise ValueError("not a prefix cache file")
+        end = data.index(b"\n", len(MAGIC))
+        header = json.loads(data[len(MAGIC):end])
+        if header != store.header():
+            log.info("prefix cache: %s was written for another model or setting; not used", path)
+            return 0
+        return _replay(data, end + 1, store, ctx, kv)
+    except (OSError, ValueError, struct.error) as exc:
+        log.warning("prefix cache: %s is unreadable (%s); starting empty", path, exc)
+        return 0
+
+
+def _replay(data: bytes, pos: int, store: PrefixStore, ctx: lc.llama_context_p, kv: KVCache) -> int:
+    paths: list[list[int] | None] = []  # None: not restored (nor can its children be)
+    restored = 0
+    while pos < len(data):
+        parent, start, n_tokens, n_bytes = _RECORD.unpack_from(data, pos)
+        pos += _RECORD.size
+        tokens = np.frombuffer(data, dtype=np.int32, count=n_tokens, offset=pos).tolist()
+        pos += 4 * n_tokens
+        blob = data[pos:pos + n_bytes]
+        pos += n_bytes
+        if len(blob) != n_bytes:
+            raise ValueError("truncated record")
+        if parent >= len(paths):
+            raise ValueError("records out of order")
+        prefix = paths[parent] if parent >= 0 else []
+        if prefix is None or restored + n_tokens > store.max_tokens:
+            paths.append(None)
+            continue
+        if len(prefix) != start:
+            raise ValueError("a record does not continue its parent")
+        path = prefix + tokens
+        if not kv.adopt(ctx, path, start, blob):
+            paths.append(None)
+            continue
+        paths.append(path)
+        restored += n_tokens
+    log.info("prefix cache: restored %d positions from %s", restored, store.path)
+    return restored
+
+
+def state_of(ctx: lc.llama_context_p, seq_id: int) -> bytes:
+    """``llama_state_seq_get_data`` of one sequence."""
+    size = int(lc.llama_state_seq_get_size(ctx, seq_id))
+    buf = (ctypes.c_uint8 * size)()
+    written = int(lc.llama_state_seq_get_data(ctx, buf, size, seq_id))
+    return bytes(buf[:written])
+
+
+def load_state(ctx: lc.llama_context_p, seq_id: int, blob: bytes) -> bool:
+    """``llama_state_seq_set_data`` into ``seq_id`` (replacing its cells); False when refused."""
+    buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
+    return int(lc.llama_state_seq_set_data(ctx, buf, len(blob), seq_id)) > 0
