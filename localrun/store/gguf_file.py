@@ -16,19 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, LlamaFileType
-
 from ..errors import InvalidModelFile
+
+# GGUF value types (gguf.GGUFValueType; fixed by the file format). The gguf package itself, with
+# numpy behind it, is imported only when a file is read: the daemon starts without it.
+UINT8, INT8, UINT16, INT16, UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY, UINT64, INT64, FLOAT64 = range(13)
 
 MAGIC = b"GGUF"
 MAX_TENSORS = 1 << 20
 MAX_KV = 1 << 20
 MAX_DIMS = 8
 _SCALAR = {
-    GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
-    GGUFValueType.INT16: "<h", GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
-    GGUFValueType.FLOAT32: "<f", GGUFValueType.BOOL: "<?", GGUFValueType.UINT64: "<Q",
-    GGUFValueType.INT64: "<q", GGUFValueType.FLOAT64: "<d",
+    UINT8: "<B", INT8: "<b", UINT16: "<H", INT16: "<h", UINT32: "<I", INT32: "<i", FLOAT32: "<f", BOOL: "<?",
+    UINT64: "<Q", INT64: "<q", FLOAT64: "<d",
 }
 _KEEP_ARRAY = 64  # arrays longer than this are skipped, only their length is kept
 
@@ -101,23 +101,23 @@ class _Cursor:
 def _value(cur: _Cursor, vtype: int, key: str) -> Any:
     what = f"value of {key!r}"
     if vtype in _SCALAR:
-        return cur.unpack(_SCALAR[GGUFValueType(vtype)], what)
-    if vtype == GGUFValueType.STRING:
+        return cur.unpack(_SCALAR[vtype], what)
+    if vtype == STRING:
         return cur.string(what)
-    if vtype == GGUFValueType.ARRAY:
+    if vtype == ARRAY:
         etype = cur.unpack("<I", what)
         count = cur.unpack("<Q", what)
         if etype in _SCALAR:
-            size = struct.calcsize(_SCALAR[GGUFValueType(etype)])
+            size = struct.calcsize(_SCALAR[etype])
             cur.need(count * size, what)
             if count <= _KEEP_ARRAY:
-                fmt = "<" + _SCALAR[GGUFValueType(etype)][1] * count
+                fmt = "<" + _SCALAR[etype][1] * count
                 values = list(struct.unpack_from(fmt, cur.buf, cur.pos))
                 cur.pos += count * size
                 return values
             cur.pos += count * size
             return ArrayLen(count)
-        if etype == GGUFValueType.STRING:
+        if etype == STRING:
             if count > cur.size:
                 raise InvalidModelFile(f"impossible array length {count} in {what}")
             if count <= _KEEP_ARRAY:
@@ -125,10 +125,10 @@ def _value(cur: _Cursor, vtype: int, key: str) -> Any:
             for _ in range(count):
                 cur.skip_string(what)
             return ArrayLen(count)
-        if etype == GGUFValueType.ARRAY:
+        if etype == ARRAY:
             if count > cur.size:
                 raise InvalidModelFile(f"impossible array length {count} in {what}")
-            items = [_value(cur, GGUFValueType.ARRAY, key) for _ in range(count)]
+            items = [_value(cur, ARRAY, key) for _ in range(count)]
             return items if count <= _KEEP_ARRAY else ArrayLen(count)
         raise InvalidModelFile(f"unknown array element type {etype} in {what}")
     raise InvalidModelFile(f"unknown value type {vtype} for {key!r}")
@@ -141,6 +141,8 @@ class ArrayLen(int):
 def _file_type_name(value: Any) -> str | None:
     if not isinstance(value, int):
         return None
+    from gguf import LlamaFileType
+
     try:
         return LlamaFileType(value).name.removeprefix("MOSTLY_").removeprefix("ALL_")
     except ValueError:
@@ -202,6 +204,8 @@ def _parse(buf: mmap.mmap, size: int, path: Path) -> GGUFInfo:
     if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
         raise InvalidModelFile(f"invalid general.alignment {alignment!r}")
     data_start = -(-cur.pos // alignment) * alignment
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
     for name, ttype, n_el, offset in tensors:
         try:
             block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ttype)]

@@ -17,7 +17,6 @@ import logging
 from typing import Any
 
 from ..errors import ModelNotFound
-from . import hf
 from . import manifest as mt
 from .create import Base, FromHook
 from .curated import curated_names, curated_path
@@ -44,6 +43,8 @@ def fetch_hf(store: ModelStore, name: ModelName, progress: ProgressFn | None = N
     """Store the GGUF an hf.co name points to (offline for the starter's source); no manifest."""
     if is_starter_source(name) and package_available():
         return import_blob(store, progress)
+    from . import hf  # httpx and the hub client load only when something is downloaded (daemon start-up)
+
     report(progress, "pulling manifest")
     file = hf.pick(hf.list_ggufs(name.hf_repo), name.quant, name.hf_repo)
     existed = store.blobs.has(f"sha256:{file.sha256}")

@@ -158,3 +158,15 @@ def test_same_seed_same_text_after_the_cache_filled_up(starter_gguf: Path) -> No
         assert engine.stats().kv_cache_resets >= 1  # the cache did fill up
         assert after.text == alone.text
         assert logprobs(after) == logprobs(alone)
+
+
+def test_fast_kernels_same_seed_same_text_when_repeated_alone(starter_gguf: Path) -> None:
+    """The default mode (llama.cpp's fastest kernels, an F16 cache): a seeded request run again on its
+    own repeats its text, with its prompt from the prefix cache and the cache fuller each time."""
+    with RunnerEngine(str(starter_gguf), LoadOptions(num_ctx=1024, num_parallel=8)) as fast:
+        for seed in (42, 7):
+            request = GenerateRequest(TARGET, SamplingOptions(seed=seed, num_predict=100, ignore_eos=True,
+                                                              logprobs=True))
+            runs = [collect(fast.submit(request)) for _ in range(3)]
+            assert runs[2].done.cached_tokens == runs[2].done.prompt_eval_count - 1
+            assert all(r.text == runs[0].text and logprobs(r) == logprobs(runs[0]) for r in runs), seed
