@@ -9,7 +9,7 @@ runner, stops the daemon (so every process writes its trace) and prints:
 
 - ``bench/trace_report.py``: the first-token path stage by stage, and the steady decode steps;
 - py-spy: per process, the share of samples in each thread, and the functions where the
-  samples end (leaf frames, native frames included), the top 12.
+  samples end (leaf frames; a ctypes call such as llama_decode shows as its Python caller), the top 12.
 
 Everything it starts is stopped on exit. About 2 minutes per level on 2 cores for the starter.
 """
@@ -45,7 +45,10 @@ def summarize_py_spy(raw: Path) -> None:
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         frames = stack.split(";")
-        process, thread = frames[0], frames[1] if len(frames) > 1 else "?"
+        # --subprocesses: a runner's stacks start with the daemon's process frame, then its own
+        last = max(i for i, f in enumerate(frames) if f.startswith("process ")) if frames[0].startswith("process ") else 0
+        process, thread = frames[last], frames[last + 1] if len(frames) > last + 1 else "?"
+        process = "runner" if "localrun.runtime.runner" in process else "daemon" if "localrun serve" in process else process
         threads[f"{process} | {thread}"] += int(count)
         leaves[process][frames[-1]] += int(count)
     total = sum(threads.values()) or 1
@@ -83,7 +86,7 @@ def profile_level(args: argparse.Namespace, c: int) -> None:
         subprocess.run(bench[:bench.index("--concurrency")] + ["--concurrency", "1", "--requests", "1", "-q"],
                        env=env, check=False, capture_output=True)
         spy = subprocess.Popen([str(PY_SPY), "record", "-p", str(daemon.pid), "--subprocesses", "--nonblocking",
-                                "--native", "--threads", "--function", "--nolineno", "--rate", "100", "--format", "raw",
+                                "--threads", "--nolineno", "--rate", "100", "--format", "raw",
                                 "--output", str(out / "py-spy.txt")], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
         result = subprocess.run(bench, env=env, check=False, capture_output=True, text=True)

@@ -111,14 +111,15 @@ def first_byte(cmd: list[str], env: dict[str, str]) -> float:
 
 def stream_ttft(url: str, model: str, path: str = "/v1/completions") -> float:
     """Seconds until the first streamed token of PROMPT (8 tokens asked)."""
-    body = {"model": model, "prompt": PROMPT, "max_tokens": 8, "stream": True, "temperature": 0}
+    body = {"model": model, "prompt": PROMPT, "max_tokens": 8, "stream": True, "temperature": 0, "ignore_eos": True}
     started = time.perf_counter()
     with httpx.stream("POST", url + path, json=body, timeout=300) as resp:
         resp.raise_for_status()
-        for line in resp.iter_lines():
+        lines = resp.iter_lines()
+        for line in lines:
             if line.startswith("data:") and '"text":' in line and '"text":""' not in line.replace(" ", ""):
                 elapsed = time.perf_counter() - started
-                for _ in resp.iter_lines():
+                for _ in lines:  # read the stream to its end
                     pass
                 return elapsed
     raise RuntimeError("no token streamed")
@@ -157,7 +158,7 @@ def llama_server_cold(binary: Path, model: Path) -> float:
             if proc.poll() is not None or time.perf_counter() - started > 120:
                 raise RuntimeError("llama-server did not start")
             time.sleep(0.02)
-        body = {"prompt": PROMPT, "max_tokens": 8, "stream": True, "temperature": 0}
+        body = {"prompt": PROMPT, "max_tokens": 8, "stream": True, "temperature": 0, "ignore_eos": True}
         with httpx.stream("POST", url + "/v1/completions", json=body, timeout=300) as resp:
             for line in resp.iter_lines():
                 if line.startswith("data:") and '"text"' in line:

@@ -1,6 +1,6 @@
 """Per-sequence native sampling: option validation, llama_sampler chains, grammar, logprobs.
 
-Each sequence owns one chain (penalty history and RNG are per stream, so sampling adds no
+Each sequence owns one chain (greedy without a grammar skips the chain: greedy.py) (penalty history and RNG are per stream, so sampling adds no
 dependence on what runs alongside; whether the logits do is explained in native.py) and, when
 output is constrained, one grammar sampler kept outside the chain. Chain order is llama.cpp's:
 penalties, top_k, typical_p, top_p, min_p, temperature, then dist (or greedy when temperature
@@ -37,6 +37,7 @@ import llama_cpp as lc
 import numpy as np
 
 from ..errors import GrammarError, OptionError
+from .greedy import GreedyPenalties
 from .native import Vocab
 from .types import SamplingOptions, TokenLogprob
 
@@ -133,6 +134,7 @@ class Sampler:
     eog: np.ndarray | None = None  # EOG token ids to mask, None when EOG always ends the output
     ignore_eos: bool = False       # mask them for the whole output
     min_tokens: int = 0            # mask them while fewer tokens than this were generated
+    fast_greedy: GreedyPenalties | None = None  # greedy without a grammar: no chain (greedy.py)
 
     def suppresses_eog(self, generated: int) -> bool:
         """Whether EOG tokens are masked for the token after ``generated`` generated ones."""
@@ -164,6 +166,12 @@ def build_sampler(options: SamplingOptions, vocab: Vocab, gbnf: str | None, num_
     greedy = options.temperature <= 0.0
     last_n = num_ctx if options.repeat_last_n == -1 else options.repeat_last_n
     repeat = options.repeat_penalty if options.repeat_penalty > 0 else 1.0
+    eog = eog_tokens(vocab) if grammar is None and (options.ignore_eos or options.min_tokens > 0) else None
+    logprobs = options.logprobs or options.top_logprobs > 0
+    if greedy and grammar is None:
+        fast = GreedyPenalties(last_n, repeat, options.frequency_penalty, options.presence_penalty)
+        return Sampler(chain=0, grammar=None, greedy=True, logprobs=logprobs, top_logprobs=options.top_logprobs,
+                       eog=eog, ignore_eos=options.ignore_eos, min_tokens=options.min_tokens, fast_greedy=fast)
     penalise = last_n > 0 and (repeat != 1.0 or options.presence_penalty != 0.0
                                or options.frequency_penalty != 0.0)
     top_k = 1 if greedy else options.top_k
@@ -186,11 +194,7 @@ def build_sampler(options: SamplingOptions, vocab: Vocab, gbnf: str | None, num_
             add(lc.llama_sampler_init_min_p(options.min_p, 1))
         add(lc.llama_sampler_init_temp(options.temperature))
         add(lc.llama_sampler_init_dist(resolve_seed(options.seed)))
-    eog = None
-    if grammar is None and (options.ignore_eos or options.min_tokens > 0):
-        eog = eog_tokens(vocab)
-    return Sampler(chain=chain, grammar=grammar, greedy=greedy,
-                   logprobs=options.logprobs or options.top_logprobs > 0, top_logprobs=options.top_logprobs,
+    return Sampler(chain=chain, grammar=grammar, greedy=greedy, logprobs=logprobs, top_logprobs=options.top_logprobs,
                    eog=eog, ignore_eos=options.ignore_eos, min_tokens=options.min_tokens)
 
 
@@ -202,7 +206,10 @@ def eog_tokens(vocab: Vocab) -> np.ndarray:
 def accept_prompt(sampler: Sampler, tokens: list[int], last_n: int) -> None:
     """Feed prompt tokens into the penalty history (never into the grammar)."""
     for token in tokens[-last_n:] if last_n > 0 else ():
-        lc.llama_sampler_accept(sampler.chain, token)
+        if sampler.fast_greedy is not None:
+            sampler.fast_greedy.accept(token)
+        else:
+            lc.llama_sampler_accept(sampler.chain, token)
 
 
 class GrammarDeadEnd(Exception):
@@ -223,6 +230,10 @@ def sample(sampler: Sampler, ctx: lc.llama_context_p, row: int, scratch: TokenDa
         if sampler.suppresses_eog(generated):
             assert sampler.eog is not None
             logits_row(ctx, row, vocab.n_vocab)[sampler.eog] = -np.inf  # the context's own row
+        if sampler.fast_greedy is not None:
+            token = sampler.fast_greedy.pick(logits_row(ctx, row, vocab.n_vocab))
+            sampler.fast_greedy.accept(token)
+            return token
         return int(lc.llama_sampler_sample(sampler.chain, ctx, row))
     logits = logits_row(ctx, row, vocab.n_vocab)
     scratch.fill(logits)

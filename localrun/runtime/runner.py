@@ -20,6 +20,7 @@ import importlib
 import logging
 import os
 import queue
+import signal
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -194,7 +195,15 @@ def _as_message(item: Any) -> dict[str, Any]:
         return {"op": "event", "id": rid, "event": {"type": "error", "error": protocol.encode_error(exc)}}
 
 
+def _stop_gracefully(signum: int, _frame: object) -> None:
+    """SIGTERM or SIGINT (e.g. `systemctl stop`, which signals the daemon's whole process group): end
+    the way a ``close`` frame does, so the engine saves its prefix cache before the process exits."""
+    raise SystemExit(0)
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _stop_gracefully)
+    signal.signal(signal.SIGINT, _stop_gracefully)
     logging.basicConfig(
         level=os.environ.get("LOCALRUN_LOG_LEVEL", "INFO").upper(),
         stream=sys.stderr,
@@ -227,7 +236,10 @@ def main() -> int:
     writer.flush()
     runner = Runner(engine, out)
     runner.send({"op": "loaded", "info": protocol.to_jsonable(getattr(engine, "info", None)), "pid": os.getpid()})
-    runner.serve(stream)
+    try:
+        runner.serve(stream)
+    except SystemExit:  # a signal: shut down as for a close frame
+        runner.shutdown()
     runner.flush()
     return 0
 

@@ -358,3 +358,36 @@ def test_an_interactive_request_is_admitted_before_queued_batch_work(tiny_gguf: 
     assert started[0] and sum(started[1:]) <= 1
 
 
+
+
+@pytest.mark.parametrize(("repeat", "freq", "present"), [(1.1, 0.0, 0.0), (1.5, 0.5, 0.3), (0.9, -0.5, -0.3)])
+def test_fast_greedy_picks_what_llama_cpps_chain_picks(repeat: float, freq: float, present: float) -> None:
+    """GreedyPenalties against the real chain (top_k(k + last_n) -> penalties -> greedy) on random rows."""
+    import llama_cpp as lc
+    import numpy as np
+
+    from localrun.engine.greedy import GreedyPenalties
+    from localrun.engine.sampling import TokenData
+
+    n_vocab, last_n = 5000, 64
+    rng = np.random.default_rng(7)
+    scratch = TokenData(n_vocab)
+    params = lc.llama_sampler_chain_default_params()
+    chain = lc.llama_sampler_chain_init(params)
+    if repeat >= 1 and freq >= 0 and present >= 0:
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(1 + last_n))
+    lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_penalties(n_vocab, last_n, repeat, freq, present))
+    lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
+    fast = GreedyPenalties(last_n, repeat, freq, present)
+    try:
+        for step in range(300):
+            row = rng.normal(0, 3, n_vocab).astype(np.float32)
+            row[rng.integers(0, 40, 20)] += 6  # a few favourite tokens, so the history bites
+            scratch.fill(row)
+            lc.llama_sampler_apply(chain, scratch.ref)
+            native = int(scratch.data["id"][scratch.array.selected])
+            assert fast.pick(row) == native, step
+            lc.llama_sampler_accept(chain, native)
+            fast.accept(native)
+    finally:
+        lc.llama_sampler_free(chain)

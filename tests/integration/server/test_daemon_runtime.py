@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from localrun.runtime.memory import MAX_AUTO_SLOTS
-from localrun.server.keys import SCHEDULER
+from localrun.server.keys import SCHEDULER, SETTINGS
 
 from daemon_helpers import DictStore
 
@@ -270,3 +270,15 @@ async def test_the_prefix_cache_survives_a_daemon_restart(serve_app: Any, store:
     r2 = await (await second.post("/api/generate", json=body)).json()
     assert r2["prompt_eval_cached_count"] == r2["prompt_eval_count"] - 1
     assert r2["response"] == r1["response"]
+
+
+async def test_a_runner_stopped_by_a_signal_still_saves_its_prefix_cache(serve_app: Any, store: DictStore) -> None:
+    """`systemctl stop` signals the daemon's whole process group: the runner must not die mid-way."""
+    client = await serve_app(store, num_parallel=2)
+    body = {"model": "a", "prompt": "A signal arrives " * 8, "raw": True, "stream": False, "options": {"num_predict": 2}}
+    assert (await client.post("/api/generate", json=body)).status == 200
+    model = client.app[SCHEDULER].models["a:latest"]
+    os.kill(model.backend.pid, signal.SIGTERM)
+    assert "exit code 0" in await asyncio.wait_for(model.backend.exited, 30)
+    saved = list(client.app[SETTINGS].prefix_cache_dir.glob("*.kvc"))
+    assert len(saved) == 1 and saved[0].stat().st_size > 0

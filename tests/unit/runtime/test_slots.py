@@ -47,3 +47,11 @@ def test_batch_invariance_is_a_load_option_over_the_daemon_default() -> None:
     assert load.batch_invariant
     load, _, _ = merge_options({}, {"batch_invariant": True}, num_parallel=4, base=base)  # request options
     assert load.batch_invariant
+
+
+def test_only_a_prompt_that_may_overflow_needs_num_keep() -> None:
+    from localrun.server.service import might_overflow
+
+    assert not might_overflow("hello " * 100, 4096)  # 600 bytes: at most ~600 tokens
+    assert might_overflow("hello " * 1000, 4096)
+    assert might_overflow("é" * 2100, 4096)  # 4,200 bytes: a tokenizer might make 4,200 tokens of them
