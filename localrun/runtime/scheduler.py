@@ -112,6 +112,7 @@ class Scheduler:
         # Busy models the head of the queue waits to evict: new requests for them queue behind it
         # instead of taking the fast path, so a waiting load is not starved by a steady stream.
         self._blocked_by: set[str] = set()
+        self._unloading: set[asyncio.Task[None]] = set()  # runners closing after an eviction for the model count
         self.on_event: Callable[[str, ResidentModel, str], None] | None = None  # (load|unload, model, reason)
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -135,6 +136,8 @@ class Scheduler:
                 p.future.set_exception(errors.Busy("the server is shutting down"))
         for model in list(self.models.values()):
             await self._unload(model, "server shutting down")
+        if self._unloading:
+            await asyncio.gather(*self._unloading, return_exceptions=True)
 
     # --- requests ------------------------------------------------------------------------
 
@@ -294,8 +297,16 @@ class Scheduler:
             self._blocked_by = {m.name for m in self.models.values() if m.refcount > 0}
             return False
         placement, victims = plan
+        # Evicted for the model count (LOCALRUN_MAX_LOADED_MODELS), not for memory: the new runner
+        # starts while the old ones save their caches and exit, which takes a model switch's
+        # unload (0.2-0.4 s) off its first token. Evicted for memory: wait until they are gone.
+        room_now = self._fits(est, spec, [], free_ram, gpus) is not None
         for victim in victims:
-            await self._unload(victim, f"evicted to make room for {spec.name}")
+            reason_out = f"evicted to make room for {spec.name}"
+            if room_now:
+                self._unload_in_background(victim, reason_out)
+            else:
+                await self._unload(victim, reason_out)
         reason = f"reloaded ({_diff(current.spec.options, spec.options)})" if current is not None else "loaded"
         await self._load(req, est, placement, reason)
         return True
@@ -396,6 +407,15 @@ class Scheduler:
         if self.on_event:
             self.on_event("crash", model, reason)
         self._wake.set()
+
+    def _unload_in_background(self, model: ResidentModel, reason: str) -> None:
+        """Forget ``model`` now (it no longer counts as loaded) and close its runner in a task
+        that :meth:`close` waits for."""
+        if self.models.get(model.name) is model:
+            del self.models[model.name]
+        task = asyncio.create_task(self._unload(model, reason), name=f"unload-{model.name}")
+        self._unloading.add(task)
+        task.add_done_callback(self._unloading.discard)
 
     async def _unload(self, model: ResidentModel, reason: str) -> None:
         if self.models.get(model.name) is model:

@@ -354,3 +354,27 @@ async def test_a_load_that_never_finishes_times_out_and_the_scheduler_goes_on(wo
     (await s.acquire(spec("fine"))).release()
     assert list(s.models) == ["fine"]
     await s.close()
+
+
+async def test_a_switch_for_the_model_count_loads_the_next_model_while_the_last_one_closes(world: World) -> None:
+    """LOCALRUN_MAX_LOADED_MODELS=1 with memory to spare: the old runner's exit (saving its prefix
+    cache) does not delay the new model; evicted for memory, it would."""
+    release_close = asyncio.Event()
+    world_close = FakeBackend.close
+
+    async def slow_close(self: FakeBackend) -> None:
+        await release_close.wait()
+        await world_close(self)
+
+    FakeBackend.close = slow_close  # type: ignore[method-assign]
+    try:
+        s = world.scheduler(max_loaded=1)
+        (await s.acquire(spec("a"))).release()
+        b = await asyncio.wait_for(s.acquire(spec("b")), 5)  # granted while a is still closing
+        assert list(s.models) == ["b"] and not world.backends[0].closed
+        b.release()
+        release_close.set()
+        await s.close()
+        assert world.backends[0].closed
+    finally:
+        FakeBackend.close = world_close  # type: ignore[method-assign]
