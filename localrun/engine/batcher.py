@@ -249,6 +249,7 @@ class Batcher:
             eval_duration=int((now - first) * 1e9) if seq.t_first else 0,
             truncated_tokens=seq.truncated,
             context=tuple(seq.tokens),
+            stop_string=seq.text.matched,
         )
 
 

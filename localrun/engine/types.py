@@ -77,7 +77,7 @@ class GenerateRequest:
 
 
 class DoneReason(enum.Enum):
-    STOP = "stop"          # end-of-generation token or a stop string
+    STOP = "stop"          # end-of-generation token or a stop string (DoneEvent.stop_string says which)
     LENGTH = "length"      # num_predict reached or the context is full
     CANCELLED = "cancelled"
 
@@ -109,6 +109,7 @@ class DoneEvent:
     eval_duration: int
     truncated_tokens: int = 0    # prompt tokens dropped by FRONT truncation
     context: tuple[int, ...] = ()  # prompt + generated token ids (Ollama's `context`)
+    stop_string: str | None = None  # the request's stop string that ended the output (STOP only), else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +125,10 @@ Event = TokenEvent | DoneEvent | ErrorEvent
 def is_last(event: object) -> bool:
     """Whether ``event`` ends its request's stream (a DoneEvent or an ErrorEvent)."""
     return isinstance(event, (DoneEvent, ErrorEvent))
+
+
+EmbedInput = str | list[int]
+"""One input to embed: text (tokenized with the model's BOS), or token ids used exactly as given."""
 
 
 @dataclass(frozen=True, slots=True)

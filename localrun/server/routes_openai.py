@@ -16,31 +16,16 @@ from typing import Any
 from aiohttp import web
 
 from .. import errors
-from ..engine.types import GenerateRequest, SamplingOptions, TokenEvent, TokenLogprob, Truncation
+from ..engine.types import TokenEvent, TokenLogprob
 from . import openai_compat as oc
-from . import prompts
+from .chat import start_chat, start_generations
 from .http import SSEStream, read_json
 from .keys import SERVICE, STORE
 from .middleware import error_body
 from .options import parse_keep_alive
 from .routes_api import resize, truncation
-from .service import Generation, Service, Target
-from .tools import ToolCall, ToolStreamFilter, forced_call_schema, parse_tool_calls, tool_names
-
-
-async def _start(service: Service, target: Target, prompt: str, sampling: SamplingOptions,
-                 fmt: Any, n: int, endpoint: str, cut: Truncation = Truncation.FRONT) -> list[Generation]:
-    gens: list[Generation] = []
-    try:
-        for i in range(n):
-            s = sampling if i == 0 or sampling.seed is None else replace(sampling, seed=sampling.seed + i)
-            request = GenerateRequest(prompt=prompt, sampling=s, format=fmt, truncation=cut)
-            gens.append(await service.generate(target, request, endpoint))
-    except BaseException:
-        for g in gens:
-            await g.close()
-        raise
-    return gens
+from .service import Generation
+from .tools import ToolCall, ToolStreamFilter, parse_tool_calls
 
 
 async def _merge(gens: list[Generation]) -> AsyncIterator[tuple[int, TokenEvent | None]]:
@@ -101,38 +86,26 @@ async def _stream_error(sse: SSEStream, request: web.Request, exc: errors.Localr
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     call = oc.chat_to_native(body)
-    service = request.app[SERVICE]
-    target = await service.target(call.model, call.options, call.keep_alive)
-    tools = call.tools if call.tool_choice != "none" else None
-    if call.tool_choice not in (None, "auto", "none") and not tools:
-        raise errors.InvalidRequest("'tool_choice' needs 'tools'")
-    forced = forced_call_schema(tools, call.tool_choice) if tools else None
-    full = prompts.with_defaults(call.messages, target.system, target.messages)
-    prompt, _ = await prompts.render_async(target.template, full, tools)
-    sampling = replace(target.sampling, logprobs=call.logprobs, top_logprobs=call.top_logprobs,
-                       ignore_eos=call.ignore_eos, min_tokens=call.min_tokens)
-    gens = await _start(service, target, prompt, sampling, forced or call.format, call.n, "/v1/chat/completions",
-                        truncation(body))
-    rid, created, names = oc.new_id("chatcmpl"), int(time.time()), tool_names(tools)
+    run = await start_chat(request.app[SERVICE], call, "/v1/chat/completions", truncation(body))
+    gens, names = run.gens, run.chat.tool_names
+    rid, created = oc.new_id("chatcmpl"), int(time.time())
     try:
         if call.stream:
-            return await _chat_stream(request, gens, target.name, rid, created, names if tools else None,
-                                      call.include_usage)
+            return await _chat_stream(request, gens, run.target.name, rid, created, names, call.include_usage)
         texts, lps = await _collect(gens)
         choices = []
         for i, gen in enumerate(gens):
             text = texts[i]
-            content, calls = parse_tool_calls(text, names) if tools else (text, [])
+            content, calls = parse_tool_calls(text, names) if names is not None else (text, [])
             done = gen.done
             choices.append({
                 "index": i, "message": oc.chat_message(content, calls),
                 "logprobs": oc.chat_logprobs(lps[i]) if call.logprobs else None,
                 "finish_reason": oc.finish_reason(done.done_reason if done else None, bool(calls)),
             })
-        return web.json_response(oc.chat_completion(rid, target.name, created, choices, _usage(gens)))
+        return web.json_response(oc.chat_completion(rid, run.target.name, created, choices, _usage(gens)))
     finally:
-        for g in gens:
-            await g.close()
+        await run.close()
 
 
 async def _chat_stream(request: web.Request, gens: list[Generation], model: str, rid: str, created: int,
@@ -181,7 +154,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
     gens: list[Generation] = []
     try:
         for p in call.prompts:
-            gens.extend(await _start(service, target, p, sampling, fmt, call.n, "/v1/completions", truncation(body)))
+            gens.extend(await start_generations(service, target, p, sampling, fmt, call.n, "/v1/completions",
+                                                truncation(body)))
         rid, created = oc.new_id("cmpl"), int(time.time())
         prefix = [call.prompts[i // call.n] if call.echo else "" for i in range(len(gens))]
         if call.stream:
