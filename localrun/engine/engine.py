@@ -29,7 +29,7 @@ from .kvcache import KVCache
 from .sampling import build_sampler, validate
 from .sequence import RequestHandle, Sequence
 from .template import ChatTemplate
-from .types import EmbedResult, EngineStats, ErrorEvent, GenerateRequest, LoadOptions, ModelInfo, Truncation
+from .types import EmbedInput, EmbedResult, EngineStats, ErrorEvent, GenerateRequest, LoadOptions, ModelInfo, Truncation
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ class Engine:
             self._cond.notify()
         return handle
 
-    def embed(self, inputs: list[str], *, truncate: bool = True) -> EmbedResult:
+    def embed(self, inputs: list[EmbedInput], *, truncate: bool = True) -> EmbedResult:
         if self._closed:
             raise EngineError("the model is unloaded")
         return self.embedder.embed(inputs, truncate=truncate)

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import errors
-from ..engine.types import EmbedResult, EngineStats, ErrorEvent, Event, GenerateRequest, LoadOptions, is_last
+from ..engine.types import EmbedInput, EmbedResult, EngineStats, ErrorEvent, Event, GenerateRequest, LoadOptions, is_last
 from . import protocol
 
 log = logging.getLogger(__name__)
@@ -253,7 +253,7 @@ class RunnerProcess:
         finally:
             self._calls.pop(rid, None)
 
-    async def embed(self, inputs: list[str], truncate: bool = True) -> EmbedResult:
+    async def embed(self, inputs: list[EmbedInput], truncate: bool = True) -> EmbedResult:
         return protocol.decode_embed_result(await self._call({"op": "embed", "input": inputs, "truncate": truncate}))
 
     async def tokenize(self, text: str, add_special: bool = True) -> list[int]:

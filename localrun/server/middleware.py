@@ -1,9 +1,12 @@
 """Middlewares: errors in each API's shape, metrics, Host/Origin checks, CORS and the API key.
 
 Order (outermost first): metrics -> errors -> host -> cors -> auth -> handler. Every
-LocalrunError becomes its HTTP status with ``{"error": msg}`` on /api (Ollama) or an OpenAI
-error object on /v1; aiohttp's own HTTP errors (404 route, 405, 413 body too large) are
-rendered the same way. Anything else is logged with a traceback and answered 500.
+LocalrunError becomes its HTTP status with ``{"error": msg}`` on /api (Ollama), an Anthropic
+error (``{"type": "error", "error": {"type", "message"}}``) on /v1/messages, or an OpenAI
+error object on the rest of /v1; aiohttp's own HTTP errors (404 route, 405, 413 body too
+large) are rendered the same way. Anything else is logged with a traceback and answered 500.
+A request whose client went away before the answer (its handler cancelled, or a write to a
+closed connection) is counted as 499, nginx's "client closed request", never as 500.
 """
 
 from __future__ import annotations
@@ -36,6 +39,19 @@ def is_openai(request: web.Request) -> bool:
     return request.path.startswith("/v1/") or request.path == "/v1"
 
 
+def is_anthropic(request: web.Request) -> bool:
+    return request.path == "/v1/messages" or request.path.startswith("/v1/messages/")
+
+
+def anthropic_error_type(status: int) -> str:
+    """Anthropic's error ``type`` for an HTTP status."""
+    return {
+        400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+        404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
+        529: "overloaded_error",
+    }.get(status, "api_error" if status >= 500 else "invalid_request_error")
+
+
 def openai_error_type(status: int) -> str:
     return {
         400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -44,6 +60,8 @@ def openai_error_type(status: int) -> str:
 
 
 def error_body(request: web.Request, status: int, message: str, code: str) -> dict[str, Any]:
+    if is_anthropic(request):
+        return {"type": "error", "error": {"type": anthropic_error_type(status), "message": message}}
     if is_openai(request):
         return {"error": {"message": message, "type": openai_error_type(status), "param": None, "code": code}}
     return {"error": message, "code": code}  # Ollama's shape; "code" lets localrun's client map the error
@@ -103,6 +121,9 @@ async def metrics_middleware(request: web.Request, handler: Handler) -> web.Stre
         return response
     except web.HTTPException as exc:
         status = exc.status
+        raise
+    except asyncio.CancelledError:
+        status = 499  # the client left and aiohttp cancelled the handler: not our error
         raise
     finally:
         request.app[METRICS].requests.labels(_endpoint(request), str(status)).inc()
@@ -181,14 +202,22 @@ async def add_cors_headers(request: web.Request, response: web.StreamResponse) -
         response.headers.update(cors)
 
 
+def presented_key(request: web.Request) -> str | None:
+    """The API key a client sent: ``Authorization: Bearer KEY``, or ``x-api-key: KEY`` (Anthropic's SDKs)."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return request.headers.get("x-api-key", "").strip() or None
+
+
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     key = request.app[SETTINGS].api_key
     if key and request.path not in PUBLIC_PATHS:
-        header = request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
-            raise errors.Unauthorized("missing or wrong API key: send 'Authorization: Bearer <LOCALRUN_API_KEY>'")
+        token = presented_key(request)
+        if token is None or not hmac.compare_digest(token.encode(), key.encode()):
+            raise errors.Unauthorized("missing or wrong API key: send 'Authorization: Bearer <LOCALRUN_API_KEY>' "
+                                      "or 'x-api-key: <LOCALRUN_API_KEY>'")
     return await handler(request)
 
 

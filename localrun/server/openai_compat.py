@@ -17,7 +17,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.types import DoneReason, TokenLogprob
+from ..engine.types import DoneReason, EmbedInput, TokenLogprob
 from ..errors import InvalidRequest
 from .options import parse_keep_alive
 from .tools import ToolCall, validate_tools
@@ -233,14 +233,32 @@ def completion_to_native(body: dict[str, Any]) -> NativeCall:
     return call
 
 
-def embedding_inputs(value: Any) -> list[str]:
+def _token_ids(value: list[Any], where: str) -> list[int]:
+    if not value:
+        raise InvalidRequest(f"{where} must not be an empty list of token ids")
+    for t in value:
+        if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+            raise InvalidRequest(f"{where} must hold token ids (whole numbers from 0), got {t!r}")
+    return value
+
+
+def embedding_inputs(value: Any) -> list[EmbedInput]:
+    """OpenAI's ``input``: a string, a list of strings, a token-id list, or a list of token-id lists.
+
+    Token ids are embedded exactly as given (no BOS added); whether each id is in the model's
+    vocabulary is checked by the engine, which knows its size (InvalidRequest, 400).
+    """
     if isinstance(value, str):
         return [value]
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        return list(value)
-    if isinstance(value, list) and value and all(isinstance(v, (int, list)) for v in value):
-        raise InvalidRequest("token-array inputs are not supported: send the text instead")
-    raise InvalidRequest("'input' must be a non-empty string or list of strings")
+    if isinstance(value, list) and value:
+        if all(isinstance(v, str) for v in value):
+            return list(value)
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return [_token_ids(value, "'input'")]
+        if all(isinstance(v, list) for v in value):
+            return [_token_ids(v, f"input[{i}]") for i, v in enumerate(value)]
+    raise InvalidRequest("'input' must be a non-empty string, a list of strings, a list of token ids or a list "
+                         "of token-id lists")
 
 
 # --- responses ------------------------------------------------------------------------------

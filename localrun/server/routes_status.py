@@ -67,7 +67,7 @@ def ps_entry(scheduler: Scheduler, model: ResidentModel) -> dict[str, Any]:
         "name": model.name,
         "model": model.name,
         "size": p.size,
-        "digest": model.spec.digest or "",
+        "digest": (model.spec.digest or "").removeprefix("sha256:"),  # bare hex, as /api/tags and Ollama
         "details": details(geometry),
         "expires_at": iso(scheduler.expires_at(model)),
         "size_vram": p.vram,

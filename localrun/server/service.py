@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .. import errors
-from ..engine.types import DoneEvent, EmbedResult, ErrorEvent, GenerateRequest, SamplingOptions, TokenEvent
+from ..engine.types import DoneEvent, EmbedInput, EmbedResult, ErrorEvent, GenerateRequest, SamplingOptions, TokenEvent
 from ..runtime.memory import ModelGeometry
 from ..runtime.resident import Phase
 from ..runtime.scheduler import DEFAULT, LoadSpec, Scheduler
@@ -196,8 +196,8 @@ class Service:
             raise
         return Generation(self, target, endpoint, lease, stream, started)
 
-    async def embed(self, target: Target, inputs: list[str], truncate: bool) -> tuple[EmbedResult, int, int]:
-        """Embed ``inputs``; returns (result, load_duration_ns, total_duration_ns)."""
+    async def embed(self, target: Target, inputs: list[EmbedInput], truncate: bool) -> tuple[EmbedResult, int, int]:
+        """Embed ``inputs`` (texts or token-id lists); returns (result, load_duration_ns, total_duration_ns)."""
         started = time.perf_counter_ns()
         lease = await self.scheduler.acquire(target.spec, target.keep_alive)
         try:
