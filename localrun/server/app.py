@@ -22,7 +22,7 @@ from ..runtime import memory
 from ..runtime.memory import Placement
 from ..runtime.process import RunnerProcess
 from ..runtime.scheduler import Backend, LoadFn, LoadSpec, Scheduler
-from . import routes_api, routes_openai, routes_status, routes_tokens
+from . import routes_anthropic, routes_api, routes_openai, routes_responses, routes_status, routes_tokens
 from .http import JSON_BODY_LIMIT
 from .keys import METRICS, PULLS, SCHEDULER, SERVICE, SETTINGS, STARTED_AT, STORE
 from .metrics import Metrics
@@ -101,6 +101,8 @@ def create_app(
     routes_api.add_routes(app)
     routes_tokens.add_routes(app)
     routes_openai.add_routes(app)
+    routes_responses.add_routes(app)
+    routes_anthropic.add_routes(app)
     try:
         from . import routes_models
     except ImportError as exc:  # the store is not importable: generation still works

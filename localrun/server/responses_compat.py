@@ -1,0 +1,235 @@
+"""OpenAI's Responses API (``POST /v1/responses``) as a pure conversion to a native chat call.
+
+Stateless, as Ollama serves it: ``store`` is accepted but nothing is kept, so
+``previous_response_id`` and ``conversation`` are a 400 that says so (send the whole history
+in ``input`` instead). What a request may hold:
+
+- ``input``: a string (one user message) or a list of items: messages (``role`` + ``content``
+  as a string or ``input_text`` / ``output_text`` parts), ``function_call`` items (the model's
+  earlier calls, with ``call_id``) and ``function_call_output`` items (their results).
+  ``reasoning`` items a client replays are dropped: the model reads its own history as text.
+- ``instructions``: a system message put first.
+- ``tools``: flat function tools (``{"type": "function", "name", "parameters", ...}``) and
+  ``tool_choice`` (``auto`` / ``none`` / ``required`` / ``{"type": "function", "name"}``).
+- ``text.format``: ``text``, ``json_object`` or ``json_schema`` (with ``schema``; enforced by grammar).
+- ``max_output_tokens``, ``temperature``, ``top_p``, ``stream``, ``metadata``, ``truncation``,
+  plus localrun's extra fields as on the other /v1 routes (``keep_alive``, ``options``, ``num_ctx``...).
+
+Images, files and audio are a 400 (text models), as are hosted tools (web search, file search...).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.types import Truncation
+from ..errors import InvalidRequest
+from .openai_compat import NativeCall, options_from_openai
+from .options import parse_keep_alive
+
+_PASSED_OPTIONS = ("temperature", "top_p", "seed", "options", "num_ctx", "top_k", "min_p", "typical_p",
+                   "repeat_penalty", "repeat_last_n", "num_batch", "num_gpu", "num_thread", "num_keep", "use_mmap",
+                   "presence_penalty", "frequency_penalty")
+_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
+_UNSUPPORTED_PARTS = {"input_image": "images", "input_file": "files", "input_audio": "audio"}
+
+
+@dataclass(slots=True)
+class ResponsesCall:
+    """A Responses request in native terms, plus what the reply echoes back."""
+
+    call: NativeCall
+    truncation: Truncation
+    echo: dict[str, Any] = field(default_factory=dict)  # request fields the response object repeats
+
+
+def _typed(body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str) -> Any:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        raise InvalidRequest(f"'{name}' must be {what}")
+    return value
+
+
+def responses_to_native(body: dict[str, Any]) -> ResponsesCall:
+    """Validate a ``/v1/responses`` body and convert it; raises InvalidRequest (400) on bad input."""
+    for name in ("previous_response_id", "conversation"):
+        if body.get(name) is not None:
+            raise InvalidRequest(f"'{name}' is not supported: this server keeps no responses (the API is "
+                                 "stateless here); send the whole conversation in 'input'")
+    if body.get("background"):
+        raise InvalidRequest("'background' responses are not supported: this server keeps no responses")
+    for name in ("store", "parallel_tool_calls"):
+        _typed(body, name, (bool,), "true or false")
+    instructions = _typed(body, "instructions", (str,), "a string")
+    metadata = _typed(body, "metadata", (dict,), "an object of strings")
+    max_output = _typed(body, "max_output_tokens", (int,), "a whole number")
+    if max_output is not None and max_output < 1:
+        raise InvalidRequest("'max_output_tokens' must be at least 1")
+    truncation = _typed(body, "truncation", (str,), "'auto' or 'disabled'")
+    if truncation not in (None, "auto", "disabled"):
+        raise InvalidRequest("'truncation' must be 'auto' or 'disabled'")
+    options = options_from_openai({k: body[k] for k in _PASSED_OPTIONS if k in body})
+    if max_output is not None:
+        options["num_predict"] = max_output
+    messages = ([{"role": "system", "content": instructions}] if instructions else []) + input_messages(
+        body.get("input"))
+    tools = function_tools(body.get("tools"))
+    choice = tool_choice(body.get("tool_choice"))
+    call = NativeCall(model=body.get("model"), options=options, keep_alive=parse_keep_alive(body.get("keep_alive")),
+                      stream=bool(_typed(body, "stream", (bool,), "true or false")), messages=messages,
+                      tools=tools, tool_choice=choice, format=text_format(body.get("text")))
+    echo = {
+        "instructions": instructions, "max_output_tokens": max_output, "metadata": metadata or {},
+        "parallel_tool_calls": body.get("parallel_tool_calls", True) is not False,
+        "temperature": body.get("temperature"), "top_p": body.get("top_p"),
+        "tool_choice": body.get("tool_choice") or "auto", "tools": body.get("tools") or [],
+        "text": body.get("text") or {"format": {"type": "text"}}, "truncation": truncation or "disabled",
+        "user": body.get("user") if isinstance(body.get("user"), str) else None,
+    }
+    return ResponsesCall(call, Truncation.REJECT if truncation == "disabled" else Truncation.FRONT, echo)
+
+
+def _text_parts(content: Any, where: str) -> str:
+    """A message's content (a string or text parts) as one string."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise InvalidRequest(f"{where}.content must be a string or a list of content parts")
+    texts = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text") \
+                and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            texts.append(part["refusal"])
+        elif kind in _UNSUPPORTED_PARTS:
+            raise InvalidRequest(f"{where}.content[{j}]: this model does not support {_UNSUPPORTED_PARTS[kind]} "
+                                 f"({kind})")
+        else:
+            raise InvalidRequest(f"{where}.content[{j}] must be a text part like "
+                                 "{\"type\": \"input_text\", \"text\": \"...\"}")
+    return "".join(texts)
+
+
+def _arguments(value: Any, where: str) -> dict[str, Any]:
+    if value is None or value == "":
+        return {}
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{where}.arguments must be a JSON string")
+    try:
+        args = json.loads(value)
+    except json.JSONDecodeError:
+        raise InvalidRequest(f"{where}.arguments is not valid JSON") from None
+    if not isinstance(args, dict):
+        raise InvalidRequest(f"{where}.arguments must be a JSON object")
+    return args
+
+
+def input_messages(value: Any) -> list[dict[str, Any]]:
+    """``input`` as native chat messages (Ollama shape, tool calls as ``{"function": ...}``)."""
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if not isinstance(value, list) or not value:
+        raise InvalidRequest("'input' must be a string or a non-empty list of input items")
+    out: list[dict[str, Any]] = []
+    names: dict[str, str] = {}  # call_id -> function name, for the results that answer them
+    for i, item in enumerate(value):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise InvalidRequest(f"{where} must be an object")
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind == "message":
+            role = _ROLES.get(item.get("role"))  # type: ignore[arg-type]
+            if role is None:
+                raise InvalidRequest(f"{where}.role must be user, system, developer or assistant")
+            out.append({"role": role, "content": _text_parts(item.get("content"), where)})
+        elif kind == "function_call":
+            name, call_id = item.get("name"), item.get("call_id")
+            if not isinstance(name, str) or not name or not isinstance(call_id, str) or not call_id:
+                raise InvalidRequest(f"{where} must have a 'name' and a 'call_id'")
+            names[call_id] = name
+            call = {"id": call_id, "function": {"name": name, "arguments": _arguments(item.get("arguments"), where)}}
+            if out and out[-1]["role"] == "assistant":  # calls of one turn share one assistant message
+                out[-1].setdefault("tool_calls", []).append(call)
+            else:
+                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise InvalidRequest(f"{where} must have the 'call_id' of the call it answers")
+            output = item.get("output")
+            text = output if isinstance(output, str) else _text_parts(output, where)
+            message = {"role": "tool", "content": text, "tool_call_id": call_id}
+            if call_id in names:
+                message["tool_name"] = names[call_id]
+            out.append(message)
+        elif kind == "reasoning":
+            continue
+        else:
+            raise InvalidRequest(f"{where}: input items of type {kind!r} are not supported (message, "
+                                 "function_call, function_call_output)")
+    if not out:
+        raise InvalidRequest("'input' holds no message")
+    return out
+
+
+def function_tools(value: Any) -> list[dict[str, Any]] | None:
+    """Flat Responses function tools -> chat-completions tools (``{"type", "function": {...}}``)."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise InvalidRequest("'tools' must be a list of {type: 'function', name, parameters} objects")
+    tools = []
+    for i, tool in enumerate(value):
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind != "function":
+            raise InvalidRequest(f"tools[{i}]: only function tools are supported here, got type {kind!r}")
+        name, params = tool.get("name"), tool.get("parameters")
+        if not isinstance(name, str) or not name:
+            raise InvalidRequest(f"tools[{i}].name must be a non-empty string")
+        if params is not None and not isinstance(params, dict):
+            raise InvalidRequest(f"tools[{i}].parameters must be a JSON schema object")
+        description = tool.get("description")
+        if description is not None and not isinstance(description, str):
+            raise InvalidRequest(f"tools[{i}].description must be a string")
+        fn: dict[str, Any] = {"name": name, "parameters": params or {"type": "object", "properties": {}}}
+        if description:
+            fn["description"] = description
+        tools.append({"type": "function", "function": fn})
+    return tools or None
+
+
+def tool_choice(value: Any) -> Any:
+    """Responses ``tool_choice`` -> the chat-completions form :func:`~.tools.forced_call_schema` reads."""
+    if value is None or value in ("auto", "none", "required"):
+        return value
+    if isinstance(value, dict) and value.get("type") == "function" and isinstance(value.get("name"), str):
+        return {"type": "function", "function": {"name": value["name"]}}
+    raise InvalidRequest("'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", \"name\": ...}")
+
+
+def text_format(value: Any) -> str | dict[str, Any] | None:
+    """``text.format`` -> the native format: None (text), "json" or a JSON schema."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidRequest("'text' must be an object like {\"format\": {\"type\": \"json_object\"}}")
+    fmt = value.get("format")
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return "json"
+    if kind == "json_schema":
+        schema = fmt.get("schema")
+        if not isinstance(schema, dict):
+            raise InvalidRequest("text.format.schema must be a JSON schema object")
+        return schema
+    raise InvalidRequest("text.format.type must be text, json_object or json_schema")
