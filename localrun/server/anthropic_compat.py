@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequest
+from .http import str_field
 from .openai_compat import NativeCall
 from .options import parse_keep_alive
 
@@ -140,7 +141,7 @@ def conversation(value: Any) -> list[dict[str, Any]]:
         where = f"messages.{i}"
         if not isinstance(message, dict):
             raise InvalidRequest(f"{where}: must be an object with 'role' and 'content'")
-        role = message.get("role")
+        role = str_field(message, "role")
         if role not in ("user", "assistant"):
             raise InvalidRequest(f"{where}.role: must be 'user' or 'assistant' (the system prompt goes in 'system')")
         content = message.get("content")
@@ -159,7 +160,7 @@ def _blocks(role: str, blocks: list[Any], where: str, names: dict[str, str]) -> 
     results: list[dict[str, Any]] = []
     for j, block in enumerate(blocks):
         at = f"{where}.content.{j}"
-        kind = block.get("type") if isinstance(block, dict) else None
+        kind = str_field(block, "type")
         if kind == "text" and isinstance(block.get("text"), str):
             texts.append(block["text"])
         elif kind == "tool_use" and role == "assistant":
@@ -198,7 +199,7 @@ def _tool_result(block: dict[str, Any], at: str, names: dict[str, str]) -> dict[
     if isinstance(content, list):
         parts = []
         for k, part in enumerate(content):
-            kind = part.get("type") if isinstance(part, dict) else None
+            kind = str_field(part, "type")
             if kind == "text" and isinstance(part.get("text"), str):
                 parts.append(part["text"])
             elif kind in _UNSUPPORTED_BLOCKS:
@@ -248,7 +249,7 @@ def tool_choice(value: Any) -> Any:
     """Anthropic's ``tool_choice`` -> the chat-completions form (``any`` is ``required``)."""
     if value is None:
         return None
-    kind = value.get("type") if isinstance(value, dict) else None
+    kind = str_field(value, "type")
     if isinstance(value, dict) and not isinstance(value.get("disable_parallel_tool_use", False), bool):
         raise InvalidRequest("tool_choice.disable_parallel_tool_use: must be true or false")
     if kind in ("auto", "none"):
@@ -263,7 +264,7 @@ def tool_choice(value: Any) -> Any:
 def thinking(value: Any) -> Thinking:
     if value is None:
         return Thinking(False)
-    kind = value.get("type") if isinstance(value, dict) else None
+    kind = str_field(value, "type")
     if kind == "disabled":
         return Thinking(False)
     if kind in ("adaptive", "between_tools"):

@@ -145,3 +145,16 @@ class EventStream:
             await self.response.prepare(self.request)
         await self.response.write_eof()
         return self.response
+
+
+def str_field(value: Any, key: str) -> str | None:
+    """``value[key]`` when ``value`` is an object and that field a string, else None.
+
+    For dispatching on a JSON field (a content block's ``type``, a message's ``role``) without
+    ever hashing or comparing what a hostile body put there (a list is unhashable).
+    """
+    if isinstance(value, dict):
+        field = value.get(key)
+        if isinstance(field, str):
+            return field
+    return None

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..engine.types import Truncation
 from ..errors import InvalidRequest
+from .http import str_field
 from .openai_compat import NativeCall, options_from_openai
 from .options import parse_keep_alive
 
@@ -101,7 +102,7 @@ def _text_parts(content: Any, where: str) -> str:
         raise InvalidRequest(f"{where}.content must be a string or a list of content parts")
     texts = []
     for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
+        kind = str_field(part, "type")
         if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text") \
                 and isinstance(part.get("text"), str):
             texts.append(part["text"])
@@ -144,7 +145,7 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
             raise InvalidRequest(f"{where} must be an object")
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "message":
-            role = _ROLES.get(item.get("role"))  # type: ignore[arg-type]
+            role = _ROLES.get(str_field(item, "role") or "")
             if role is None:
                 raise InvalidRequest(f"{where}.role must be user, system, developer or assistant")
             out.append({"role": role, "content": _text_parts(item.get("content"), where)})
@@ -186,7 +187,7 @@ def function_tools(value: Any) -> list[dict[str, Any]] | None:
         raise InvalidRequest("'tools' must be a list of {type: 'function', name, parameters} objects")
     tools = []
     for i, tool in enumerate(value):
-        kind = tool.get("type") if isinstance(tool, dict) else None
+        kind = str_field(tool, "type")
         if kind != "function":
             raise InvalidRequest(f"tools[{i}]: only function tools are supported here, got type {kind!r}")
         name, params = tool.get("name"), tool.get("parameters")
@@ -222,7 +223,7 @@ def text_format(value: Any) -> str | dict[str, Any] | None:
     fmt = value.get("format")
     if fmt is None:
         return None
-    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    kind = str_field(fmt, "type")
     if kind == "text":
         return None
     if kind == "json_object":

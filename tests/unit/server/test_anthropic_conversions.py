@@ -117,6 +117,14 @@ def test_count_tokens_needs_no_max_tokens() -> None:
     ({"output_config": {"format": {"type": "json_schema"}}}, "output_config.format"),
     ({"output_config": {"effort": "huge"}}, "effort"),
     ({"stream": "yes"}, "stream"),
+    # unhashable values where a type or role name goes (the fuzzer found this shape on /v1/responses)
+    ({"messages": [{"role": ["user"], "content": "x"}]}, "role"),
+    ({"messages": [{"role": "user", "content": [{"type": [[], {}], "text": "x"}]}]}, "unsupported"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+                                                 "content": [{"type": {"a": 1}}]}]}]}, "text blocks"),
+    ({"tools": [{"type": ["custom"], "name": "f", "input_schema": {}}]}, "server tools"),
+    ({"tool_choice": {"type": ["any"]}}, "tool_choice"),
+    ({"thinking": {"type": {"enabled": 1}}}, "thinking"),
 ])
 def test_bad_requests_are_invalid_request_errors_naming_the_field(body: dict[str, Any], words: str) -> None:
     with pytest.raises(InvalidRequest, match=words):

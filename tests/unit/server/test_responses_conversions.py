@@ -93,6 +93,11 @@ def test_text_format_becomes_the_native_format(text: Any, fmt: Any) -> None:
     ({"stream": "yes"}, "stream"),
     ({"store": "no"}, "store"),
     ({"truncation": "middle"}, "truncation"),
+    # found by the fuzzer: unhashable values where a type or role name goes were a 500
+    ({"input": [{"type": "message", "role": "user", "content": [{"type": [[], {}], "text": "x"}]}]}, "text part"),
+    ({"input": [{"type": "message", "role": ["user"], "content": "x"}]}, "role"),
+    ({"tools": [{"type": {"a": 1}, "name": "f"}]}, "function tools"),
+    ({"text": {"format": {"type": ["json_object"]}}}, "text.format.type"),
 ])
 def test_bad_requests_are_invalid_request_errors_naming_the_field(body: dict[str, Any], words: str) -> None:
     with pytest.raises(InvalidRequest, match=words):
