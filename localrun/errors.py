@@ -13,7 +13,8 @@ the CLI prints ``Error: msg`` and exits non-zero.
     │   ├── TemplateError              chat template failed to render or escaped the sandbox
     │   ├── GrammarError               format / JSON schema cannot be enforced
     │   ├── ContextOverflow            prompt longer than num_ctx and truncation refused
-    │   └── OptionError                out-of-range or wrong-typed option
+    │   ├── OptionError                out-of-range or wrong-typed option
+    │   └── UnsupportedCapability      the model cannot do what was asked (tools, thinking, insert)
     ├── Unauthorized                   401 missing/wrong API key
     ├── Forbidden                      403 foreign Host header / origin
     ├── NotFound                       404
@@ -89,6 +90,12 @@ class ContextOverflow(InvalidRequest):
 
 class OptionError(InvalidRequest):
     code = "invalid_option"
+
+
+class UnsupportedCapability(InvalidRequest):
+    """A request needs what the model's template or file lacks: "MODEL does not support tools"."""
+
+    code = "unsupported_capability"
 
 
 class Unauthorized(LocalrunError):

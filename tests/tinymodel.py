@@ -17,6 +17,24 @@ CHATML_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+# ChatML that renders tools and tool calls the Qwen/Hermes way (the tiny model's default: it "supports tools").
+CHATML_TOOLS_TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\n{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
+    "# Tools\n<tools>{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n</tools>\n"
+    "Answer with <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call><|im_end|>\n{%- endif %}"
+    "{%- for message in messages %}{% if not (tools and loop.first and message.role == 'system') %}"
+    "<|im_start|>{{ 'user' if message.role == 'tool' else message.role }}\n{{ message.content }}"
+    "{% for call in message.tool_calls or [] %}<tool_call>\n{{ call.function | tojson }}\n</tool_call>{% endfor %}"
+    "<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# A reasoning model's template (Qwen3's shape): the generation prompt opens <think> unless
+# enable_thinking is false, in which case it closes an empty block.
+THINKING_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n"
+    "{% else %}<think>\n{% endif %}{% endif %}"
+)
 
 _WORDS = (
     "the of and to in is you that it he was for on are as with his they at be this have from or one had by "
@@ -61,7 +79,7 @@ def write_tiny_gguf(
     n_head_kv: int = 2,
     n_ff: int = 128,
     context_length: int = 2048,
-    chat_template: str | None = CHATML_TEMPLATE,
+    chat_template: str | None = CHATML_TOOLS_TEMPLATE,
     name: str = "tiny-llama",
 ) -> Path:
     """Write a tiny random-weight llama GGUF to ``path`` and return the path.

@@ -149,7 +149,7 @@ class Engine:
         tokens = self._prompt_tokens(request)
         num_predict = options.num_predict if options.num_predict is None or options.num_predict >= 0 else None
         tokens, truncated = self._fit(tokens, request, num_predict)
-        gbnf = grammar_for(request.format, request.grammar)
+        gbnf = grammar_for(request.format, request.grammar, request.format_frame)
         sampler = build_sampler(options, self.vocab, gbnf, self.num_ctx)
         last_n = self.num_ctx if options.repeat_last_n == -1 else options.repeat_last_n
         with self._cond:

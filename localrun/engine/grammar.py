@@ -37,8 +37,12 @@ MAX_GRAMMAR_CHARS = 200_000
 _REPEAT_RE = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
 
 
-def grammar_for(format: str | dict[str, Any] | None, grammar: str | None) -> str | None:
-    """The GBNF text for a request (raw ``grammar`` wins), or None when output is free."""
+def grammar_for(format: str | dict[str, Any] | None, grammar: str | None,
+                frame: tuple[str, str] | None = None) -> str | None:
+    """The GBNF text for a request (raw ``grammar`` wins), or None when output is free.
+
+    ``frame`` (prefix, suffix): literal text required before and after the JSON value.
+    """
     if grammar is not None:
         if not isinstance(grammar, str) or not grammar.strip():
             raise GrammarError("grammar must be a non-empty GBNF string")
@@ -54,7 +58,16 @@ def grammar_for(format: str | dict[str, Any] | None, grammar: str | None) -> str
             raise GrammarError(f"format must be \"json\" or a JSON Schema object, got {format!r}") from None
     if not isinstance(format, dict):
         raise GrammarError("format must be \"json\" or a JSON Schema object")
-    return schema_to_gbnf(format)
+    gbnf = schema_to_gbnf(format)
+    return _framed(gbnf, frame) if frame is not None else gbnf
+
+
+def _framed(gbnf: str, frame: tuple[str, str]) -> str:
+    """``gbnf`` with its root wrapped in literal text: ``root ::= "prefix" value "suffix"``."""
+    body = re.sub(r"(?m)^root ::=", "framed-value ::=", gbnf, count=1)
+    parts = [json.dumps(text, ensure_ascii=False) for text in frame if text]
+    prefix, suffix = (parts[0] if frame[0] else ""), (parts[-1] if frame[1] else "")
+    return check_gbnf(f"root ::= {prefix} framed-value {suffix}\n{body}")
 
 
 def check_gbnf(grammar: str) -> str:

@@ -64,6 +64,8 @@ class GenerateRequest:
     """One completion: a prompt (text or token ids) and how to sample it.
 
     ``format`` is None, ``"json"`` or a JSON Schema dict; ``grammar`` is raw GBNF and wins over it.
+    ``format_frame`` (prefix, suffix) is text the output must have around the formatted JSON: a
+    forced tool call in the model's own format, e.g. ``("<tool_call>\n", "\n</tool_call>")``.
     ``num_keep`` is how many leading prompt tokens FRONT truncation keeps (the system prompt).
     """
 
@@ -71,6 +73,7 @@ class GenerateRequest:
     sampling: SamplingOptions = field(default_factory=SamplingOptions)
     format: str | dict[str, Any] | None = None
     grammar: str | None = None
+    format_frame: tuple[str, str] | None = None
     truncation: Truncation = Truncation.FRONT
     num_keep: int = 0
     add_special: bool = True  # add BOS when the prompt is text

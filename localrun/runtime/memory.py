@@ -24,19 +24,22 @@ from typing import Any
 
 from ..engine.types import LoadOptions
 from ..errors import InvalidModelFile
+from .tokenizer_facts import TokenizerFacts, read_facts
 
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_ENCODERS = ("bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3", "neo-bert", "modern-bert",
+             "t5encoder")  # encoder-only architectures: embeddings, never text
 _KEEP = ("context_length", "embedding_length", "block_count", "feed_forward_length", "head_count",
          "head_count_kv", "key_length", "value_length", "sliding_window")
 
 
 @dataclass(frozen=True, slots=True)
 class ModelGeometry:
-    """What the fit check needs from a GGUF header."""
+    """What the daemon needs from a GGUF header: sizes for the fit check, facts for prompts."""
 
     architecture: str
     file_size: int
@@ -52,6 +55,13 @@ class ModelGeometry:
     chat_template: str | None = None
     size_label: str | None = None
     file_type: int | None = None
+    embedding: bool = False        # an embeddings model (encoder or pooling), not a text generator
+    tokenizer: TokenizerFacts = TokenizerFacts()
+
+    @property
+    def fim(self) -> tuple[str, str, str] | None:
+        """The fill-in-the-middle tokens (prefix, suffix, middle) when the vocabulary has them."""
+        return self.tokenizer.fim
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +202,7 @@ def read_geometry(path: str | Path) -> ModelGeometry:
 @lru_cache(maxsize=64)
 def _read_geometry_cached(path: str, size: int, _mtime: int) -> ModelGeometry:
     meta: dict[str, object] = {}
+    tokens_at: int | None = None
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             r = _Reader(buf)
@@ -206,7 +217,10 @@ def _read_geometry_cached(path: str, size: int, _mtime: int) -> ModelGeometry:
             for _ in range(kv_count):
                 key = r.string()
                 vtype = int(r.take("<I"))  # type: ignore[call-overload]
+                if key == "tokenizer.ggml.tokens":
+                    tokens_at = r.pos
                 meta[key] = r.value(vtype, True)
+            tokenizer = read_facts(buf, meta, tokens_at)
     except (ValueError, struct.error, OSError, IndexError) as exc:
         raise InvalidModelFile(f"{path} is not a readable GGUF file ({exc})") from exc
     arch = str(meta.get("general.architecture", "llama"))
@@ -237,6 +251,8 @@ def _read_geometry_cached(path: str, size: int, _mtime: int) -> ModelGeometry:
         chat_template=template if isinstance(template, str) else None,
         size_label=label if isinstance(label, str) else None,
         file_type=int(ftype) if isinstance(ftype, int) else None,
+        embedding=arch in _ENCODERS or f"{arch}.pooling_type" in meta or meta.get(f"{arch}.attention.causal") is False,
+        tokenizer=tokenizer,
     )
 
 

@@ -15,7 +15,6 @@ other blocks a text model cannot take are a 400 that names them.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,9 +33,11 @@ _EXTRA_OPTIONS = ("num_ctx", "min_p", "repeat_penalty", "repeat_last_n", "seed",
 
 @dataclass(frozen=True, slots=True)
 class Thinking:
-    """The request's ``thinking``: on, with a token budget (None: not asked, or off)."""
+    """The request's ``thinking``: True (``enabled``: a thinking model must think; a 400 on a model that
+    cannot), False (``disabled``), None (not given, or ``adaptive``: the model's own default, which
+    for a thinking model is to think). ``budget_tokens`` is checked, not enforced."""
 
-    enabled: bool
+    enabled: bool | None
     budget_tokens: int | None = None
 
 
@@ -113,6 +114,7 @@ def messages_to_native(body: dict[str, Any], *, count_only: bool = False) -> Mes
     think = thinking(body.get("thinking"))
     if think.budget_tokens is not None and max_tokens is not None and think.budget_tokens >= max_tokens:
         raise InvalidRequest("thinking.budget_tokens: must be less than max_tokens")
+    call.think = think.enabled
     return MessagesCall(call, tuple(stops or ()), think)
 
 
@@ -263,12 +265,12 @@ def tool_choice(value: Any) -> Any:
 
 def thinking(value: Any) -> Thinking:
     if value is None:
-        return Thinking(False)
+        return Thinking(None)
     kind = str_field(value, "type")
     if kind == "disabled":
         return Thinking(False)
     if kind in ("adaptive", "between_tools"):
-        return Thinking(True)
+        return Thinking(None)
     if kind == "enabled":
         budget = value.get("budget_tokens")
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_THINKING_BUDGET:
@@ -295,6 +297,6 @@ def output_format(value: Any) -> dict[str, Any] | None:
     return schema
 
 
-def input_json(arguments: dict[str, Any]) -> str:
-    """A tool call's input as the JSON text an ``input_json_delta`` carries."""
-    return json.dumps(arguments, ensure_ascii=False)
+def tool_use_id(call_id: str) -> str:
+    """A parsed call's id (``call_<hex>``) in Anthropic's form (``toolu_<hex>``), as stable as the id."""
+    return "toolu_" + call_id.removeprefix("call_")

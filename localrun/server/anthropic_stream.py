@@ -5,6 +5,7 @@ a ``ping``), then ``text`` / ``tool_use`` in output order, then ``finish``; each
 events to send as ``(event name, data)``:
 
     message_start, ping
+    content_block_start (thinking), content_block_delta (thinking_delta) ..., content_block_stop
     content_block_start (text), content_block_delta (text_delta) ..., content_block_stop
     content_block_start (tool_use, input {}), content_block_delta (input_json_delta),
     content_block_stop                                                        (per call)
@@ -59,7 +60,7 @@ class MessageEncoder:
             "stop_reason": None, "stop_sequence": None,
             "usage": usage_json(TokenUsage(0, 0, 0)),
         }
-        self._open: dict[str, Any] | None = None  # the text block being written, if any
+        self._open: dict[str, Any] | None = None  # the text or thinking block being written, if any
         self.tool_calls = 0
 
     @property
@@ -73,16 +74,26 @@ class MessageEncoder:
                 ping()]
 
     def text(self, delta: str) -> list[Event]:
+        """Answer text; the first piece opens a text block (closing a thinking block before it)."""
+        return self._stream(delta, "text", {"type": "text", "text": ""}, "text_delta")
+
+    def thinking(self, delta: str) -> list[Event]:
+        """Reasoning text, in a ``thinking`` block (its ``signature`` stays empty: nothing is signed here)."""
+        return self._stream(delta, "thinking", {"type": "thinking", "thinking": "", "signature": ""}, "thinking_delta")
+
+    def _stream(self, delta: str, field: str, empty: dict[str, Any], delta_type: str) -> list[Event]:
         if not delta:
             return []
         events: list[Event] = []
+        if self._open is not None and self._open["type"] != empty["type"]:
+            events += self._close_text()
         if self._open is None:
-            self._open = {"type": "text", "text": ""}
+            self._open = dict(empty)
             self.message["content"].append(self._open)
             events.append(_block_start(self._index, self._open))
-        self._open["text"] += delta
+        self._open[field] += delta
         events.append(("content_block_delta", {"type": "content_block_delta", "index": self._index,
-                                               "delta": {"type": "text_delta", "text": delta}}))
+                                               "delta": {"type": delta_type, field: delta}}))
         return events
 
     def _close_text(self) -> list[Event]:

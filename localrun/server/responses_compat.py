@@ -82,7 +82,8 @@ def responses_to_native(body: dict[str, Any]) -> ResponsesCall:
     choice = tool_choice(body.get("tool_choice"))
     call = NativeCall(model=body.get("model"), options=options, keep_alive=parse_keep_alive(body.get("keep_alive")),
                       stream=bool(_typed(body, "stream", (bool,), "true or false")), messages=messages,
-                      tools=tools, tool_choice=choice, format=text_format(body.get("text")))
+                      tools=tools, tool_choice=choice, format=text_format(body.get("text")),
+                      think=reasoning_think(body.get("reasoning")))
     echo = {
         "instructions": instructions, "max_output_tokens": max_output, "metadata": metadata or {},
         "parallel_tool_calls": body.get("parallel_tool_calls", True) is not False,
@@ -90,6 +91,7 @@ def responses_to_native(body: dict[str, Any]) -> ResponsesCall:
         "tool_choice": body.get("tool_choice") or "auto", "tools": body.get("tools") or [],
         "text": body.get("text") or {"format": {"type": "text"}}, "truncation": truncation or "disabled",
         "user": body.get("user") if isinstance(body.get("user"), str) else None,
+        "reasoning": {"effort": (body.get("reasoning") or {}).get("effort"), "summary": None},
     }
     return ResponsesCall(call, Truncation.REJECT if truncation == "disabled" else Truncation.FRONT, echo)
 
@@ -212,6 +214,23 @@ def tool_choice(value: Any) -> Any:
     if isinstance(value, dict) and value.get("type") == "function" and isinstance(value.get("name"), str):
         return {"type": "function", "function": {"name": value["name"]}}
     raise InvalidRequest("'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", \"name\": ...}")
+
+
+_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+
+def reasoning_think(value: Any) -> bool | None:
+    """``reasoning.effort`` -> think: none / minimal = no, any other level = yes, unset = the model's default."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidRequest("'reasoning' must be an object like {\"effort\": \"low\"}")
+    effort = value.get("effort")
+    if effort is None:
+        return None
+    if effort not in _EFFORTS:
+        raise InvalidRequest(f"reasoning.effort must be one of {', '.join(_EFFORTS)}")
+    return effort not in ("none", "minimal")
 
 
 def text_format(value: Any) -> str | dict[str, Any] | None:

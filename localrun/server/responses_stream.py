@@ -5,6 +5,9 @@ order (``text`` deltas, ``tool_call``s), then ``finish`` (or ``fail``); each cal
 events to send, each ``(event name, data)`` with its ``sequence_number`` counting from 0:
 
     response.created, response.in_progress
+    response.output_item.added (reasoning), response.content_part.added (reasoning_text),
+    response.reasoning_text.delta ..., response.reasoning_text.done, response.content_part.done,
+    response.output_item.done                                                 (when the model thinks)
     response.output_item.added (message), response.content_part.added (output_text)
     response.output_text.delta ...
     response.output_text.done, response.content_part.done, response.output_item.done
@@ -45,7 +48,7 @@ class ResponsesEncoder:
             "usage": None, **echo,
         }
         self._seq = 0
-        self._message: dict[str, Any] | None = None  # the output message being written, if any
+        self._open: dict[str, Any] | None = None  # the message or reasoning item being written, if any
         self._text: list[str] = []
 
     def _event(self, kind: str, **fields: Any) -> Event:
@@ -61,43 +64,62 @@ class ResponsesEncoder:
 
     def text(self, delta: str) -> list[Event]:
         """Output text; the first piece opens the message item and its output_text part."""
+        return self._stream(delta, "message", "response.output_text")
+
+    def reasoning(self, delta: str) -> list[Event]:
+        """The model's reasoning, as a ``reasoning`` item with one ``reasoning_text`` part."""
+        return self._stream(delta, "reasoning", "response.reasoning_text")
+
+    def _stream(self, delta: str, kind: str, event_prefix: str) -> list[Event]:
         if not delta:
             return []
         events = []
-        if self._message is None:
-            self._message = {"id": new_id("msg"), "type": "message", "status": "in_progress", "role": "assistant",
-                             "content": []}
-            self.response["output"].append(self._message)
+        if self._open is not None and self._open["type"] != kind:
+            events += self._close("completed")
+        if self._open is None:
+            if kind == "message":
+                item = {"id": new_id("msg"), "type": "message", "status": "in_progress", "role": "assistant",
+                        "content": []}
+            else:
+                item = {"id": new_id("rs"), "type": "reasoning", "status": "in_progress", "summary": [],
+                        "content": []}
+            self._open = item
+            self.response["output"].append(item)
             index = len(self.response["output"]) - 1
-            events.append(self._event("response.output_item.added", output_index=index,
-                                      item=copy.deepcopy(self._message)))
-            events.append(self._event("response.content_part.added", output_index=index, item_id=self._message["id"],
-                                      content_index=0, part=_text_part("")))
+            events.append(self._event("response.output_item.added", output_index=index, item=copy.deepcopy(item)))
+            events.append(self._event("response.content_part.added", output_index=index, item_id=item["id"],
+                                      content_index=0, part=_part(kind, "")))
         self._text.append(delta)
-        events.append(self._event("response.output_text.delta", output_index=len(self.response["output"]) - 1,
-                                  item_id=self._message["id"], content_index=0, delta=delta, logprobs=[]))
+        fields: dict[str, Any] = {"logprobs": []} if kind == "message" else {}
+        events.append(self._event(f"{event_prefix}.delta", output_index=len(self.response["output"]) - 1,
+                                  item_id=self._open["id"], content_index=0, delta=delta, **fields))
         return events
 
-    def _close_message(self, status: str) -> list[Event]:
-        message, self._message = self._message, None
-        if message is None:
+    def _close(self, status: str) -> list[Event]:
+        item, self._open = self._open, None
+        if item is None:
             return []
-        index = self.response["output"].index(message)
+        index = self.response["output"].index(item)
         text, self._text = "".join(self._text), []
-        part = _text_part(text)
-        message["content"] = [part]
-        message["status"] = status
+        part = _part(item["type"], text)
+        item["content"] = [part]
+        item["status"] = status
+        if item["type"] == "message":
+            done = self._event("response.output_text.done", output_index=index, item_id=item["id"], content_index=0,
+                               text=text, logprobs=[])
+        else:
+            done = self._event("response.reasoning_text.done", output_index=index, item_id=item["id"],
+                               content_index=0, text=text)
         return [
-            self._event("response.output_text.done", output_index=index, item_id=message["id"], content_index=0,
-                        text=text, logprobs=[]),
-            self._event("response.content_part.done", output_index=index, item_id=message["id"], content_index=0,
+            done,
+            self._event("response.content_part.done", output_index=index, item_id=item["id"], content_index=0,
                         part=copy.deepcopy(part)),
-            self._event("response.output_item.done", output_index=index, item=copy.deepcopy(message)),
+            self._event("response.output_item.done", output_index=index, item=copy.deepcopy(item)),
         ]
 
     def tool_call(self, call_id: str, name: str, arguments: str) -> list[Event]:
         """One complete function call (``arguments`` is its JSON text); closes open message text first."""
-        events = self._close_message("completed")
+        events = self._close("completed")
         item = {"id": new_id("fc"), "type": "function_call", "status": "in_progress", "call_id": call_id,
                 "name": name, "arguments": ""}
         self.response["output"].append(item)
@@ -113,7 +135,7 @@ class ResponsesEncoder:
 
     def finish(self, usage: TokenUsage, hit_limit: bool) -> list[Event]:
         """The last events: ``response.incomplete`` when ``max_output_tokens`` cut the output, else completed."""
-        events = self._close_message("incomplete" if hit_limit else "completed")
+        events = self._close("incomplete" if hit_limit else "completed")
         self.response["usage"] = {
             "input_tokens": usage.prompt, "input_tokens_details": {"cached_tokens": usage.cached},
             "output_tokens": usage.output, "output_tokens_details": {"reasoning_tokens": 0},
@@ -134,5 +156,8 @@ class ResponsesEncoder:
         return [self._event("error", code=code, message=message, param=None), self._snapshot("response.failed")]
 
 
-def _text_part(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def _part(kind: str, text: str) -> dict[str, Any]:
+    """The content part of a message (``output_text``) or of a reasoning item (``reasoning_text``)."""
+    if kind == "message":
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return {"type": "reasoning_text", "text": text}

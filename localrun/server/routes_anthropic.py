@@ -15,10 +15,10 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from .. import errors
-from .anthropic_compat import input_json, messages_to_native
+from .anthropic_compat import messages_to_native, tool_use_id
 from .anthropic_stream import Event, MessageEncoder, error_event, ping
-from .chat import ChatRun, TextDelta, TokenUsage, count_prompt_tokens, hit_length_limit, output_events, start_chat, \
-    with_heartbeat
+from .chat import ChatRun, TokenUsage, count_prompt_tokens, hit_length_limit, output_events, start_chat, with_heartbeat
+from .chatparse import ContentDelta, ThinkingDelta
 from .http import EventStream, read_json
 from .keys import SERVICE
 from .middleware import anthropic_error_type
@@ -33,13 +33,15 @@ async def _drive(run: ChatRun, encoder: MessageEncoder, stops: tuple[str, ...], 
     """Run the generation to its end, handing each batch of events to ``emit``."""
     gen = run.gens[0]
     await emit(encoder.start(prompt_tokens))
-    async for item in with_heartbeat(output_events(gen, run.chat.tool_names, "toolu_"), PING_INTERVAL):
+    async for item in with_heartbeat(output_events(gen, run.turn), PING_INTERVAL):
         if item is None:
             await emit([ping()])
-        elif isinstance(item, TextDelta):
+        elif isinstance(item, ContentDelta):
             await emit(encoder.text(item.text))
-        else:
-            await emit(encoder.tool_use(item.call_id, item.name, input_json(item.arguments), item.arguments))
+        elif isinstance(item, ThinkingDelta):
+            await emit(encoder.thinking(item.text))
+        else:  # the parser's stable call id, in Anthropic's toolu_ form
+            await emit(encoder.tool_use(tool_use_id(item.id), item.name, item.arguments_json(), item.arguments))
     done = gen.done
     await emit(encoder.finish(TokenUsage.of(done), hit_length_limit(done), done.stop_string if done else None, stops))
 
@@ -58,7 +60,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
             await _drive(run, encoder, converted.stop_sequences, 0, keep)
             return web.json_response(encoder.message)
         # message_start carries the prompt's size; the model is loaded now, so this is quick.
-        prompt_tokens = len(await service.tokenize(run.target, run.chat.prompt, add_special=True))
+        prompt_tokens = len(await service.tokenize(run.target, run.turn.prompt, add_special=True))
         out = EventStream(request)
 
         async def send(events: list[Event]) -> None:

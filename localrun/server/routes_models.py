@@ -21,6 +21,7 @@ from aiohttp import web
 from .. import errors
 from ..runtime.memory import read_geometry
 from ..store.modelfile import quote as _quote
+from .chatformat import capabilities, describe
 from .http import NDJSONStream, get, read_json
 from .keys import PULLS, SERVICE, STORE
 from .routes_status import details
@@ -97,10 +98,6 @@ async def show(request: web.Request) -> web.Response:
     info = await asyncio.to_thread(request.app[STORE].show, name)
     params = _field(info, "parameters", default={}) or {}
     template = _field(info, "template") or ""
-    capabilities = ["completion"]
-    if "tools" in template or ".Tools" in template:
-        capabilities.append("tools")
-    capabilities.append("embedding")
     licenses = _field(info, "licenses") or ([_field(info, "license")] if _field(info, "license") else [])
     item_details = _field(info, "details")
     out: dict[str, Any] = {
@@ -112,13 +109,22 @@ async def show(request: web.Request) -> web.Response:
         "details": item_details if isinstance(item_details, dict) and item_details
         else _details_for(_field(info, "model_path")),
         "model_info": _field(info, "model_info", default={}) or {},
-        "capabilities": capabilities,
+        "capabilities": _capabilities(template, _field(info, "model_path")),
         "modified_at": _iso(_field(info, "modified_at", "modified")),
     }
     messages = _field(info, "messages") or []
     if messages:
         out["messages"] = [m if isinstance(m, dict) else {"role": m.role, "content": m.content} for m in messages]
     return web.json_response(out, dumps=lambda o: json.dumps(o, default=str))
+
+
+def _capabilities(template: str, path: Any) -> list[str]:
+    """What the model can do, from its template and GGUF header (see ``chatformat.capabilities``)."""
+    try:
+        geometry = read_geometry(str(path))
+    except errors.LocalrunError:
+        return ["completion"]
+    return capabilities(describe(template or None), geometry)
 
 
 async def _run_with_progress(request: web.Request, stream: bool, work: Callable[[Any], Any]) -> web.StreamResponse:

@@ -16,16 +16,17 @@ from typing import Any
 from aiohttp import web
 
 from .. import errors
-from ..engine.types import TokenEvent, TokenLogprob
+from ..engine.types import GenerateRequest, TokenEvent, TokenLogprob
 from . import openai_compat as oc
 from .chat import start_chat, start_generations
+from .chatparse import ChatEvent, ContentDelta, ToolCall, collect
+from .chatturn import ChatTurn
 from .http import SSEStream, read_json
 from .keys import SERVICE, STORE
 from .middleware import error_body
 from .options import parse_keep_alive
 from .routes_api import resize, truncation
 from .service import Generation
-from .tools import ToolCall, ToolStreamFilter, parse_tool_calls
 
 
 async def _merge(gens: list[Generation]) -> AsyncIterator[tuple[int, TokenEvent | None]]:
@@ -87,53 +88,53 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     call = oc.chat_to_native(body)
     run = await start_chat(request.app[SERVICE], call, "/v1/chat/completions", truncation(body))
-    gens, names = run.gens, run.chat.tool_names
+    target, turn, gens = run.target, run.turn, run.gens
     rid, created = oc.new_id("chatcmpl"), int(time.time())
     try:
         if call.stream:
-            return await _chat_stream(request, gens, run.target.name, rid, created, names, call.include_usage)
+            return await _chat_stream(request, gens, target.name, rid, created, turn, call.include_usage)
         texts, lps = await _collect(gens)
         choices = []
         for i, gen in enumerate(gens):
-            text = texts[i]
-            content, calls = parse_tool_calls(text, names) if names is not None else (text, [])
+            parser = turn.parser()
+            reply = collect(parser.feed(texts[i]) + parser.finish())
             done = gen.done
             choices.append({
-                "index": i, "message": oc.chat_message(content, calls),
+                "index": i, "message": oc.chat_message(reply),
                 "logprobs": oc.chat_logprobs(lps[i]) if call.logprobs else None,
-                "finish_reason": oc.finish_reason(done.done_reason if done else None, bool(calls)),
+                "finish_reason": oc.finish_reason(done.done_reason if done else None, bool(reply.tool_calls)),
             })
-        return web.json_response(oc.chat_completion(rid, run.target.name, created, choices, _usage(gens)))
+        return web.json_response(oc.chat_completion(rid, target.name, created, choices, _usage(gens)))
     finally:
-        await run.close()
+        for g in gens:
+            await g.close()
 
 
 async def _chat_stream(request: web.Request, gens: list[Generation], model: str, rid: str, created: int,
-                       names: set[str] | None, include_usage: bool) -> web.StreamResponse:
+                       turn: ChatTurn, include_usage: bool) -> web.StreamResponse:
+    """SSE chunks: content, reasoning_content and tool_calls deltas as the parser yields them."""
     sse = SSEStream(request)
-    filters = [ToolStreamFilter(names) if names is not None else None for _ in gens]
+    parsers = [turn.parser() for _ in gens]
+    called = [False for _ in gens]
+
+    async def send(i: int, events: list[ChatEvent], logprobs: dict[str, Any] | None = None) -> None:
+        for event in events or ([ContentDelta("")] if logprobs else []):
+            called[i] = called[i] or isinstance(event, ToolCall)
+            await sse.write(oc.chat_chunk(rid, model, created, i, oc.chat_delta(event), logprobs=logprobs))
+            logprobs = None
+
     try:
         for i in range(len(gens)):
             await sse.write(oc.chat_chunk(rid, model, created, i, {"role": "assistant", "content": ""}))
         async for i, event in _merge(gens):
-            f = filters[i]
             if event is not None:
-                text = f.feed(event.text) if f else event.text
-                if text or event.logprobs:
-                    lp = oc.chat_logprobs(list(event.logprobs)) if event.logprobs else None
-                    await sse.write(oc.chat_chunk(rid, model, created, i, {"content": text}, logprobs=lp))
+                lp = oc.chat_logprobs(list(event.logprobs)) if event.logprobs else None
+                await send(i, parsers[i].feed(event.text), lp)
                 continue
-            calls: list[ToolCall] = []
-            if f is not None:
-                content, calls = f.finish()
-                if content:
-                    await sse.write(oc.chat_chunk(rid, model, created, i, {"content": content}))
-                if calls:
-                    await sse.write(oc.chat_chunk(rid, model, created, i,
-                                                  {"tool_calls": oc.tool_calls_json(calls, stream=True)}))
+            await send(i, parsers[i].finish())
             done = gens[i].done
             await sse.write(oc.chat_chunk(rid, model, created, i, {},
-                                          oc.finish_reason(done.done_reason if done else None, bool(calls))))
+                                          oc.finish_reason(done.done_reason if done else None, called[i])))
         if include_usage:
             await sse.write(oc.usage_chunk(rid, model, created, "chat.completion.chunk", _usage(gens)))
     except errors.LocalrunError as exc:
@@ -154,8 +155,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
     gens: list[Generation] = []
     try:
         for p in call.prompts:
-            gens.extend(await start_generations(service, target, p, sampling, fmt, call.n, "/v1/completions",
-                                                truncation(body)))
+            req = GenerateRequest(prompt=p, sampling=sampling, format=fmt, truncation=truncation(body))
+            gens.extend(await start_generations(service, target, req, call.n, "/v1/completions"))
         rid, created = oc.new_id("cmpl"), int(time.time())
         prefix = [call.prompts[i // call.n] if call.echo else "" for i in range(len(gens))]
         if call.stream:

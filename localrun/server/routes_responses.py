@@ -7,13 +7,13 @@ typed SSE events when ``stream`` is true, else the final ``response`` object.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from .. import errors
-from .chat import ChatRun, TextDelta, TokenUsage, hit_length_limit, output_events, start_chat
+from .chat import ChatRun, TokenUsage, hit_length_limit, output_events, start_chat
+from .chatparse import ContentDelta, ThinkingDelta
 from .http import EventStream, read_json
 from .keys import SERVICE
 from .responses_compat import responses_to_native
@@ -26,11 +26,13 @@ async def _drive(run: ChatRun, encoder: ResponsesEncoder, emit: Emit) -> None:
     """Run the generation to its end, handing each batch of events to ``emit``."""
     gen = run.gens[0]
     await emit(encoder.start())
-    async for item in output_events(gen, run.chat.tool_names, "call_"):
-        if isinstance(item, TextDelta):
+    async for item in output_events(gen, run.turn):
+        if isinstance(item, ContentDelta):
             await emit(encoder.text(item.text))
+        elif isinstance(item, ThinkingDelta):
+            await emit(encoder.reasoning(item.text))
         else:
-            await emit(encoder.tool_call(item.call_id, item.name, json.dumps(item.arguments, ensure_ascii=False)))
+            await emit(encoder.tool_call(item.id, item.name, item.arguments_json()))
     await emit(encoder.finish(TokenUsage.of(gen.done), hit_length_limit(gen.done)))
 
 

@@ -45,11 +45,12 @@ class Target:
     sampling: SamplingOptions
     num_keep: int | None
     keep_alive: Any  # seconds, None = forever, DEFAULT = server default
+    template_override: str | None = None  # a request's own template (/api/generate ``template``)
 
     @property
     def template(self) -> str | None:
-        """The chat template source: the Modelfile TEMPLATE, else the GGUF's own."""
-        return getattr(self.resolved, "template", None) or self.geometry.chat_template
+        """The chat template source: the request's, else the Modelfile TEMPLATE, else the GGUF's own."""
+        return self.template_override or getattr(self.resolved, "template", None) or self.geometry.chat_template
 
     @property
     def system(self) -> str | None:

@@ -28,8 +28,8 @@ FN_WEATHER = {"type": "function", "name": "get_weather", "description": "Weather
 
 
 @pytest.fixture
-def store(tiny_gguf: Path) -> DictStore:
-    return DictStore({"fake": tiny_gguf})
+def store(tiny_gguf: Path, thinking_gguf: Path) -> DictStore:
+    return DictStore({"fake": tiny_gguf, "thinker": thinking_gguf})
 
 
 @pytest.fixture
@@ -176,6 +176,27 @@ async def test_x_api_key_is_accepted_like_a_bearer_key(serve_app: Any, store: Di
     assert r.status == 401
 
 
+async def test_anthropic_thinking_blocks_from_a_thinking_model(claude: anthropic.AsyncAnthropic) -> None:
+    said = "SAY:France's capital city.</think>Paris."  # the prompt opened <think>: reasoning comes first
+    m = await claude.messages.create(model="thinker", max_tokens=2000, messages=_user(said),
+                                     thinking={"type": "enabled", "budget_tokens": 1024})
+    assert [b.type for b in m.content] == ["thinking", "text"]
+    assert m.content[0].thinking == "France's capital city." and m.content[1].text == "Paris."  # type: ignore[union-attr]
+    async with claude.messages.stream(model="thinker", max_tokens=2000, messages=_user(said),
+                                      thinking={"type": "enabled", "budget_tokens": 1024}) as stream:
+        kinds = [e.delta.type async for e in stream if e.type == "content_block_delta"]
+        final = await stream.get_final_message()
+    assert "thinking_delta" in kinds and kinds[-1] == "text_delta"
+    assert [b.type for b in final.content] == ["thinking", "text"]
+    off = await claude.messages.create(model="thinker", max_tokens=100, messages=_user("SAY:Paris."),
+                                       thinking={"type": "disabled"})
+    assert [b.type for b in off.content] == ["text"] and off.content[0].text == "Paris."  # type: ignore[union-attr]
+    with pytest.raises(anthropic.BadRequestError) as info:  # as Ollama answers: the model cannot think
+        await claude.messages.create(model="fake", max_tokens=2000, messages=_user("SAY:x"),
+                                     thinking={"type": "enabled", "budget_tokens": 1024})
+    assert "does not support thinking" in str(info.value)
+
+
 # --- OpenAI Responses -------------------------------------------------------------------------
 
 
@@ -226,6 +247,21 @@ async def test_responses_json_schema_request_is_accepted(oai: openai.AsyncOpenAI
                                    text={"format": {"type": "json_schema", "name": "n", "schema": schema,
                                                     "strict": True}})
     assert json.loads(r.output_text) == {"n": 3} and r.text is not None and r.text.format.type == "json_schema"
+
+
+async def test_responses_reasoning_item_from_a_thinking_model(oai: openai.AsyncOpenAI) -> None:
+    said = "SAY:France's capital city.</think>Paris."
+    r = await oai.responses.create(model="thinker", input=said, reasoning={"effort": "low"})
+    assert [o.type for o in r.output] == ["reasoning", "message"] and r.output_text == "Paris."
+    reasoning = r.output[0]
+    assert reasoning.type == "reasoning" and reasoning.content is not None
+    assert reasoning.content[0].text == "France's capital city."
+    async with oai.responses.stream(model="thinker", input=said) as stream:
+        kinds = [e.type async for e in stream]
+        final = await stream.get_final_response()
+    assert "response.reasoning_text.delta" in kinds and final.output_text == "Paris."
+    plain = await oai.responses.create(model="thinker", input="SAY:Paris.", reasoning={"effort": "none"})
+    assert [o.type for o in plain.output] == ["message"]
 
 
 async def test_responses_limit_statelessness_and_bad_input(oai: openai.AsyncOpenAI) -> None:

@@ -24,7 +24,7 @@ def test_sampling_fields_become_options() -> None:
     m = _native(temperature=0.2, top_p=0.9, top_k=20, stop_sequences=["END"], metadata={"user_id": "u"},
                 stream=True)
     assert m.call.options == {"temperature": 0.2, "top_p": 0.9, "top_k": 20, "stop": ["END"], "num_predict": 50}
-    assert m.stop_sequences == ("END",) and m.call.stream and m.thinking == Thinking(False)
+    assert m.stop_sequences == ("END",) and m.call.stream and m.thinking == Thinking(None) and m.call.think is None
 
 
 def test_system_blocks_tool_use_and_tool_results_become_a_chat_history() -> None:
@@ -64,10 +64,10 @@ def test_tool_choice_maps_to_the_chat_form(choice: Any, native: Any) -> None:
 
 
 def test_thinking_is_read_and_checked() -> None:
-    assert _native(max_tokens=4000, thinking={"type": "enabled", "budget_tokens": 2048}).thinking == \
-        Thinking(True, 2048)
-    assert _native(thinking={"type": "disabled"}).thinking == Thinking(False)
-    assert _native(thinking={"type": "adaptive"}).thinking == Thinking(True)
+    enabled = _native(max_tokens=4000, thinking={"type": "enabled", "budget_tokens": 2048})
+    assert enabled.thinking == Thinking(True, 2048) and enabled.call.think is True
+    assert _native(thinking={"type": "disabled"}).call.think is False
+    assert _native(thinking={"type": "adaptive"}).call.think is None  # the model's own default
 
 
 def test_output_config_format_is_the_native_format() -> None:
@@ -166,6 +166,20 @@ def test_a_streamed_reply_has_anthropics_event_sequence() -> None:
                                           {"type": "tool_use", "id": "toolu_1", "name": "get_weather",
                                            "input": {"city": "Paris"}}]
     assert encoder.message["stop_reason"] == "tool_use"
+
+
+def test_thinking_comes_first_in_its_own_block() -> None:
+    encoder = MessageEncoder("m")
+    events = encoder.start(3) + encoder.thinking("Paris is ") + encoder.thinking("in France.") \
+        + encoder.text("Paris.") + encoder.finish(TokenUsage(3, 0, 9), False, None, ())
+    assert [n for n, _ in events] == [
+        "message_start", "ping", "content_block_start", "content_block_delta", "content_block_delta",
+        "content_block_stop", "content_block_start", "content_block_delta", "content_block_stop", "message_delta",
+        "message_stop"]
+    assert events[2][1]["content_block"] == {"type": "thinking", "thinking": "", "signature": ""}
+    assert events[3][1]["delta"] == {"type": "thinking_delta", "thinking": "Paris is "}
+    assert encoder.message["content"] == [{"type": "thinking", "thinking": "Paris is in France.", "signature": ""},
+                                          {"type": "text", "text": "Paris."}]
 
 
 def test_an_empty_reply_still_ends_properly() -> None:

@@ -93,6 +93,8 @@ def test_text_format_becomes_the_native_format(text: Any, fmt: Any) -> None:
     ({"stream": "yes"}, "stream"),
     ({"store": "no"}, "store"),
     ({"truncation": "middle"}, "truncation"),
+    ({"reasoning": {"effort": "extreme"}}, "reasoning.effort"),
+    ({"reasoning": "high"}, "reasoning"),
     # found by the fuzzer: unhashable values where a type or role name goes were a 500
     ({"input": [{"type": "message", "role": "user", "content": [{"type": [[], {}], "text": "x"}]}]}, "text part"),
     ({"input": [{"type": "message", "role": ["user"], "content": "x"}]}, "role"),
@@ -102,6 +104,14 @@ def test_text_format_becomes_the_native_format(text: Any, fmt: Any) -> None:
 def test_bad_requests_are_invalid_request_errors_naming_the_field(body: dict[str, Any], words: str) -> None:
     with pytest.raises(InvalidRequest, match=words):
         responses_to_native({"model": "m", "input": "x", **body})
+
+
+@pytest.mark.parametrize(("reasoning", "think"), [
+    (None, None), ({}, None), ({"effort": "none"}, False), ({"effort": "minimal"}, False), ({"effort": "low"}, True),
+    ({"effort": "high", "summary": "auto"}, True),
+])
+def test_reasoning_effort_decides_whether_the_model_thinks(reasoning: Any, think: bool | None) -> None:
+    assert responses_to_native({"model": "m", "input": "x", "reasoning": reasoning}).call.think is think
 
 
 def test_truncation_disabled_refuses_a_prompt_over_the_context() -> None:
@@ -158,6 +168,25 @@ def test_a_reply_cut_by_max_output_tokens_is_incomplete() -> None:
     final = events[-1][1]["response"]
     assert final["status"] == "incomplete" and final["incomplete_details"] == {"reason": "max_output_tokens"}
     assert final["output"][0]["status"] == "incomplete"
+
+
+def test_reasoning_is_its_own_output_item_before_the_message() -> None:
+    encoder = ResponsesEncoder("m", {})
+    events = encoder.start() + encoder.reasoning("Think") + encoder.reasoning("ing.") + encoder.text("Answer.") \
+        + encoder.finish(TokenUsage(5, 0, 4), False)
+    assert [n for n, _ in events] == [
+        "response.created", "response.in_progress",
+        "response.output_item.added", "response.content_part.added", "response.reasoning_text.delta",
+        "response.reasoning_text.delta", "response.reasoning_text.done", "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added", "response.content_part.added", "response.output_text.delta",
+        "response.output_text.done", "response.content_part.done", "response.output_item.done",
+        "response.completed"]
+    reasoning, message = encoder.response["output"]
+    assert reasoning["type"] == "reasoning" and reasoning["id"].startswith("rs_")
+    assert reasoning["content"] == [{"type": "reasoning_text", "text": "Thinking."}] and reasoning["summary"] == []
+    assert message["content"][0]["text"] == "Answer."
+    assert [d["output_index"] for n, d in events if n.endswith(".delta")] == [0, 0, 1]
 
 
 def test_a_failure_mid_stream_ends_with_error_then_response_failed() -> None:
