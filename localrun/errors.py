@@ -18,7 +18,8 @@ the CLI prints ``Error: msg`` and exits non-zero.
     ├── Unauthorized                   401 missing/wrong API key
     ├── Forbidden                      403 foreign Host header / origin
     ├── NotFound                       404
-    │   └── ModelNotFound              model not in the store
+    │   ├── ModelNotFound              model not in the store
+    │   └── AgentNotFound              `localrun launch`: the coding agent is not installed
     ├── PayloadTooLarge                413 request body over the limit
     ├── ModelTooLarge                  507 the model can never fit in memory
     ├── Busy                           503 queue full (carries retry_after seconds)
@@ -115,6 +116,10 @@ class NotFound(LocalrunError):
 
 class ModelNotFound(NotFound):
     code = "model_not_found"
+
+
+class AgentNotFound(NotFound):
+    code = "agent_not_found"
 
 
 class PayloadTooLarge(LocalrunError):

@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "localrun.cli.bench_cmd",
     "localrun.cli.info_cmd",
     "localrun.cli.service_cmd",
+    "localrun.cli.launch_cmd",
 )
 
 
