@@ -11,11 +11,13 @@ them):
   model for every tier (``ANTHROPIC_MODEL``, ``ANTHROPIC_DEFAULT_{OPUS,SONNET,HAIKU}_MODEL``,
   ``ANTHROPIC_SMALL_FAST_MODEL``, ``CLAUDE_CODE_SUBAGENT_MODEL``), ``ANTHROPIC_AUTH_TOKEN`` (the
   API key, or a placeholder) with ``ANTHROPIC_API_KEY`` emptied so a real key is never sent
-  here, and ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC`` (no telemetry, error reports or update
-  checks: nothing leaves the machine).
+  here, ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC`` (no telemetry, error reports or update
+  checks: nothing leaves the machine), and request / stream timeouts of an hour instead of
+  10 / 5 minutes (a CPU may take minutes to read Claude Code's long prompt).
 - Codex CLI (``codex``): a ``localrun`` model provider given with ``-c`` overrides
-  (``base_url`` at ``/v1``, ``wire_api = "responses"``) and ``-m MODEL``; the key, when one is
-  set, through ``LOCALRUN_API_KEY`` (``env_key``).
+  (``base_url`` at ``/v1``, ``wire_api = "responses"``, an hour's stream timeout) and ``-m MODEL``;
+  the key, when one is set, through ``LOCALRUN_API_KEY`` (``env_key``); update checks and
+  analytics off.
 - opencode (``opencode``): ``OPENCODE_CONFIG_CONTENT``, an inline config that opencode merges
   over the user's own, with a ``localrun`` provider (``@ai-sdk/openai-compatible`` at ``/v1``)
   and ``model = "localrun/MODEL"``; update checks and model-list downloads off.
@@ -40,6 +42,7 @@ from .. import config
 from ..errors import AgentNotFound, ConfigError, InvalidRequest
 
 PLACEHOLDER_KEY = "localrun"  # agents insist on some key; the daemon ignores it unless LOCALRUN_API_KEY is set
+AGENT_TIMEOUT_MS = 60 * 60 * 1000  # how long an agent waits for a reply before giving up (a local CPU is slow)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +131,10 @@ def claude_env(model: str, base_url: str, api_key: str | None) -> dict[str, str]
         "ANTHROPIC_SMALL_FAST_MODEL": model,
         "CLAUDE_CODE_SUBAGENT_MODEL": model,
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        # Reading Claude Code's ~19k-token prompt can take minutes on a CPU; its own defaults give up
+        # on a silent stream after 5 minutes and on a request after 10.
+        "API_TIMEOUT_MS": str(AGENT_TIMEOUT_MS),
+        "CLAUDE_STREAM_IDLE_TIMEOUT_MS": str(AGENT_TIMEOUT_MS),
         "DISABLE_TELEMETRY": "1",
         "DISABLE_ERROR_REPORTING": "1",
         "DISABLE_AUTOUPDATER": "1",
@@ -139,11 +146,15 @@ def claude_env(model: str, base_url: str, api_key: str | None) -> dict[str, str]
 
 def codex_overrides(base_url: str, api_key: str | None) -> list[str]:
     """``-c key=value`` arguments defining and selecting a ``localrun`` provider (TOML values)."""
-    settings = {
+    settings: dict[str, str | int | bool] = {
         "model_provider": "localrun",
         "model_providers.localrun.name": "localrun",
         "model_providers.localrun.base_url": f"{base_url}/v1",
         "model_providers.localrun.wire_api": "responses",
+        # Codex drops a stream silent for 5 minutes; reading its ~8k-token prompt on a CPU can take longer.
+        "model_providers.localrun.stream_idle_timeout_ms": AGENT_TIMEOUT_MS,
+        "check_for_update_on_startup": False,  # nothing leaves the machine
+        "analytics.enabled": False,
     }
     if api_key:
         settings["model_providers.localrun.env_key"] = "LOCALRUN_API_KEY"

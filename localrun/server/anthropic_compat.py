@@ -1,7 +1,8 @@
 """Anthropic's Messages API (``POST /v1/messages``) as a pure conversion to a native chat call.
 
 A request holds ``model``, ``max_tokens`` (required, as Anthropic requires), ``messages`` (user and
-assistant turns; content a string or blocks: ``text``, ``tool_use``, ``tool_result``, and
+assistant turns, and the ``system`` turns Claude Code sends mid-conversation under Anthropic's
+``mid-conversation-system`` beta; content a string or blocks: ``text``, ``tool_use``, ``tool_result``, and
 ``thinking`` blocks a client replays, which are dropped), ``system`` (a string or text blocks),
 ``tools`` (``name``, ``description``, ``input_schema``), ``tool_choice`` (``auto``, ``any``,
 ``tool`` + ``name``, ``none``), ``stop_sequences``, ``temperature`` (0-1), ``top_p``, ``top_k``,
@@ -118,7 +119,8 @@ def messages_to_native(body: dict[str, Any], *, count_only: bool = False) -> Mes
     return MessagesCall(call, tuple(stops or ()), think)
 
 
-def system_messages(value: Any) -> list[dict[str, Any]]:
+def system_messages(value: Any, where: str = "system") -> list[dict[str, Any]]:
+    """A system prompt (a string or text blocks) as one native system message; none when empty."""
     if value is None or value == "":
         return []
     if isinstance(value, str):
@@ -127,10 +129,10 @@ def system_messages(value: Any) -> list[dict[str, Any]]:
         texts = []
         for i, block in enumerate(value):
             if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
-                raise InvalidRequest(f"system.{i}: system blocks must be text blocks {{type: 'text', text}}")
+                raise InvalidRequest(f"{where}.{i}: system blocks must be text blocks {{type: 'text', text}}")
             texts.append(block["text"])
         return [{"role": "system", "content": "\n\n".join(texts)}] if texts else []
-    raise InvalidRequest("system: must be a string or a list of text blocks")
+    raise InvalidRequest(f"{where}: must be a string or a list of text blocks")
 
 
 def conversation(value: Any) -> list[dict[str, Any]]:
@@ -144,9 +146,12 @@ def conversation(value: Any) -> list[dict[str, Any]]:
         if not isinstance(message, dict):
             raise InvalidRequest(f"{where}: must be an object with 'role' and 'content'")
         role = str_field(message, "role")
-        if role not in ("user", "assistant"):
-            raise InvalidRequest(f"{where}.role: must be 'user' or 'assistant' (the system prompt goes in 'system')")
+        if role not in ("user", "assistant", "system"):
+            raise InvalidRequest(f"{where}.role: must be 'user', 'assistant' or 'system'")
         content = message.get("content")
+        if role == "system":
+            out.extend(system_messages(content, where=f"{where}.content"))
+            continue
         if isinstance(content, str):
             out.append({"role": role, "content": content})
             continue

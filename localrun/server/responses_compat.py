@@ -9,13 +9,17 @@ in ``input`` instead). What a request may hold:
   earlier calls, with ``call_id``) and ``function_call_output`` items (their results).
   ``reasoning`` items a client replays are dropped: the model reads its own history as text.
 - ``instructions``: a system message put first.
-- ``tools``: flat function tools (``{"type": "function", "name", "parameters", ...}``) and
-  ``tool_choice`` (``auto`` / ``none`` / ``required`` / ``{"type": "function", "name"}``).
+- ``tools``: flat function tools (``{"type": "function", "name", "parameters", ...}``), and
+  ``namespace`` tools (a group of functions, as Codex sends): each member is offered to the model
+  as ``NAMESPACE.NAME`` and its calls come back as ``function_call`` items with ``namespace`` and
+  ``name`` apart; ``tool_choice`` (``auto`` / ``none`` / ``required`` / ``{"type": "function", "name"}``).
+  A ``web_search`` tool is not offered to the model (nothing here searches the web; Codex sends
+  one with ``external_web_access: false``); other hosted tools (file search...) are a 400.
 - ``text.format``: ``text``, ``json_object`` or ``json_schema`` (with ``schema``; enforced by grammar).
 - ``max_output_tokens``, ``temperature``, ``top_p``, ``stream``, ``metadata``, ``truncation``,
   plus localrun's extra fields as on the other /v1 routes (``keep_alive``, ``options``, ``num_ctx``...).
 
-Images, files and audio are a 400 (text models), as are hosted tools (web search, file search...).
+Images, files and audio are a 400 (text models).
 """
 
 from __future__ import annotations
@@ -44,6 +48,12 @@ class ResponsesCall:
     call: NativeCall
     truncation: Truncation
     echo: dict[str, Any] = field(default_factory=dict)  # request fields the response object repeats
+    namespaces: dict[str, tuple[str, str]] = field(default_factory=dict)  # "ns.name" -> (ns, name)
+
+    def split_name(self, offered: str) -> tuple[str | None, str]:
+        """A called tool's (namespace, name): a namespaced member was offered as ``NAMESPACE.NAME``."""
+        namespace, name = self.namespaces.get(offered, (None, offered))
+        return namespace, name
 
 
 def _typed(body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str) -> Any:
@@ -78,7 +88,7 @@ def responses_to_native(body: dict[str, Any]) -> ResponsesCall:
         options["num_predict"] = max_output
     messages = ([{"role": "system", "content": instructions}] if instructions else []) + input_messages(
         body.get("input"))
-    tools = function_tools(body.get("tools"))
+    tools, namespaces = function_tools(body.get("tools"))
     choice = tool_choice(body.get("tool_choice"))
     call = NativeCall(model=body.get("model"), options=options, keep_alive=parse_keep_alive(body.get("keep_alive")),
                       stream=bool(_typed(body, "stream", (bool,), "true or false")), messages=messages,
@@ -93,7 +103,8 @@ def responses_to_native(body: dict[str, Any]) -> ResponsesCall:
         "user": body.get("user") if isinstance(body.get("user"), str) else None,
         "reasoning": {"effort": (body.get("reasoning") or {}).get("effort"), "summary": None},
     }
-    return ResponsesCall(call, Truncation.REJECT if truncation == "disabled" else Truncation.FRONT, echo)
+    return ResponsesCall(call, Truncation.REJECT if truncation == "disabled" else Truncation.FRONT, echo,
+                         namespaces)
 
 
 def _text_parts(content: Any, where: str) -> str:
@@ -152,9 +163,13 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
                 raise InvalidRequest(f"{where}.role must be user, system, developer or assistant")
             out.append({"role": role, "content": _text_parts(item.get("content"), where)})
         elif kind == "function_call":
-            name, call_id = item.get("name"), item.get("call_id")
+            name, call_id, namespace = item.get("name"), item.get("call_id"), item.get("namespace")
             if not isinstance(name, str) or not name or not isinstance(call_id, str) or not call_id:
                 raise InvalidRequest(f"{where} must have a 'name' and a 'call_id'")
+            if namespace is not None:
+                if not isinstance(namespace, str) or not namespace:
+                    raise InvalidRequest(f"{where}.namespace must be a non-empty string")
+                name = f"{namespace}.{name}"
             names[call_id] = name
             call = {"id": call_id, "function": {"name": name, "arguments": _arguments(item.get("arguments"), where)}}
             if out and out[-1]["role"] == "assistant":  # calls of one turn share one assistant message
@@ -181,30 +196,51 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
     return out
 
 
-def function_tools(value: Any) -> list[dict[str, Any]] | None:
-    """Flat Responses function tools -> chat-completions tools (``{"type", "function": {...}}``)."""
+_NOT_OFFERED = ("web_search", "web_search_preview")  # hosted tools dropped rather than refused (see above)
+
+
+def function_tools(value: Any) -> tuple[list[dict[str, Any]] | None, dict[str, tuple[str, str]]]:
+    """Responses tools -> chat-completions tools (``{"type", "function": {...}}``), and the namespaced
+    members among them (offered name -> (namespace, name))."""
     if value is None:
-        return None
+        return None, {}
     if not isinstance(value, list):
         raise InvalidRequest("'tools' must be a list of {type: 'function', name, parameters} objects")
-    tools = []
+    tools: list[dict[str, Any]] = []
+    namespaces: dict[str, tuple[str, str]] = {}
     for i, tool in enumerate(value):
         kind = str_field(tool, "type")
-        if kind != "function":
+        if kind == "function":
+            tools.append(_function(tool, f"tools[{i}]", ""))
+        elif kind == "namespace":
+            prefix = tool.get("name")
+            members = tool.get("tools")
+            if not isinstance(prefix, str) or not prefix or not isinstance(members, list):
+                raise InvalidRequest(f"tools[{i}]: a namespace needs a 'name' and a list of function 'tools'")
+            for j, member in enumerate(members):
+                if str_field(member, "type") != "function":
+                    raise InvalidRequest(f"tools[{i}].tools[{j}]: a namespace holds function tools")
+                fn = _function(member, f"tools[{i}].tools[{j}]", prefix + ".")
+                namespaces[fn["function"]["name"]] = (prefix, member["name"])
+                tools.append(fn)
+        elif kind not in _NOT_OFFERED:
             raise InvalidRequest(f"tools[{i}]: only function tools are supported here, got type {kind!r}")
-        name, params = tool.get("name"), tool.get("parameters")
-        if not isinstance(name, str) or not name:
-            raise InvalidRequest(f"tools[{i}].name must be a non-empty string")
-        if params is not None and not isinstance(params, dict):
-            raise InvalidRequest(f"tools[{i}].parameters must be a JSON schema object")
-        description = tool.get("description")
-        if description is not None and not isinstance(description, str):
-            raise InvalidRequest(f"tools[{i}].description must be a string")
-        fn: dict[str, Any] = {"name": name, "parameters": params or {"type": "object", "properties": {}}}
-        if description:
-            fn["description"] = description
-        tools.append({"type": "function", "function": fn})
-    return tools or None
+    return tools or None, namespaces
+
+
+def _function(tool: dict[str, Any], where: str, prefix: str) -> dict[str, Any]:
+    name, params = tool.get("name"), tool.get("parameters")
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest(f"{where}.name must be a non-empty string")
+    if params is not None and not isinstance(params, dict):
+        raise InvalidRequest(f"{where}.parameters must be a JSON schema object")
+    description = tool.get("description")
+    if description is not None and not isinstance(description, str):
+        raise InvalidRequest(f"{where}.description must be a string")
+    fn: dict[str, Any] = {"name": prefix + name, "parameters": params or {"type": "object", "properties": {}}}
+    if description:
+        fn["description"] = description
+    return {"type": "function", "function": fn}
 
 
 def tool_choice(value: Any) -> Any:

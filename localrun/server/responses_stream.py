@@ -117,11 +117,13 @@ class ResponsesEncoder:
             self._event("response.output_item.done", output_index=index, item=copy.deepcopy(item)),
         ]
 
-    def tool_call(self, call_id: str, name: str, arguments: str) -> list[Event]:
+    def tool_call(self, call_id: str, name: str, arguments: str, namespace: str | None = None) -> list[Event]:
         """One complete function call (``arguments`` is its JSON text); closes open message text first."""
         events = self._close("completed")
         item = {"id": new_id("fc"), "type": "function_call", "status": "in_progress", "call_id": call_id,
                 "name": name, "arguments": ""}
+        if namespace is not None:
+            item["namespace"] = namespace
         self.response["output"].append(item)
         index = len(self.response["output"]) - 1
         events.append(self._event("response.output_item.added", output_index=index, item=copy.deepcopy(item)))

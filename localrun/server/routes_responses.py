@@ -16,13 +16,13 @@ from .chat import ChatRun, TokenUsage, hit_length_limit, output_events, start_ch
 from .chatparse import ContentDelta, ThinkingDelta
 from .http import EventStream, read_json
 from .keys import SERVICE
-from .responses_compat import responses_to_native
+from .responses_compat import ResponsesCall, responses_to_native
 from .responses_stream import Event, ResponsesEncoder
 
 Emit = Callable[[list[Event]], Awaitable[None]]
 
 
-async def _drive(run: ChatRun, encoder: ResponsesEncoder, emit: Emit) -> None:
+async def _drive(run: ChatRun, converted: ResponsesCall, encoder: ResponsesEncoder, emit: Emit) -> None:
     """Run the generation to its end, handing each batch of events to ``emit``."""
     gen = run.gens[0]
     await emit(encoder.start())
@@ -32,7 +32,8 @@ async def _drive(run: ChatRun, encoder: ResponsesEncoder, emit: Emit) -> None:
         elif isinstance(item, ThinkingDelta):
             await emit(encoder.reasoning(item.text))
         else:
-            await emit(encoder.tool_call(item.id, item.name, item.arguments_json()))
+            namespace, name = converted.split_name(item.name)
+            await emit(encoder.tool_call(item.id, name, item.arguments_json(), namespace))
     await emit(encoder.finish(TokenUsage.of(gen.done), hit_length_limit(gen.done)))
 
 
@@ -46,7 +47,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
             async def keep(events: list[Event]) -> None:
                 return None
 
-            await _drive(run, encoder, keep)
+            await _drive(run, converted, encoder, keep)
             return web.json_response(encoder.response)
         out = EventStream(request)
 
@@ -55,7 +56,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
                 await out.write(name, data)
 
         try:
-            await _drive(run, encoder, send)
+            await _drive(run, converted, encoder, send)
         except errors.LocalrunError as exc:
             run.gens[0].status = "error"
             await send(encoder.fail(exc.code, exc.message))

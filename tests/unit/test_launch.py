@@ -77,6 +77,7 @@ def test_codex_gets_a_responses_provider_on_the_command_line() -> None:
     assert 'model_provider="localrun"' in overrides
     assert f'model_providers.localrun.base_url="{URL}/v1"' in overrides
     assert 'model_providers.localrun.wire_api="responses"' in overrides
+    assert "check_for_update_on_startup=false" in overrides and "analytics.enabled=false" in overrides
     assert args[-4:] == ["-m", "m:1b", "exec", "say hi"] and launch.env == {}
     keyed = plan(AGENTS["codex"], Path("/x/codex"), "m", URL, "k", [])
     assert 'model_providers.localrun.env_key="LOCALRUN_API_KEY"' in keyed.argv and keyed.env == {

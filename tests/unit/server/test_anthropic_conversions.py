@@ -77,6 +77,15 @@ def test_output_config_format_is_the_native_format() -> None:
     assert _native(output_config={"effort": "high"}).call.format is None
 
 
+def test_system_turns_mid_conversation_are_system_messages() -> None:
+    """Claude Code sends them (the mid-conversation-system beta): a list of agents, skills..."""
+    m = _native(messages=[{"role": "user", "content": "hi"},
+                          {"role": "system", "content": [{"type": "text", "text": "Agents: a, b"}]},
+                          {"role": "system", "content": "more"}])
+    assert m.call.messages == [{"role": "user", "content": "hi"}, {"role": "system", "content": "Agents: a, b"},
+                               {"role": "system", "content": "more"}]
+
+
 def test_count_tokens_needs_no_max_tokens() -> None:
     m = messages_to_native({"model": "m", "messages": [{"role": "user", "content": "hi"}]}, count_only=True)
     assert "num_predict" not in m.call.options
@@ -87,7 +96,8 @@ def test_count_tokens_needs_no_max_tokens() -> None:
     ({"max_tokens": 0}, "max_tokens"),
     ({"max_tokens": "9"}, "max_tokens"),
     ({"messages": []}, "messages"),
-    ({"messages": [{"role": "system", "content": "x"}]}, "role"),
+    ({"messages": [{"role": "tool", "content": "x"}]}, "role"),
+    ({"messages": [{"role": "system", "content": [{"type": "image", "source": {}}]}]}, "system blocks"),
     ({"messages": [{"role": "user", "content": 5}]}, "content"),
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, "images"),
     ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "documents"),

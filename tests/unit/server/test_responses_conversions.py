@@ -52,6 +52,21 @@ def test_items_with_calls_and_their_outputs_become_a_chat_history() -> None:
         "name": "get_weather", "description": "Weather in a city", "parameters": WEATHER["parameters"]}}]
 
 
+def test_namespaced_tools_are_offered_with_qualified_names_and_web_search_is_not_offered() -> None:
+    """What Codex sends: functions, a namespace of functions, and a web_search tool."""
+    r = responses_to_native({"model": "m", "input": [
+        {"type": "function_call", "call_id": "c1", "namespace": "agents", "name": "close_agent", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "closed"}],
+        "tools": [WEATHER, {"type": "web_search", "external_web_access": False},
+                  {"type": "namespace", "name": "agents", "description": "sub-agents", "tools": [
+                      {"type": "function", "name": "close_agent", "parameters": {"type": "object"}}]}]})
+    assert [t["function"]["name"] for t in r.call.tools or []] == ["get_weather", "agents.close_agent"]
+    assert r.split_name("agents.close_agent") == ("agents", "close_agent")
+    assert r.split_name("get_weather") == (None, "get_weather")
+    assert r.call.messages[0]["tool_calls"][0]["function"]["name"] == "agents.close_agent"
+    assert r.call.messages[1]["tool_name"] == "agents.close_agent"
+
+
 @pytest.mark.parametrize(("choice", "native"), [
     ("auto", "auto"), ("none", "none"), ("required", "required"),
     ({"type": "function", "name": "get_weather"}, {"type": "function", "function": {"name": "get_weather"}}),
@@ -82,7 +97,10 @@ def test_text_format_becomes_the_native_format(text: Any, fmt: Any) -> None:
     ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{oops"}]}, "JSON"),
     ({"input": [{"type": "function_call_output", "output": "x"}]}, "call_id"),
     ({"input": [{"type": "web_search_call", "id": "w"}]}, "not supported"),
-    ({"tools": [{"type": "web_search"}]}, "function tools"),
+    ({"tools": [{"type": "file_search", "vector_store_ids": []}]}, "function tools"),
+    ({"tools": [{"type": "namespace", "name": "ns"}]}, "namespace"),
+    ({"tools": [{"type": "namespace", "name": "ns", "tools": [{"type": "web_search"}]}]}, "namespace holds"),
+    ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "namespace": 5}]}, "namespace"),
     ({"tools": [{"type": "function", "parameters": {}}]}, "name"),
     ({"tool_choice": {"type": "allowed_tools"}}, "tool_choice"),
     ({"text": {"format": {"type": "json_schema"}}}, "schema"),
