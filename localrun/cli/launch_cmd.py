@@ -20,7 +20,8 @@ them):
   analytics off.
 - opencode (``opencode``): ``OPENCODE_CONFIG_CONTENT``, an inline config that opencode merges
   over the user's own, with a ``localrun`` provider (``@ai-sdk/openai-compatible`` at ``/v1``)
-  and ``model = "localrun/MODEL"``; update checks and model-list downloads off.
+  and ``model = "localrun/MODEL"``, an hour's request timeout; update checks and model-list
+  downloads off.
 
 Arguments after ``--`` go to the agent unchanged (``localrun launch claude -- -p "hi"``).
 The exit code is the agent's.
@@ -169,7 +170,9 @@ def opencode_env(model: str, base_url: str, api_key: str | None) -> dict[str, st
         "$schema": "https://opencode.ai/config.json",
         "provider": {"localrun": {
             "npm": "@ai-sdk/openai-compatible", "name": "localrun",
-            "options": {"baseURL": f"{base_url}/v1", "apiKey": api_key or PLACEHOLDER_KEY},
+            # its default request timeout (5 minutes) is shorter than a CPU may take to read its prompt
+            "options": {"baseURL": f"{base_url}/v1", "apiKey": api_key or PLACEHOLDER_KEY,
+                        "timeout": AGENT_TIMEOUT_MS},
             "models": {model: {"name": model}},
         }},
         "model": f"localrun/{model}",

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import InvalidRequest
 from .http import str_field
-from .openai_compat import NativeCall
+from .openai_compat import NativeCall, options_from_openai
 from .options import parse_keep_alive
 
 _UNSUPPORTED_BLOCKS = {"image": "images", "document": "documents", "search_result": "search results",
@@ -29,7 +29,8 @@ _UNSUPPORTED_BLOCKS = {"image": "images", "document": "documents", "search_resul
 _THINKING_BLOCKS = ("thinking", "redacted_thinking")
 MIN_THINKING_BUDGET = 1024  # Anthropic's own minimum
 _EFFORTS = ("low", "medium", "high", "xhigh", "max")
-_EXTRA_OPTIONS = ("num_ctx", "min_p", "repeat_penalty", "repeat_last_n", "seed", "num_keep")
+_LOCALRUN_FIELDS = ("options", "num_ctx", "min_p", "typical_p", "repeat_penalty", "repeat_last_n", "num_batch",
+                    "num_gpu", "num_thread", "num_keep", "use_mmap", "seed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,15 +80,7 @@ def messages_to_native(body: dict[str, Any], *, count_only: bool = False) -> Mes
     max_tokens = _whole(body, "max_tokens", 1)
     if max_tokens is None and not count_only:
         raise InvalidRequest("max_tokens: field required")
-    options: dict[str, Any] = {}
-    extra = body.get("options")
-    if extra is not None:
-        if not isinstance(extra, dict):
-            raise InvalidRequest("options: must be an object")
-        options.update(extra)
-    for name in _EXTRA_OPTIONS:
-        if body.get(name) is not None:
-            options[name] = body[name]
+    options = options_from_openai({k: body[k] for k in _LOCALRUN_FIELDS if k in body})  # localrun's extras
     for name, high in (("temperature", 1.0), ("top_p", 1.0)):
         value = _number(body, name, 0.0, high)
         if value is not None:

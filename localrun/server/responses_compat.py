@@ -30,7 +30,7 @@ from typing import Any
 
 from ..engine.types import Truncation
 from ..errors import InvalidRequest
-from .http import str_field
+from .http import get, str_field
 from .openai_compat import NativeCall, options_from_openai
 from .options import parse_keep_alive
 
@@ -56,15 +56,6 @@ class ResponsesCall:
         return namespace, name
 
 
-def _typed(body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str) -> Any:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-        raise InvalidRequest(f"'{name}' must be {what}")
-    return value
-
-
 def responses_to_native(body: dict[str, Any]) -> ResponsesCall:
     """Validate a ``/v1/responses`` body and convert it; raises InvalidRequest (400) on bad input."""
     for name in ("previous_response_id", "conversation"):
@@ -74,13 +65,13 @@ def responses_to_native(body: dict[str, Any]) -> ResponsesCall:
     if body.get("background"):
         raise InvalidRequest("'background' responses are not supported: this server keeps no responses")
     for name in ("store", "parallel_tool_calls"):
-        _typed(body, name, (bool,), "true or false")
-    instructions = _typed(body, "instructions", (str,), "a string")
-    metadata = _typed(body, "metadata", (dict,), "an object of strings")
-    max_output = _typed(body, "max_output_tokens", (int,), "a whole number")
+        get(body, name, bool)
+    instructions = get(body, "instructions", str)
+    metadata = get(body, "metadata", dict)
+    max_output = get(body, "max_output_tokens", int)
     if max_output is not None and max_output < 1:
         raise InvalidRequest("'max_output_tokens' must be at least 1")
-    truncation = _typed(body, "truncation", (str,), "'auto' or 'disabled'")
+    truncation = get(body, "truncation", str)
     if truncation not in (None, "auto", "disabled"):
         raise InvalidRequest("'truncation' must be 'auto' or 'disabled'")
     options = options_from_openai({k: body[k] for k in _PASSED_OPTIONS if k in body})
@@ -91,7 +82,7 @@ def responses_to_native(body: dict[str, Any]) -> ResponsesCall:
     tools, namespaces = function_tools(body.get("tools"))
     choice = tool_choice(body.get("tool_choice"))
     call = NativeCall(model=body.get("model"), options=options, keep_alive=parse_keep_alive(body.get("keep_alive")),
-                      stream=bool(_typed(body, "stream", (bool,), "true or false")), messages=messages,
+                      stream=get(body, "stream", bool, False), messages=messages,
                       tools=tools, tool_choice=choice, format=text_format(body.get("text")),
                       think=reasoning_think(body.get("reasoning")))
     echo = {
