@@ -18,6 +18,9 @@ from .errors import ConfigError
 
 APP_NAME = "localrun"
 DEFAULT_PORT = 11435
+# The starter: the model `localrun run` chats with when no name is given, the TUI's default and the
+# bench's. Its PyPI packages (the `starter` extra) and import are localrun.store.starter's.
+STARTER_MODEL = "qwen2.5-coder:0.5b"
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 
 

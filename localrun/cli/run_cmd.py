@@ -19,9 +19,6 @@ from typing import Any
 from .. import config
 from ..errors import ConfigError, InvalidRequest
 
-STARTER_MODEL = "gemma3:270m"
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser(
         "run", help="chat with a model (or answer one prompt and exit)",
@@ -30,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         epilog="Exit codes: 0 success, 1 error, 2 bad usage, 130 interrupted. "
                "In the chat, type /? for commands.",
     )
-    p.add_argument("model", nargs="?", default=None, help=f"model name (default: the starter, {STARTER_MODEL})")
+    p.add_argument("model", nargs="?", default=None, help=f"model name (default: the starter, {config.STARTER_MODEL})")
     p.add_argument("prompt", nargs="*", help="a prompt to answer and exit (stdin, when piped, comes first)")
     p.add_argument("--system", help="system message for this run")
     p.add_argument("--keepalive", metavar="DURATION", help="how long the model stays loaded after (e.g. 5m, 0, -1)")
@@ -107,6 +104,18 @@ def ensure_model(client: Any, model: str) -> None:
     pull_with_progress(client, model)
 
 
+def warn_if_base_model(client: Any, model: str) -> None:
+    """Say on stderr that ``model`` is a base (completion-only) model, naming the starter to chat with.
+
+    The chat UI says the same in its log when it opens (once per session).
+    """
+    from ..tui.model_ops import base_model_notice
+
+    details = client.show(model).get("details") or {}
+    if isinstance(details, dict) and details.get("base_model"):
+        _err(f"Note: {base_model_notice(model)}")
+
+
 def read_prompt(args: argparse.Namespace) -> str | None:
     """The one-shot prompt, or None for the chat UI. Piped stdin comes first, then the arguments."""
     parts = []
@@ -178,7 +187,7 @@ def generate_once(client: Any, model: str, prompt: str, args: argparse.Namespace
 
 
 def run(args: argparse.Namespace) -> int:
-    model = args.model or STARTER_MODEL
+    model = args.model or config.STARTER_MODEL
     if args.keepalive is not None:
         config.parse_duration(args.keepalive, "--keepalive")  # bad value: exit 2 before any work
     args.options = parse_options(args.option)
@@ -187,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         ensure_model(client, model)
         if prompt is not None:
+            warn_if_base_model(client, model)
             return generate_once(client, model, prompt, args)
         if not sys.stdout.isatty():
             raise InvalidRequest("the chat needs a terminal; give a PROMPT or pipe input to answer once")

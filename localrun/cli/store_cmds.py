@@ -194,18 +194,22 @@ def format_table(headers: list[str], rows: list[list[str]], gap: int = 4) -> str
     return "\n".join(lines) + "\n"
 
 
+BASE_NOTE = "base model: completion only"
+
+
 def cmd_list(args: argparse.Namespace) -> int:
+    """Ollama's table; a base (completion-only) model gets a note after its row's last column."""
     now = time.time()
     daemon = _daemon()
     if daemon is not None:
         with daemon:
             rows = [[m["name"], str(m.get("digest", "")).removeprefix("sha256:")[:12], human_size(int(m.get("size", 0))),
-                     human_ago(_timestamp(m.get("modified_at")), now)] for m in daemon.list()]
-        sys.stdout.write(format_table(["NAME", "ID", "SIZE", "MODIFIED"], rows))
-        return 0
-    entries = _store().list()
-    rows = [[e.name, e.id, human_size(e.size), human_ago(e.modified, now)] for e in entries]
-    sys.stdout.write(format_table(["NAME", "ID", "SIZE", "MODIFIED"], rows))
+                     human_ago(_timestamp(m.get("modified_at")), now),
+                     BASE_NOTE if (m.get("details") or {}).get("base_model") else ""] for m in daemon.list()]
+    else:
+        rows = [[e.name, e.id, human_size(e.size), human_ago(e.modified, now), BASE_NOTE if e.base_model else ""]
+                for e in _store().list()]
+    sys.stdout.write(format_table(["NAME", "ID", "SIZE", "MODIFIED", ""], rows))
     return 0
 
 
@@ -250,6 +254,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("quantization", d.get("quantization_level") or "-"),
         ("template", {"modelfile": "from the Modelfile", "gguf": "from the GGUF", "none": "none"}[
             details.template_source]),
+        *([("kind", f"{BASE_NOTE} (it continues text; chat with {config.STARTER_MODEL})")] if d.get("base_model") else []),
     ])
     params = [(k, _param_text(v)) for k in sorted(details.parameters)
               for v in (details.parameters[k] if isinstance(details.parameters[k], list) else [details.parameters[k]])]

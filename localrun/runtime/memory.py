@@ -24,6 +24,7 @@ from typing import Any
 
 from ..engine.types import LoadOptions
 from ..errors import InvalidModelFile
+from ..store.gguf_file import is_base_model
 from .tokenizer_facts import TokenizerFacts, read_facts
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class ModelGeometry:
     size_label: str | None = None
     file_type: int | None = None
     embedding: bool = False        # an embeddings model (encoder or pooling), not a text generator
+    base_model: bool = False       # no chat template, no chat tuning: it continues text (store.gguf_file)
     tokenizer: TokenizerFacts = TokenizerFacts()
 
     @property
@@ -253,6 +255,7 @@ def _read_geometry_cached(path: str, size: int, _mtime: int) -> ModelGeometry:
         file_type=int(ftype) if isinstance(ftype, int) else None,
         embedding=arch in _ENCODERS or f"{arch}.pooling_type" in meta or meta.get(f"{arch}.attention.causal") is False,
         tokenizer=tokenizer,
+        base_model=is_base_model(template, meta.get("general.finetune")),
     )
 
 

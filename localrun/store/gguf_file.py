@@ -57,9 +57,15 @@ class GGUFInfo:
                 return f"{n / scale:.2f}{unit}"
         return str(n)
 
+    @property
+    def base_model(self) -> bool:
+        """See :func:`is_base_model`."""
+        return is_base_model(self.chat_template, self.metadata.get("general.finetune"))
+
     def summary(self) -> dict[str, Any]:
-        """The config-blob fields (Ollama's names) for this model."""
+        """The config-blob fields (Ollama's names, plus ``base_model``) for this model."""
         return {
+            "base_model": self.base_model,
             "model_format": "gguf",
             "model_family": self.architecture,
             "model_families": [self.architecture] if self.architecture else [],
@@ -132,6 +138,20 @@ def _value(cur: _Cursor, vtype: int, key: str) -> Any:
             return items if count <= _KEEP_ARRAY else ArrayLen(count)
         raise InvalidModelFile(f"unknown array element type {etype} in {what}")
     raise InvalidModelFile(f"unknown value type {vtype} for {key!r}")
+
+
+_CHAT_FINETUNES = ("instruct", "chat", "it", "sft", "dpo", "rlhf", "assistant", "thinking", "reasoning")
+
+
+def is_base_model(chat_template: object, finetune: object) -> bool:
+    """A base (completion-only) model: no chat template, and ``general.finetune`` names no chat tuning.
+
+    Such a model continues text; it does not answer questions or follow a system prompt.
+    """
+    if isinstance(chat_template, str) and chat_template.strip():
+        return False
+    words = str(finetune or "").casefold().replace("_", "-").split("-")
+    return not any(w in _CHAT_FINETUNES for w in words)
 
 
 class ArrayLen(int):

@@ -2,7 +2,8 @@
 
 Resolution order for a name that is not in the store yet:
 
-1. the starter ``gemma3:270m`` (and its hf.co source name): imported offline from its PyPI package;
+1. a packaged model (the starter ``qwen2.5-coder:0.5b``, ``gemma3:270m``; for Gemma also its hf.co
+   source name): imported offline from its PyPI packages when they are installed;
 2. a curated name (``qwen2.5:0.5b``): its Modelfile from ``modelfiles/`` is created, its
    ``FROM hf.co/...`` downloaded;
 3. ``hf.co/{user}/{repo}[:{quant}]``: the matching GGUF is downloaded (see :mod:`.hf`); the model
@@ -28,7 +29,7 @@ from .names import ModelName
 from .progress import ProgressFn, report
 from .records import ModelEntry
 from .registry import ModelStore
-from .starter import import_blob, is_starter_source, package_available
+from .starter import ensure_packaged, import_blob, packaged_model, packaged_source
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +42,10 @@ def _entry(store: ModelStore, name: ModelName) -> ModelEntry | None:
 
 
 def fetch_hf(store: ModelStore, name: ModelName, progress: ProgressFn | None = None) -> Base:
-    """Store the GGUF an hf.co name points to (offline for the starter's source); no manifest."""
-    if is_starter_source(name) and package_available():
-        return import_blob(store, progress)
+    """Store the GGUF an hf.co name points to (offline when a package holds that file); no manifest."""
+    packaged = packaged_source(name)
+    if packaged is not None and packaged.locate() is not None:
+        return import_blob(store, packaged, progress)
     report(progress, "pulling manifest")
     file = hf.pick(hf.list_ggufs(name.hf_repo), name.quant, name.hf_repo)
     existed = store.blobs.has(f"sha256:{file.sha256}")
@@ -85,6 +87,9 @@ def pull(store: ModelStore, name: str, progress: ProgressFn | None = None) -> Mo
         report(progress, "already up to date")
         report(progress, "success")
         return existing
+    packaged = packaged_model(parsed)
+    if packaged is not None and packaged.locate() is not None:
+        return ensure_packaged(store, packaged, progress)
     path = curated_path(parsed)
     if path is not None:
         entry = store.create(str(parsed), path.read_text(encoding="utf-8"), base_dir=path.parent,
@@ -102,6 +107,6 @@ def pull(store: ModelStore, name: str, progress: ProgressFn | None = None) -> Mo
 def ensure(store: ModelStore, name: str, progress: ProgressFn | None = None) -> Any:
     """Resolve ``name``, pulling it first when it is missing (what `run` wants)."""
     parsed = ModelName.parse(name)
-    if store.find(parsed, fetch_starter=True) is None:
+    if store.find(parsed, fetch_packaged=True) is None:
         pull(store, name, progress)
     return store.resolve(name)

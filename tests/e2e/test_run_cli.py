@@ -72,6 +72,17 @@ def test_prompt_argument_with_verbose_timings_on_stderr(store_with_tiny: None) -
     assert "requests:" in top.stdout and "prefix cache hit rate:" in top.stdout
 
 
+def test_a_base_model_is_named_as_such_on_stderr(store_with_tiny: None, tiny_gguf_b: Path) -> None:
+    from localrun.store import ModelStore
+
+    ModelStore(config.models_dir()).create("plain", f"FROM {tiny_gguf_b}\n")  # no chat template, no chat tuning
+    result = localrun("run", "plain", "Once upon a time")
+    assert result.returncode == 0 and result.stdout == " w0 w1 w2 w3 w4\n"
+    assert "plain is a base model" in result.stderr and "localrun run qwen2.5-coder:0.5b" in result.stderr
+    chat_model = localrun("run", "tiny", "hi")
+    assert "base model" not in chat_model.stderr
+
+
 def test_unknown_model_fails_with_a_message_and_exit_1(store_with_tiny: None) -> None:
     result = localrun("run", "no-such-model", "hi", env={"NO_COLOR": "1"})
     assert result.returncode == 1
@@ -123,15 +134,21 @@ def test_pipe_mode_on_the_real_engine(tiny_gguf: Path, monkeypatch: pytest.Monke
 
 
 @pytest.mark.starter
-def test_no_model_means_the_starter_pulled_offline(starter_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_model_means_the_starter_pulled_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's first command on an empty store: the daemon starts, the starter is imported from
+    its PyPI packages (no network), and a question gets its answer."""
+    from localrun.store.starter import QWEN_CODER
+
+    if QWEN_CODER.locate() is None:
+        pytest.skip(f"the starter's packages are not installed ({QWEN_CODER.pip_install})")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     try:
-        result = localrun("run", "--keepalive", "0", "-o", "num_predict=16", stdin="The capital of France is",
+        result = localrun("run", "--keepalive", "0", "-o", "temperature=0", stdin="What is the capital of France?",
                           timeout=170)
         assert result.returncode == 0, result.stderr
-        assert result.stdout.strip()
+        assert "Paris" in result.stdout
         listing = localrun("list")
-        assert "gemma3:270m" in listing.stdout  # brought into the store from the PyPI package
+        assert "qwen2.5-coder:0.5b" in listing.stdout  # brought into the store from the PyPI packages
     finally:
         stop_daemon()
 
