@@ -102,7 +102,6 @@ class ChatStreamParser:
 
     def __init__(self, fmt: ChatFormat, *, tools: frozenset[str] | None = None, think: bool = False,
                  in_thinking: bool = False) -> None:
-        self._fmt = fmt
         self._names = tools
         tags = fmt.thinking if think else None
         self._open = tags.open if tags else None
