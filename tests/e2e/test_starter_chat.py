@@ -155,3 +155,9 @@ def test_the_readme_first_command_answers_a_question(daemon: dict[str, str]) -> 
                             env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "Paris" in result.stdout and "base model" not in result.stderr
+
+
+def test_a_coder_fills_in_the_middle(oll: ollama.Client) -> None:
+    reply = oll.generate(model=MODEL, prompt="def add(a, b):\n    return ", suffix="\n\nprint(add(1, 2))\n",
+                         options={**GREEDY, "num_predict": 16})
+    assert reply.response.strip().startswith("a + b")
