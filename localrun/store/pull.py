@@ -98,11 +98,12 @@ def pull(store: ModelStore, name: str, progress: ProgressFn | None = None) -> Mo
     if parsed.is_hf:
         return store.create(str(parsed), Modelfile(from_=str(parsed)), progress=progress, from_hook=hub_hook(store))
     near = near_names(name, store.known_names())
-    hint = "; did you mean " + " or ".join(repr(n) for n in near) + "?" if near else ""
+    if near:
+        raise ModelNotFound(f"model '{parsed}' not found; did you mean {' or '.join(repr(n) for n in near)}?")
     known = ", ".join(str(n) for n in curated_names())
     raise ModelNotFound(
-        f"model '{parsed}' not found{hint} (it is not in the store, not a curated model "
-        f"({known or 'none installed'}), and not an hf.co/{{user}}/{{repo}}[:{{quant}}] name)"
+        f"model '{parsed}' not found: not in the store, not a curated model ({known or 'none installed'}), "
+        "and not an hf.co/{user}/{repo}[:{quant}] name"
     )
 
 
