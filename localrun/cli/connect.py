@@ -44,19 +44,20 @@ def connect() -> Client:
     return ensure_daemon(on_start=lambda log: _err(f"Starting the localrun daemon in the background (log: {log})…"))
 
 
-def running_daemon(timeout: float | None = None) -> Client | None:
-    """A client of the running daemon, or None when none answers."""
-    client = Client(timeout=timeout)
+def running_daemon(*, warn: bool = True) -> Client | None:
+    """A client of the running daemon, or None when none answers. ``warn``: about differing settings."""
+    client = Client()
     if client.is_running():
-        warn_about_settings(client)
+        if warn:
+            warn_about_settings(client)
         return client
     client.close()
     return None
 
 
-def require_daemon(timeout: float | None = None) -> Client:
+def require_daemon(*, warn: bool = True) -> Client:
     """A client of the running daemon; raises DaemonUnavailable saying how to start one."""
-    client = running_daemon(timeout)
+    client = running_daemon(warn=warn)
     if client is None:
         raise DaemonUnavailable(not_running(config.host().url))
     return client

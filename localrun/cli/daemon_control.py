@@ -55,7 +55,7 @@ def _seconds(text: str) -> float:
 
 
 def status(args: argparse.Namespace) -> int:
-    with require_daemon() as client:
+    with require_daemon(warn=False) as client:  # the differences are part of the report
         info = client.status()
         models = client.ps()
         differences = settings_differences(client)
@@ -72,7 +72,7 @@ def status(args: argparse.Namespace) -> int:
 
 
 def stop(args: argparse.Namespace) -> int:
-    client = running_daemon()
+    client = running_daemon(warn=False)  # its settings no longer matter
     if client is None:
         print(f"no localrun daemon answers at {config.host().url}: nothing to stop")
         return 0
@@ -96,7 +96,7 @@ def _wait_for_exit(pid: int, timeout: float) -> bool:
 
 
 def logs(args: argparse.Namespace) -> int:
-    client = running_daemon()
+    client = running_daemon(warn=False)
     if client is None:
         return _last_background_log(args)
     with client:
