@@ -1,4 +1,5 @@
-"""Model names as Ollama users type them, honest "not found" errors, Ctrl+C and bench's default model (issue #16)."""
+"""The command line as users' fingers expect it (issue #16): options anywhere, model names as Ollama users
+type them, honest "not found" errors, Ctrl+C, and bench's default model. Through the real CLI and daemon."""
 
 from __future__ import annotations
 
@@ -25,6 +26,15 @@ def hub(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
         h.add_file("bartowski/Llama-3.2-1B-Instruct-GGUF", "Llama-3.2-1B-Instruct-Q4_K_M.gguf", tiny_gguf.read_bytes())
         monkeypatch.setenv("HF_ENDPOINT", h.url)
         yield h
+
+
+def test_options_after_the_prompt_as_in_the_issue(store_with_tiny: None) -> None:
+    result = localrun("run", "tiny", "--verbose", "why", "is", "the", "sky", "blue?", "--keepalive", "1m")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == " w0 w1 w2 w3 w4\n" and "eval rate:" in result.stderr
+    mistake = localrun("run", "tiny", "hi", "--bogus")
+    assert mistake.returncode == 2 and mistake.stdout == ""
+    assert mistake.stderr.startswith("usage: localrun run ") and "unrecognized arguments: --bogus" in mistake.stderr
 
 
 def test_an_untagged_curated_name_means_its_default_tag(hub: FakeHub) -> None:
