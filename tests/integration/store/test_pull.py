@@ -129,7 +129,8 @@ def test_curated_name_resolves_through_modelfiles(store: ModelStore, hub: FakeHu
     assert [e.name for e in store.list()] == ["tinychat:1m"]  # no extra hf.co entry
     r = store.resolve(entry.name)
     assert r.parameters == {"stop": ["<|im_end|>"]} and "range .Messages" in (r.template or "")
-    with pytest.raises(ModelNotFound, match="not a curated model"):
+    # An uncurated tag of a curated family names the nearest known model (issue #16's suggestions).
+    with pytest.raises(ModelNotFound, match=r"'tinychat:2m' not found; did you mean 'tinychat:1m'\?"):
         pull(store, "tinychat:2m")
 
 
