@@ -11,6 +11,7 @@ the CLI prints ``Error: msg`` and exits non-zero.
     │   ├── ModelfileError             Modelfile syntax/semantics (carries line number)
     │   ├── InvalidModelFile           not a GGUF / truncated / impossible tensors
     │   ├── TemplateError              chat template failed to render or escaped the sandbox
+    │   │   └── TemplateLimit          chat template exceeded a bound (steps, sizes, CPU, memory, time)
     │   ├── GrammarError               format / JSON schema cannot be enforced
     │   ├── ContextOverflow            prompt longer than num_ctx and truncation refused
     │   └── OptionError                out-of-range or wrong-typed option
@@ -77,6 +78,12 @@ class InvalidModelFile(InvalidRequest):
 
 class TemplateError(InvalidRequest):
     code = "template_error"
+
+
+class TemplateLimit(TemplateError):
+    """A chat template exceeded a bound: loop steps, value sizes, or its worker's CPU, memory or time."""
+
+    code = "template_limit"
 
 
 class GrammarError(InvalidRequest):
