@@ -188,13 +188,13 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         _check_binop(operator_, left, right)
         return _check_len(super().call_binop(context, operator_, left, right))
 
-    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+    def call(self, context: Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
         _charge()
-        owner = getattr(__obj, "__self__", None)
-        name = getattr(__obj, "__name__", "")
+        owner = getattr(obj, "__self__", None)
+        name = getattr(obj, "__name__", "")
         if isinstance(owner, str) and _estimate_str_call(name, owner, args, kwargs) > MAX_ITEMS:
             raise _too_big(f"the length of {name}()'s result", _estimate_str_call(name, owner, args, kwargs))
-        return _check_len(super().call(__context, __obj, *args, **kwargs))
+        return _check_len(super().call(context, obj, *args, **kwargs))
 
     def counted(self, iterable: Iterable[Any]) -> Iterator[Any]:
         """``iterable``, charging one step per item (wrapped around every ``for`` by the compiler)."""

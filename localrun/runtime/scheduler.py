@@ -274,7 +274,7 @@ class Scheduler:
             return await self._schedule(req)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any bug here must fail one request, not the queue
             log.exception("scheduling %s failed; failing that request", req.spec.name)
             if not req.future.done():
                 req.future.set_exception(exc if isinstance(exc, errors.LocalrunError) else errors.EngineError(
