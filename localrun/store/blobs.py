@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -313,23 +314,39 @@ class BlobStore:
 
 
 @contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock (fcntl) held for the ``with`` block; blocks until free."""
+def file_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """An exclusive advisory lock (fcntl) held for the ``with`` block; released however it ends.
+
+    Without ``on_wait`` it blocks until free. With it, it polls twice a second and calls
+    ``on_wait()`` while another holder has it: raising there (a deadline, a departed client) gives up.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        while True:
-            try:
-                if fcntl is not None:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                else:  # pragma: no cover - Windows
-                    import msvcrt
-
-                    msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EINTR, errno.EDEADLK):  # EDEADLK: msvcrt gave up after 10 s
-                    raise
+        while not _try_lock(fd, block=on_wait is None):
+            assert on_wait is not None
+            on_wait()
+            time.sleep(_LOCK_POLL)
         yield
     finally:
         os.close(fd)
+
+
+_LOCK_POLL = 0.5
+
+
+def _try_lock(fd: int, block: bool) -> bool:
+    while True:
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX if block else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            else:  # pragma: no cover - Windows
+                import msvcrt
+
+                msvcrt.locking(fd, msvcrt.LK_LOCK if block else msvcrt.LK_NBLCK, 1)
+            return True
+        except OSError as exc:
+            if not block and exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES, errno.EDEADLK):
+                return False
+            if exc.errno not in (errno.EINTR, errno.EDEADLK):  # EDEADLK: msvcrt gave up after 10 s
+                raise

@@ -17,7 +17,7 @@ import logging
 from typing import Any
 
 from ..errors import ModelNotFound
-from . import hf
+from . import hf, hfdownload
 from . import manifest as mt
 from .create import Base, FromHook
 from .curated import curated_names, curated_path
@@ -47,7 +47,7 @@ def fetch_hf(store: ModelStore, name: ModelName, progress: ProgressFn | None = N
     report(progress, "pulling manifest")
     file = hf.pick(hf.list_ggufs(name.hf_repo), name.quant, name.hf_repo)
     existed = store.blobs.has(f"sha256:{file.sha256}")
-    digest = hf.download(store.blobs, file, progress)
+    digest = hfdownload.download(store.blobs, file, progress)
     added = set() if existed else {digest}
     try:
         info = read_gguf(store.blobs.path(digest))
