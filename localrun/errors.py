@@ -20,6 +20,7 @@ the CLI prints ``Error: msg`` and exits non-zero.
     ├── NotFound                       404
     │   └── ModelNotFound              model not in the store
     ├── PayloadTooLarge                413 request body over the limit
+    ├── Cancelled                      499 the client went away: work done for it stops
     ├── ModelTooLarge                  507 the model can never fit in memory
     ├── Busy                           503 queue full (carries retry_after seconds)
     ├── StoreError                     500 store I/O problem
@@ -120,6 +121,13 @@ class ModelNotFound(NotFound):
 class PayloadTooLarge(LocalrunError):
     status = 413
     code = "payload_too_large"
+
+
+class Cancelled(LocalrunError):
+    """Raised inside work (hashing, downloading) whose client went away, to stop it; nobody reads it."""
+
+    status = 499
+    code = "client_closed_request"
 
 
 class ModelTooLarge(LocalrunError):

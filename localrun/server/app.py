@@ -60,6 +60,20 @@ def _probe_devices(executors: Executors) -> Any:
     return probe
 
 
+async def _remove_orphans(store: Any, executors: Executors) -> None:
+    """Delete temp files a killed create or pull left in the store (they can be gigabytes)."""
+    from ..store import ModelStore
+
+    if isinstance(store, ModelStore):
+        try:
+            freed = await run_in(executors.store, store.remove_orphans)
+        except OSError as exc:
+            log.warning("could not clean up temporary files in the store: %s", exc)
+            return
+        if freed:
+            log.info("removed %d bytes of temporary files left by interrupted creates", freed)
+
+
 def default_store(settings: Settings) -> Any:
     from ..store import ModelStore
 
@@ -120,6 +134,7 @@ def create_app(
         app[STARTED_AT] = loop.time()
         executors.install(loop)
         templating.renderer().warm()
+        await _remove_orphans(app[STORE], executors)
         app[SCHEDULER].start()
 
     async def on_cleanup(app: web.Application) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..errors import ModelNotFound
+from ..errors import LocalrunError, ModelNotFound, PullError
 from . import hf, hfdownload
 from . import manifest as mt
 from .create import Base, FromHook
@@ -97,6 +97,31 @@ def pull(store: ModelStore, name: str, progress: ProgressFn | None = None) -> Mo
         f"model '{parsed}' not found: not in the store, not a curated model ({known or 'none installed'}), "
         "and not an hf.co/{user}/{repo}[:{quant}] name"
     )
+
+
+def refetch_weights(store: ModelStore, name: str, digest: str, progress: ProgressFn | None = None) -> bool:
+    """Fetch the weights ``digest`` of model ``name`` again from where they came (repairing a bad blob).
+
+    False when they did not come from the hub (a model created from a local file); PullError when
+    the hub's file is no longer those bytes.
+    """
+    source = ModelName.parse(name)
+    path = curated_path(source)
+    if path is not None:
+        from .modelfile import parse as parse_modelfile
+
+        try:
+            source = ModelName.parse(parse_modelfile(path.read_text(encoding="utf-8")).from_)
+        except LocalrunError:
+            return False
+    if not source.is_hf:
+        return False
+    base = fetch_hf(store, source, progress)
+    got = next((x.digest for x in base.layers if x.media_type == mt.MODEL), None)
+    if got != digest:
+        store.collect_garbage(base.added)
+        raise PullError(f"the hub's file for {source} is no longer the stored one (now {got}); pull it again")
+    return True
 
 
 def ensure(store: ModelStore, name: str, progress: ProgressFn | None = None) -> Any:
