@@ -266,7 +266,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self.wfile.flush()
                     with self.hub._lock:
                         self.hub.body_bytes_sent += 1
-                    time.sleep(self.hub.trickle)
+                    time.sleep(self.hub.trickle or 0)  # a test may turn trickling off meanwhile
             except OSError:
                 self.close_connection = True
             return

@@ -143,8 +143,13 @@ async def _run_with_progress(request: web.Request, stream: bool, work: Callable[
         report = {k: v for k, v in report.items() if v is not None and k != "rate"}
         loop.call_soon_threadsafe(queue.put_nowait, report)
 
+    def finished(task: asyncio.Future[Any]) -> None:
+        if not task.cancelled():
+            task.exception()  # retrieved here: when the client has left, nobody else reads it
+        loop.call_soon_threadsafe(queue.put_nowait, None)
+
     task = asyncio.ensure_future(run_in(request.app[EXECUTORS].transfers, work, progress))
-    task.add_done_callback(lambda _: loop.call_soon_threadsafe(queue.put_nowait, None))
+    task.add_done_callback(finished)
     try:
         return await _respond_with_progress(request, stream, task, queue)
     except BaseException:
