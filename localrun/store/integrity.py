@@ -51,7 +51,7 @@ def check(store: ModelStore, names: Iterable[str] | None = None, progress: Progr
     for stored in store.manifests.all():
         if wanted is not None and str(stored.name) not in wanted:
             continue
-        for layer in stored.manifest.layers:
+        for layer in (stored.manifest.config, *stored.manifest.layers):
             users.setdefault(layer.digest, []).append(str(stored.name))
             kinds[layer.digest] = layer.media_type
     if wanted:
