@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import config
 from ..errors import ConfigError, InvalidRequest
+from .connect import connect
 
 STARTER_MODEL = "gemma3:270m"
 
@@ -47,20 +48,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def _err(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def connect() -> Any:
-    """A client of a running daemon, starting one in the background first when none answers."""
-    from ..client import Client, daemon_log_path, ensure_daemon
-
-    client = Client()
-    if client.is_running():
-        return client
-    client.close()
-    if config.host().is_loopback:
-        _err(f"Starting the localrun daemon in the background (log: {daemon_log_path()})…")
-    client = ensure_daemon()
-    return client
 
 
 def pull_with_progress(client: Any, model: str) -> None:
@@ -159,19 +146,22 @@ def generate_once(client: Any, model: str, prompt: str, args: argparse.Namespace
     ended_with_newline = True
     stats: ReplyStats | None = None
     out = sys.stdout
-    for chunk in client.generate(model, prompt, **fields):
-        text = chunk.get("response") or ""
-        if text:
-            if ttft is None:
-                ttft = time.monotonic() - started
-            out.write(text)
-            out.flush()
-            ended_with_newline = text.endswith("\n")
-        if chunk.get("done"):
-            stats = ReplyStats.from_done(chunk, ttft)
-    if not ended_with_newline:
-        out.write("\n")
-    out.flush()
+    try:
+        for chunk in client.generate(model, prompt, **fields):
+            text = chunk.get("response") or ""
+            if text:
+                if ttft is None:
+                    ttft = time.monotonic() - started
+                ended_with_newline = text.endswith("\n")  # before writing: Ctrl+C may come during the write
+                out.write(text)
+                out.flush()
+            if chunk.get("done"):
+                stats = ReplyStats.from_done(chunk, ttft)
+    finally:
+        # Also on Ctrl+C (exit 130) or an error: the shell prompt must not follow the partial answer.
+        if not ended_with_newline:
+            out.write("\n")
+        out.flush()
     if args.verbose and stats is not None:
         _err("\n".join(stats.verbose_lines()))
     return 0

@@ -40,13 +40,9 @@ def _store() -> Any:
 
 def _daemon() -> Any:
     """A client of the running daemon, or None when none answers (then the store is used directly)."""
-    from ..client import Client
+    from .connect import running_daemon
 
-    client = Client(timeout=None)
-    if client.is_running():
-        return client
-    client.close()
-    return None
+    return running_daemon()
 
 
 def _progress(chunk: dict[str, Any]) -> Any:

@@ -113,6 +113,7 @@ class Scheduler:
         # instead of taking the fast path, so a waiting load is not starved by a steady stream.
         self._blocked_by: set[str] = set()
         self.on_event: Callable[[str, ResidentModel, str], None] | None = None  # (load|unload, model, reason)
+        self._refusing = False  # set by refuse_new() when the daemon is shutting down
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -138,6 +139,15 @@ class Scheduler:
 
     # --- requests ------------------------------------------------------------------------
 
+    def refuse_new(self) -> None:
+        """From now on, acquire() raises Busy: the daemon is shutting down. Requests already admitted go on."""
+        self._refusing = True
+
+    @property
+    def in_flight(self) -> int:
+        """Requests holding a model or waiting for one."""
+        return sum(m.refcount for m in self.models.values()) + sum(1 for p in self._pending if not p.future.done())
+
     @property
     def queue_depth(self) -> int:
         return sum(1 for p in self._pending if not p.future.done()) + sum(m.queued for m in self.models.values())
@@ -149,6 +159,8 @@ class Scheduler:
         ``DEFAULT`` for the server default. Raises Busy past the queue bound,
         ModelTooLarge, or the load error (InvalidModelFile, RunnerCrashed, ...).
         """
+        if self._refusing:
+            raise errors.Busy("the daemon is shutting down", retry_after=5.0)
         ka = self.default_keep_alive if keep_alive is DEFAULT else keep_alive
         assert ka is None or isinstance(ka, (int, float))
         model = self.models.get(spec.name)

@@ -12,20 +12,23 @@ import asyncio
 import logging
 import os
 import signal
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
 
+from .. import __version__
 from ..config import Settings
 from ..runtime import memory
 from ..runtime.memory import Placement
 from ..runtime.process import RunnerProcess
 from ..runtime.scheduler import Backend, LoadFn, LoadSpec, Scheduler
-from . import routes_api, routes_openai, routes_status, routes_tokens, templating
+from . import routes_api, routes_daemon, routes_openai, routes_status, routes_tokens, templating
 from .executors import Executors, run_in
 from .http import JSON_BODY_LIMIT
-from .keys import EXECUTORS, METRICS, PULLS, SCHEDULER, SERVICE, SETTINGS, STARTED_AT, STORE
+from .keys import DAEMON, EXECUTORS, METRICS, PULLS, SCHEDULER, SERVICE, SETTINGS, SHUTDOWN, STARTED_AT, STORE
+from .lifecycle import DaemonInfo, Shutdown, drain
 from .metrics import Metrics
 from .middleware import MIDDLEWARES, add_cors_headers
 from .service import Service
@@ -86,7 +89,9 @@ def create_app(
     store: Any = None,
     load_fn: LoadFn | None = None,
     scheduler: Scheduler | None = None,
+    daemon: DaemonInfo | None = None,
 ) -> web.Application:
+    """The daemon's application; ``daemon`` describes the process serving it (default: this one, no log file)."""
     app = web.Application(middlewares=MIDDLEWARES, client_max_size=JSON_BODY_LIMIT)
     metrics = Metrics()
     executors = Executors()
@@ -117,8 +122,11 @@ def create_app(
     app[SERVICE] = Service(store, scheduler, metrics, num_parallel=settings.num_parallel,
                            geometry=memory.read_geometry, executors=executors)
     app[STARTED_AT] = 0.0
+    app[DAEMON] = daemon or DaemonInfo(pid=os.getpid(), started_at=time.time())
+    app[SHUTDOWN] = Shutdown()
     app.on_response_prepare.append(add_cors_headers)
     routes_status.add_routes(app)
+    routes_daemon.add_routes(app)
     routes_api.add_routes(app)
     routes_tokens.add_routes(app)
     routes_openai.add_routes(app)
@@ -157,22 +165,23 @@ async def start_site(app: web.Application, settings: Settings) -> web.AppRunner:
     return runner
 
 
-async def serve(settings: Settings, *, store: Any = None) -> None:
-    """Run the daemon until SIGINT or SIGTERM."""
-    app = create_app(settings, store=store)
+async def serve(settings: Settings, *, store: Any = None, daemon: DaemonInfo | None = None) -> None:
+    """Run the daemon until SIGINT, SIGTERM or ``POST /api/shutdown``, then end it gracefully (lifecycle.drain)."""
+    app = create_app(settings, store=store, daemon=daemon)
     runner = await start_site(app, settings)
-    log.info("localrun listening on %s (models in %s)", settings.host.url, settings.models_dir)
+    log.info("localrun %s daemon (pid %d) listening on %s (models in %s)", __version__, app[DAEMON].pid,
+             settings.host.url, settings.models_dir)
     if not settings.host.is_loopback and not settings.api_key:
         log.warning("listening on %s without LOCALRUN_API_KEY: anyone on the network can use it", settings.host.url)
-    stop = asyncio.Event()
+    shutdown = app[SHUTDOWN]
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, shutdown.request)
         except (NotImplementedError, RuntimeError):  # Windows
             pass
     try:
-        await stop.wait()
+        await shutdown.wait()
     finally:
-        log.info("shutting down: unloading models")
-        await runner.cleanup()
+        log.info("shutting down: refusing new requests")
+        await drain(runner, app[SCHEDULER], shutdown)

@@ -299,9 +299,9 @@ async def delete(request: web.Request) -> web.Response:
     if not name:
         raise errors.InvalidRequest("'model' is required")
     store = request.app[STORE]
-    resolved = await asyncio.to_thread(store.resolve, name)  # 404 for unknown models
-    await request.app[SERVICE].scheduler.unload(str(getattr(resolved, "name", name)))
-    await asyncio.to_thread(store.remove, name)
+    stored = await asyncio.to_thread(store.stored_name, name)  # 404 "not in the store" for unknown models
+    await request.app[SERVICE].scheduler.unload(stored)
+    await asyncio.to_thread(store.remove, stored)
     return web.Response(status=200)
 
 

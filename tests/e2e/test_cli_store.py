@@ -73,7 +73,7 @@ def test_show_modelfile_output_creates_the_same_model(capsys: pytest.CaptureFixt
     ("argv", "fragment"),
     [
         (["show", "nothere"], "model 'nothere:latest' not found"),
-        (["rm", "nothere"], "not found"),
+        (["rm", "nothere"], "is not in the store"),
         (["cp", "nothere", "x"], "not found"),
         (["pull", "../../etc/passwd"], "invalid model name"),
         (["pull", "nothing-curated:1b"], "not a curated model"),

@@ -12,39 +12,16 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from localrun import __version__, config
+from clirun import ENTRY, localrun
 from daemonproc import listener_pid, stop_daemon
 
+from localrun import __version__, config
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
-FAKES = Path(__file__).parents[1] / "integration" / "server"
 ANSI = re.compile(r"\x1b\[")
-
-
-@pytest.fixture
-def store_with_tiny(monkeypatch: pytest.MonkeyPatch, tiny_gguf: Path) -> Iterator[None]:
-    monkeypatch.setenv("LOCALRUN_RUNNER_FACTORY", "fake_engine:FakeEngine")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FAKES), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    from localrun.store import ModelStore
-
-    ModelStore(config.models_dir()).create("tiny", f"FROM {tiny_gguf}\n")
-    yield
-    stop_daemon()
-
-
-def localrun(*args: str, stdin: str | None = None, env: dict[str, str] | None = None,
-             timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run the ``localrun`` command (the console script's entry point) with piped stdin/stdout."""
-    return subprocess.run(
-        [sys.executable, "-c", "import sys; from localrun.cli.main import main; sys.exit(main())", *args],
-        input=stdin if stdin is not None else "", capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def test_pipe_mode_starts_the_daemon_and_prints_the_answer(store_with_tiny: None) -> None:
@@ -164,7 +141,7 @@ def test_in_a_terminal_it_opens_the_chat_ui(store_with_tiny: None) -> None:
     main_fd, child_fd = os.openpty()
     fcntl.ioctl(child_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from localrun.cli.main import main; sys.exit(main())", "run", "tiny"],
+        [*ENTRY, "run", "tiny"],
         stdin=child_fd, stdout=child_fd, stderr=child_fd, env={**os.environ, "TERM": "xterm-256color"},
         start_new_session=True,
     )

@@ -36,3 +36,29 @@ def test_lookup_is_case_insensitive_and_default_host_only() -> None:
     assert curated_modelfile(ModelName.parse("Qwen2.5:0.5B")) is not None
     assert curated_modelfile(ModelName.parse("someone/qwen2.5:0.5b")) is None
     assert curated_modelfile(ModelName.parse("qwen2.5:999b")) is None
+
+
+@pytest.mark.parametrize("typed, meant", [
+    ("llama3.2", "llama3.2:1b"),          # one curated tag: that one
+    ("llama3.2:latest", "llama3.2:1b"),   # Ollama: untagged means :latest
+    ("gemma3", "gemma3:1b"),              # several tags: the family's declared default (latest.txt)
+    ("qwen2.5", "qwen2.5:1.5b"),
+    ("Gemma3:270M", "gemma3:270m"),       # an exact curated name stays itself, in its own case
+    ("someone/llama3.2", None),
+    ("nothing-curated", None),
+])
+def test_untagged_names_mean_the_familys_default_tag(typed: str, meant: str | None) -> None:
+    from localrun.store.curated import curated_name
+
+    found = curated_name(ModelName.parse(typed))
+    assert (str(found) if found else None) == meant
+    if meant:
+        assert curated_modelfile(ModelName.parse(typed)) == curated_modelfile(ModelName.parse(meant))
+
+
+def test_every_family_with_several_tags_declares_its_default() -> None:
+    from localrun.store.curated import curated_name
+
+    families = {n.model for n in curated_names()}
+    for family in families:
+        assert curated_name(ModelName.parse(family)) is not None, family

@@ -83,9 +83,11 @@ def test_remove_keeps_blobs_another_model_uses(store: ModelStore, tiny_model: st
 
 
 def test_unknown_models(store: ModelStore) -> None:
-    for call in (store.resolve, store.show, store.remove):
+    for call in (store.resolve, store.show):
         with pytest.raises(ModelNotFound, match="not found"):
             call("nope:1")
+    with pytest.raises(ModelNotFound, match=r"^model 'nope:1' is not in the store$"):
+        store.remove("nope:1")  # nothing to pull, nothing to suggest: it simply is not there
     with pytest.raises(ModelNotFound):
         store.copy("nope:1", "x")
 
