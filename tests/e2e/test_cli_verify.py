@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakehub import FakeHub
 
+from fakehub import FakeHub
 from localrun import config
 from localrun.store import ModelStore
 

@@ -23,8 +23,9 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from fakehub import FakeHub
 from gguf import GGUFValueType
+
+from fakehub import FakeHub
 from hardening_helpers import LiveDaemon, add_model, record_figures
 from tinymodel import write_tiny_gguf
 

@@ -8,10 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakehub import FakeHub
 
+from fakehub import FakeHub
 from localrun.errors import DigestMismatch, InvalidModelFile, ModelNotFound, PullError
-from localrun.store import ModelStore, Progress, curated, hfdownload, pull
+from localrun.store import ModelStore, Progress, pull
+from localrun.store import curated, hfdownload
 
 REPO = "test-org/Tiny-GGUF"
 
