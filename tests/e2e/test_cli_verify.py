@@ -13,6 +13,7 @@ import pytest
 from fakehub import FakeHub
 from localrun import config
 from localrun.store import ModelStore
+from storefixtures import rot
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,16 +30,6 @@ def cli(*argv: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "NO_COLOR": "1"}
     return subprocess.run([sys.executable, "-m", "localrun", *argv], env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=120, check=False)
-
-
-def rot(path: Path) -> None:
-    st = path.stat()
-    with open(path, "r+b") as f:
-        f.seek(st.st_size // 2)
-        byte = f.read(1)
-        f.seek(st.st_size // 2)
-        f.write(bytes([byte[0] ^ 0xFF]))
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def test_verify_and_repair(hub: FakeHub, tiny_gguf: Path, tmp_path: Path) -> None:
