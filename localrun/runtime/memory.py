@@ -22,14 +22,13 @@ from typing import Any
 
 from ..engine.types import LoadOptions
 from ..errors import InvalidModelFile
-from ..store.geometry import ModelGeometry
+from ..store.geometry import ModelGeometry as ModelGeometry  # the store reader's record, for the runtime
 from ..store.gguf_file import read_gguf
 
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
-# ModelGeometry is the store reader's record (localrun.store.geometry), imported here for the runtime's callers.
 
 
 @dataclass(frozen=True, slots=True)

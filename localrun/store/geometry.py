@@ -107,7 +107,7 @@ def geometry_of(meta: Mapping[str, Any], file_size: int) -> ModelGeometry:
         n_ctx_train=get("context_length", 4096),
         chat_template=template if isinstance(template, str) else None,
         size_label=label if isinstance(label, str) else None,
-        file_type=ftype if _is_int(ftype) and 0 <= ftype < 1 << 16 else None,
+        file_type=ftype if isinstance(ftype, int) and not isinstance(ftype, bool) and 0 <= ftype < 1 << 16 else None,
     )
 
 

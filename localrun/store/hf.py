@@ -107,11 +107,11 @@ def list_ggufs(repo: str, *, client: httpx.Client | None = None) -> list[HubFile
         lfs = _lfs(entry)
         size, sha = lfs.get("size", entry.get("size")), lfs.get("sha256")
         problem = _check_size(size) or _check_sha(sha)
-        if problem:
+        if problem or not isinstance(size, int):
             log.warning("%s: skipping %s: %s", what, filename, problem)
             problems.append(f"{filename}: {problem}")
             continue
-        files.append(HubFile(repo, filename, int(size), str(sha).lower(), revision))
+        files.append(HubFile(repo, filename, size, str(sha).lower(), revision))
     if problems and not files:
         raise PullError(f"the hub's listing of {what} is malformed: {'; '.join(problems)[:300]}")
     return files

@@ -17,6 +17,7 @@ It also removes temp files left by killed creates and pulls.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -60,15 +61,19 @@ def check(store: ModelStore, names: Iterable[str] | None = None, progress: Progr
             raise ModelNotFound(f"model '{min(missing)}' not found")
     out = []
     for digest in sorted(users):
-        report(progress, f"verifying {digest[7:19]}", digest=digest)
+        status = f"verifying {digest[7:19]}"
+        report(progress, status, digest=digest)
         problem = None
         try:
-            store.blobs.verify(digest, lambda done, d=digest: report(progress, f"verifying {d[7:19]}",
-                                                                       digest=d, completed=done))
+            store.blobs.verify(digest, functools.partial(_hashed, progress, status, digest))
         except CorruptBlob as exc:
             problem = exc.message
         out.append(BlobCheck(digest, kinds[digest], tuple(sorted(set(users[digest]))), problem))
     return out
+
+
+def _hashed(progress: ProgressFn | None, status: str, digest: str, done: int) -> None:
+    report(progress, status, digest=digest, completed=done)
 
 
 def repair(store: ModelStore, checks: list[BlobCheck], progress: ProgressFn | None = None) -> list[BlobCheck]:
