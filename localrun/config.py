@@ -231,6 +231,22 @@ def max_queue() -> int:
     return _positive_int("LOCALRUN_MAX_QUEUE", 512)
 
 
+def pull_timeout() -> float:
+    """``LOCALRUN_PULL_TIMEOUT``: the longest one download may take, as a duration. Default ``12h``.
+
+    A pull that has not finished by then stops with an error and keeps its bytes, so the same pull
+    resumes where it stopped. Stalled transfers stop much sooner (less than 16 KB in 30 s is a failed
+    attempt); this bounds a hub that keeps sending just enough. ``0`` or a negative value is refused.
+    """
+    raw = _env("LOCALRUN_PULL_TIMEOUT")
+    if raw is None:
+        return 12 * 3600.0
+    seconds = parse_duration(raw, "LOCALRUN_PULL_TIMEOUT")
+    if seconds is None or seconds <= 0:
+        raise ConfigError(f"LOCALRUN_PULL_TIMEOUT={raw!r}: must be a positive duration like '30m' or '6h'")
+    return seconds
+
+
 def origins() -> tuple[str, ...]:
     """``LOCALRUN_ORIGINS``: extra CORS origins (comma-separated), beside localhost ones. Default none."""
     raw = _env("LOCALRUN_ORIGINS")

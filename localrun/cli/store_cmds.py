@@ -1,4 +1,4 @@
-"""Model store commands: ``pull``, ``create``, ``list``/``ls``, ``show``, ``cp``, ``rm``, ``import-ollama``.
+"""Model store commands: ``pull``, ``create``, ``list``/``ls``, ``show``, ``cp``, ``rm``, ``verify``, ``import-ollama``.
 
 When a daemon answers at LOCALRUN_HOST, ``pull``, ``create``, ``list``, ``cp`` and ``rm`` go
 through it (:mod:`localrun.client`), so it unloads what is removed and shows the same store;
@@ -322,6 +322,25 @@ def cmd_import_ollama(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Hash every stored blob (of the named models, default all); ``--repair`` fixes what it can."""
+    from ..store import integrity
+
+    store = _store()
+    with ProgressView(_console(stderr=True)) as view:
+        checks = integrity.check(store, args.models or None, progress=view)
+        if args.repair:
+            checks = integrity.repair(store, checks, progress=view)
+    rows = [[", ".join(c.models), c.digest[7:19], "ok" if c.problem is None else "repaired" if c.repaired
+             else "CORRUPT", c.hint or c.problem or ""] for c in checks]
+    sys.stdout.write(format_table(["MODEL", "BLOB", "STATUS", "DETAIL"], rows))
+    bad = [c for c in checks if not c.sound]
+    if bad and not args.repair:
+        print(f"{len(bad)} corrupt blob{'s' if len(bad) != 1 else ''}: run `localrun verify --repair`",
+              file=sys.stderr)
+    return 1 if bad else 0
+
+
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("pull", help="download a model (hf.co/user/repo[:quant] or a curated name)")
     p.add_argument("model")
@@ -349,6 +368,12 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("rm", help="remove models")
     p.add_argument("models", nargs="+", metavar="MODEL")
     p.set_defaults(func=cmd_remove)
+
+    p = subparsers.add_parser("verify", help="hash stored models against their digests (--repair fixes them)")
+    p.add_argument("models", nargs="*", metavar="MODEL", help="the models to check (default: all)")
+    p.add_argument("--repair", action="store_true",
+                   help="delete corrupt blobs and download again those that came from the hub")
+    p.set_defaults(func=cmd_verify)
 
     p = subparsers.add_parser("import-ollama", help="adopt the models of an Ollama store (hard links, no download)")
     p.add_argument("--from", dest="source", help="the Ollama models dir (default: $OLLAMA_MODELS or ~/.ollama/models)")

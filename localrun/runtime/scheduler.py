@@ -248,7 +248,7 @@ class Scheduler:
                     if head.future.done():
                         self._pending.popleft()
                         continue
-                    if not await self._schedule(head):
+                    if not await self._schedule_or_fail(head):
                         self._serve_behind_head()
                         break  # waiting for a busy model to finish
                     self._blocked_by.clear()
@@ -275,6 +275,23 @@ class Scheduler:
             model, reason = self._expired.popleft()
             if self.models.get(model.name) is model and model.refcount == 0:
                 await self._unload(model, reason)
+
+    async def _schedule_or_fail(self, req: _Pending) -> bool:
+        """:meth:`_schedule`, but an unexpected error fails ``req`` instead of wedging the queue.
+
+        Without this a request whose planning raised stayed at the head of the queue, retried and
+        failing on every wake-up, and every load behind it waited for ever.
+        """
+        try:
+            return await self._schedule(req)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any bug here must fail one request, not the queue
+            log.exception("scheduling %s failed; failing that request", req.spec.name)
+            if not req.future.done():
+                req.future.set_exception(exc if isinstance(exc, errors.LocalrunError) else errors.EngineError(
+                    f"cannot load {req.spec.name}: {type(exc).__name__}: {exc}"))
+            return True
 
     async def _schedule(self, req: _Pending) -> bool:
         """Serve ``req`` or return False to wait; failures complete its future with the error."""

@@ -15,7 +15,8 @@ Public API (what the CLI uses now and the daemon later)::
     ensure(store, name, progress=cb) -> ResolvedModel  # resolve, pulling first when missing
     import_ollama(store, source=None, force=False) -> list[ImportResult]
     parse_modelfile(text) -> Modelfile;  render_modelfile(mf) -> str
-    read_gguf(path) -> GGUFInfo                      # validates; InvalidModelFile on garbage
+    read_gguf(path) -> GGUFInfo                      # validates (.geometry: ranges checked); InvalidModelFile
+    integrity.check(store) / integrity.repair(...)   # `localrun verify [--repair]`
 
 ``progress`` callbacks receive :class:`Progress` (status, digest, total, completed, rate), the
 fields of Ollama's pull/create stream. Errors come from :mod:`localrun.errors`: InvalidName,

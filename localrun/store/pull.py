@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..errors import ModelNotFound
-from . import hf
+from ..errors import LocalrunError, ModelNotFound, PullError
+from . import hf, hfdownload
 from . import manifest as mt
 from .create import Base, FromHook
 from .curated import curated_name, curated_names, curated_path
@@ -50,7 +50,7 @@ def fetch_hf(store: ModelStore, name: ModelName, progress: ProgressFn | None = N
     report(progress, "pulling manifest")
     file = hf.pick(hf.list_ggufs(name.hf_repo), name.quant, name.hf_repo)
     existed = store.blobs.has(f"sha256:{file.sha256}")
-    digest = hf.download(store.blobs, file, progress)
+    digest = hfdownload.download(store.blobs, file, progress)
     added = set() if existed else {digest}
     try:
         info = read_gguf(store.blobs.path(digest))
@@ -112,6 +112,31 @@ def pull(store: ModelStore, name: str, progress: ProgressFn | None = None) -> Mo
         f"model '{parsed}' not found: not in the store, not a curated model ({known or 'none installed'}), "
         "and not an hf.co/{user}/{repo}[:{quant}] name"
     )
+
+
+def refetch_weights(store: ModelStore, name: str, digest: str, progress: ProgressFn | None = None) -> bool:
+    """Fetch the weights ``digest`` of model ``name`` again from where they came (repairing a bad blob).
+
+    False when they did not come from the hub (a model created from a local file); PullError when
+    the hub's file is no longer those bytes.
+    """
+    source = ModelName.parse(name)
+    path = curated_path(source)
+    if path is not None:
+        from .modelfile import parse as parse_modelfile
+
+        try:
+            source = ModelName.parse(parse_modelfile(path.read_text(encoding="utf-8")).from_)
+        except LocalrunError:
+            return False
+    if not source.is_hf:
+        return False
+    base = fetch_hf(store, source, progress)
+    got = next((x.digest for x in base.layers if x.media_type == mt.MODEL), None)
+    if got != digest:
+        store.collect_garbage(base.added)
+        raise PullError(f"the hub's file for {source} is no longer the stored one (now {got}); pull it again")
+    return True
 
 
 def ensure(store: ModelStore, name: str, progress: ProgressFn | None = None) -> Any:

@@ -333,6 +333,12 @@ class ModelStore:
         problems += [f"blob {d} is used by no manifest" for d in sorted(set(self.blobs.digests()) - used)]
         return problems
 
+    def remove_orphans(self) -> int:
+        """Delete temp files left by killed creates and pulls (see BlobStore.remove_orphans); bytes freed."""
+        if not self.blobs.dir.is_dir():
+            return 0
+        return self.blobs.remove_orphans()
+
     def verify(self, name: str) -> None:
         """Re-hash every layer of ``name``; raises CorruptBlob naming the first bad one."""
         stored = self._require(name, fetch_packaged=False)

@@ -12,7 +12,7 @@ import pytest
 from fakehub import FakeHub
 from localrun.errors import DigestMismatch, InvalidModelFile, ModelNotFound, PullError
 from localrun.store import ModelStore, Progress, pull
-from localrun.store import curated, hf
+from localrun.store import curated, hfdownload
 
 REPO = "test-org/Tiny-GGUF"
 
@@ -85,7 +85,7 @@ def test_connection_cut_mid_file_resumes(store: ModelStore, hub: FakeHub, tiny_g
 def test_interrupted_pull_resumes_on_the_next_run(store: ModelStore, hub: FakeHub, tiny_gguf: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     size = _size(tiny_gguf)
-    monkeypatch.setattr(hf, "MAX_RETRIES", 0)
+    monkeypatch.setattr(hfdownload, "MAX_RETRIES", 0)
     hub.cut_after["tiny-Q4_K_M.gguf"] = [size // 2]
     with pytest.raises(PullError, match="run the same pull again to resume"):
         pull(store, f"hf.co/{REPO}:Q4_K_M")
