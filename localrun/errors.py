@@ -11,6 +11,7 @@ the CLI prints ``Error: msg`` and exits non-zero.
     │   ├── ModelfileError             Modelfile syntax/semantics (carries line number)
     │   ├── InvalidModelFile           not a GGUF / truncated / impossible tensors
     │   ├── TemplateError              chat template failed to render or escaped the sandbox
+    │   │   └── TemplateLimit          chat template exceeded a bound (steps, sizes, CPU, memory, time)
     │   ├── GrammarError               format / JSON schema cannot be enforced
     │   ├── ContextOverflow            prompt longer than num_ctx and truncation refused
     │   ├── OptionError                out-of-range or wrong-typed option
@@ -21,6 +22,7 @@ the CLI prints ``Error: msg`` and exits non-zero.
     │   ├── ModelNotFound              model not in the store
     │   └── AgentNotFound              `localrun launch`: the coding agent is not installed
     ├── PayloadTooLarge                413 request body over the limit
+    ├── Cancelled                      499 the client went away: work done for it stops
     ├── ModelTooLarge                  507 the model can never fit in memory
     ├── Busy                           503 queue full (carries retry_after seconds)
     ├── StoreError                     500 store I/O problem
@@ -81,6 +83,12 @@ class TemplateError(InvalidRequest):
     code = "template_error"
 
 
+class TemplateLimit(TemplateError):
+    """A chat template exceeded a bound: loop steps, value sizes, or its worker's CPU, memory or time."""
+
+    code = "template_limit"
+
+
 class GrammarError(InvalidRequest):
     code = "unsupported_format"
 
@@ -125,6 +133,13 @@ class AgentNotFound(NotFound):
 class PayloadTooLarge(LocalrunError):
     status = 413
     code = "payload_too_large"
+
+
+class Cancelled(LocalrunError):
+    """Raised inside work (hashing, downloading) whose client went away, to stop it; nobody reads it."""
+
+    status = 499
+    code = "client_closed_request"
 
 
 class ModelTooLarge(LocalrunError):

@@ -9,9 +9,10 @@ tests exercise the real llama.cpp code paths without a real model. Output text i
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from gguf import GGUFWriter, LlamaFileType, TokenType
+from gguf import GGUFValueType, GGUFWriter, LlamaFileType, TokenType
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
@@ -81,10 +82,12 @@ def write_tiny_gguf(
     context_length: int = 2048,
     chat_template: str | None = CHATML_TOOLS_TEMPLATE,
     name: str = "tiny-llama",
+    metadata: dict[str, tuple[Any, GGUFValueType]] | None = None,
 ) -> Path:
     """Write a tiny random-weight llama GGUF to ``path`` and return the path.
 
-    The same arguments always give the same bytes (weights come from ``seed``).
+    The same arguments always give the same bytes (weights come from ``seed``). ``metadata``
+    overrides or adds keys (value, GGUF type) after the normal ones: hostile-file tests use it.
     """
     path = Path(path)
     rng = np.random.default_rng(seed)
@@ -115,6 +118,8 @@ def write_tiny_gguf(
     w.add_add_eos_token(False)
     if chat_template is not None:
         w.add_chat_template(chat_template)
+    for key, (value, vtype) in (metadata or {}).items():
+        w.add_key_value(key, value, vtype)
 
     def t(shape: tuple[int, ...], scale: float = 0.5) -> np.ndarray:
         return (rng.standard_normal(shape) * scale).astype(np.float32)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import config
-from ..errors import AgentNotFound, ConfigError, InvalidRequest
+from ..errors import AgentNotFound, InvalidRequest
 
 PLACEHOLDER_KEY = "localrun"  # agents insist on some key; the daemon ignores it unless LOCALRUN_API_KEY is set
 AGENT_TIMEOUT_MS = 60 * 60 * 1000  # how long an agent waits for a reply before giving up (a local CPU is slow)
@@ -88,8 +88,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("agent", choices=sorted(AGENTS), help="the agent to start")
     p.add_argument("--model", "-m", default=None, help="model to use (default: the starter model)")
-    # REMAINDER keeps the agent's own flags away from argparse; split_args takes ours back out.
-    p.add_argument("agent_args", nargs=argparse.REMAINDER, metavar="-- AGENT_ARGS",
+    # Options may come anywhere (cli/parsing.py); after "--" everything is the agent's, its own flags too.
+    p.add_argument("agent_args", nargs="*", metavar="-- AGENT_ARGS",
                    help="arguments for the agent, after --")
     p.set_defaults(func=run)
 
@@ -184,34 +184,17 @@ def opencode_env(model: str, base_url: str, api_key: str | None) -> dict[str, st
             "OPENCODE_DISABLE_MODELS_FETCH": "1"}
 
 
-def split_args(model: str | None, rest: Sequence[str]) -> tuple[str | None, list[str]]:
-    """(model, agent arguments) from what follows the agent's name: ``--model M`` / ``-m M`` may come
-    before ``--``; everything after ``--`` is the agent's. Anything else is a usage error (exit 2)."""
-    items = list(rest)
-    while items:
-        item = items.pop(0)
-        if item == "--":
-            return model, items
-        if item in ("--model", "-m") and items:
-            model = items.pop(0)
-        elif item.startswith("--model="):
-            model = item.partition("=")[2]
-        else:
-            raise ConfigError(f"unexpected {item!r}: put the agent's own arguments after --, "
-                              f"e.g. localrun launch claude -- {item}")
-    return model, []
-
-
 def _err(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
-    from .run_cmd import STARTER_MODEL, connect, ensure_model
+    from .connect import connect
+    from .run_cmd import ensure_model
 
     agent = AGENTS[args.agent]
-    model, extra = split_args(args.model, args.agent_args)
-    model = model or STARTER_MODEL
+    model = args.model or config.STARTER_MODEL
+    extra = list(args.agent_args)
     executable = find_agent(agent)  # before starting anything: a missing agent is the likeliest problem
     client = connect()
     try:

@@ -2,8 +2,10 @@
 
 Each command group lives in its own module exposing ``register(subparsers)``; it adds its
 sub-parsers and sets ``func`` (a callable taking the parsed ``argparse.Namespace`` and
-returning the exit code). Errors from the :mod:`localrun.errors` tree are printed as
-``Error: message`` with exit code 1; a bad setting exits with 2; Ctrl-C with 130.
+returning the exit code). Every command's options may come before or after its positional
+arguments (:mod:`.parsing`). Before a command runs, every ``LOCALRUN_*`` setting is checked.
+Errors from the :mod:`localrun.errors` tree are printed as ``Error: message`` with exit code 1;
+a bad setting exits with 2; Ctrl-C with 130.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .. import __version__
+from .. import __version__, config
 from ..errors import ConfigError, LocalrunError
+from .parsing import CommandParser
 
 # Command modules, in help order. A module listed here that is missing is skipped, so the
 # CLI keeps working while later command groups are still being written.
@@ -24,6 +27,7 @@ COMMAND_MODULES = (
     "localrun.cli.run_cmd",
     "localrun.cli.store_cmds",
     "localrun.cli.daemon_cmds",
+    "localrun.cli.daemon_control",
     "localrun.cli.top_cmd",
     "localrun.cli.bench_cmd",
     "localrun.cli.info_cmd",
@@ -33,7 +37,8 @@ COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    """The ``localrun`` parser; every command's parser reads its options anywhere (:mod:`.parsing`)."""
+    parser = CommandParser(
         prog="localrun",
         description="Run language models locally: pull, serve, chat.",
     )
@@ -58,6 +63,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        # Every LOCALRUN_* value is checked here, before any work: a bad one is an error even when a
+        # running daemon would never read it (config.py holds each rule).
+        config.load_settings()
+        from .connect import warn_about_unknown_variables
+
+        warn_about_unknown_variables()
         code = func(args)
     except ConfigError as exc:
         print(f"Error: {exc}", file=sys.stderr)

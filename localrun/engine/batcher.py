@@ -184,6 +184,9 @@ class Batcher:
         else:
             seq.n_past += 1
         assert seq.row is not None
+        if seq.handle.cancelled:  # cancelled while this step decoded: sample nothing for nobody
+            self._finish(seq, DoneReason.CANCELLED)
+            return
         try:
             token = sample(seq.sampler, self.ctx, seq.row, self.scratch, self.vocab, seq.generated)
         except GrammarDeadEnd as exc:

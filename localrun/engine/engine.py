@@ -18,7 +18,7 @@ from collections import deque
 import llama_cpp as lc
 
 from .. import config
-from ..errors import ContextOverflow, EngineError, InvalidRequest, OptionError
+from ..errors import ContextOverflow, EngineError, InvalidRequest, OptionError, TemplateError
 from ..offload import parse_load_report
 from . import native
 from .batcher import Batcher
@@ -94,7 +94,11 @@ class Engine:
             lc.llama_model_has_encoder(model) and not lc.llama_model_has_decoder(model))
         arch = native.meta(model, "general.architecture") or "unknown"
         chat_template = native.meta(model, "tokenizer.chat_template")
-        self.template = ChatTemplate.from_source(template if template is not None else chat_template)
+        try:
+            self.template = ChatTemplate.from_source(template if template is not None else chat_template)
+        except TemplateError as exc:  # a model whose template cannot compile still loads (the daemon renders)
+            log.warning("the chat template does not compile (%s); the model loads without it", exc)
+            self.template = ChatTemplate.from_source(None)
         self.embedder = Embedder(model, self.vocab, arch, num_ctx, self.threads)
         self._cond = threading.Condition()
         self._incoming: deque[Sequence] = deque()

@@ -15,6 +15,7 @@ from typing import Any
 from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
 from ..errors import GrammarError
+from .regex_bounds import check_pattern
 
 # Keywords that only annotate a schema: nothing to enforce.
 _ANNOTATIONS = {
@@ -129,6 +130,7 @@ def _check(node: Any, where: str, root: dict[str, Any], depth: int = 0) -> None:
         pattern = node["pattern"]
         if not (isinstance(pattern, str) and pattern.startswith("^") and pattern.endswith("$")) or len(pattern) > 2000:
             raise GrammarError(f"JSON schema pattern at {where} must be anchored with ^...$ (at most 2000 characters)")
+        check_pattern(pattern)  # repetition, ambiguity and size bounds (regex_bounds)
     if "allOf" in node:
         for i, part in enumerate(node["allOf"]):
             if not isinstance(part, dict) or set(part) - _ANNOTATIONS - {"properties", "required", "type",

@@ -4,7 +4,7 @@
 Hugging Face hub) or a Modelfile ``TEMPLATE`` (Jinja2 or Ollama's Go-template syntax; detected
 from the source) or None (no template: the messages' contents joined, a bare prompt as is).
 
-Jinja2 templates run in an ``ImmutableSandboxedEnvironment``: a hostile template cannot read
+Jinja2 templates run in an ``ImmutableSandboxedEnvironment`` bounded by :mod:`.template_limits`: a hostile template cannot read
 attributes like ``__class__``/``__globals__``, call methods that mutate, import, or open files;
 any such attempt is a :class:`~localrun.errors.TemplateError`. Pure Python, no llama_cpp.
 """
@@ -23,6 +23,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import TemplateError
 from .gotemplate import GoTemplate
+from .template_limits import BoundedSandbox
 
 _GO_HINT = re.compile(r"\{\{-?\s*(\.[A-Z]|\$|if\s+[.$(]|range\s|end\s*-?\}\}|with\s|else\s*-?\}\}|/\*)")
 MAX_TEMPLATE_OUTPUT = 4_000_000
@@ -43,7 +44,7 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
-class _StrictSandbox(ImmutableSandboxedEnvironment):
+class _StrictSandbox(BoundedSandbox):
     """Reaching for an unsafe attribute is an error, not a silently empty value."""
 
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:

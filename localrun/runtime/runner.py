@@ -25,6 +25,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, Callable
 
+from .. import config
 from ..engine.types import ErrorEvent, is_last
 from . import protocol
 
@@ -181,7 +182,7 @@ def _as_message(item: Any) -> dict[str, Any]:
 
 def main() -> int:
     logging.basicConfig(
-        level=os.environ.get("LOCALRUN_LOG_LEVEL", "INFO").upper(),
+        level=config.log_level(),  # the daemon checked it before starting this process
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s runner[%(process)d] %(name)s: %(message)s",
     )

@@ -102,7 +102,6 @@ class ChatStreamParser:
 
     def __init__(self, fmt: ChatFormat, *, tools: frozenset[str] | None = None, think: bool = False,
                  in_thinking: bool = False) -> None:
-        self._fmt = fmt
         self._names = tools
         tags = fmt.thinking if think else None
         self._open = tags.open if tags else None
@@ -111,6 +110,7 @@ class ChatStreamParser:
         self._state = _State.THINKING if (in_thinking and tags) else _State.START
         self._buf = ""
         self._bare_ok = True        # a bare JSON call may still come (nothing else was said yet)
+        self._after_block = False   # START follows a reasoning block or a call (drop its blank lines)
         self._think_ok = tags is not None  # a reasoning block may still open
         self._count = 0
         self._scan = _JsonScan()    # progress through the JSON block being decided (state CALL)
@@ -137,10 +137,15 @@ class ChatStreamParser:
         return out
 
     def _start(self, out: list[ChatEvent], final: bool) -> bool:
-        """Leading whitespace is dropped; then decide: reasoning, a call, or content."""
+        """Decide: reasoning, a call, or content. Whitespace after a reasoning block or a call is
+        dropped (models separate them with blank lines); at the very start it is kept (a completion
+        may well begin with a space)."""
         head = self._buf.lstrip()
         if not head:
-            self._buf = ""
+            if final:
+                if not self._after_block:
+                    _emit(out, ContentDelta(self._buf))
+                self._buf = ""
             return False
         if self._open is not None and self._think_ok:
             if head.startswith(self._open):
@@ -149,6 +154,7 @@ class ChatStreamParser:
             if self._open.startswith(head) and not final:
                 return False
         self._think_ok = False
+        text = head if self._after_block else self._buf
         if self._names is not None:
             starts = self._tags + ((_FENCE, "{", "[") if self._bare_ok else ())
             if not final and any(s.startswith(head) and s != head for s in starts):
@@ -156,14 +162,14 @@ class ChatStreamParser:
             if any(head.startswith(s) for s in starts):
                 self._buf, self._state = head, _State.CALL
                 return True
-        self._buf, self._state = head, _State.CONTENT
+        self._buf, self._state = text, _State.CONTENT
         return True
 
     def _thinking(self, out: list[ChatEvent], final: bool) -> bool:
         i = self._buf.find(self._close)
         if i >= 0:
             _emit(out, ThinkingDelta(self._buf[:i]))
-            self._buf, self._state = self._buf[i + len(self._close):], _State.START
+            self._buf, self._state, self._after_block = self._buf[i + len(self._close):], _State.START, True
             return True
         keep = 0 if final else _partial_suffix(self._buf, (self._close,))
         _emit(out, ThinkingDelta(self._buf[:len(self._buf) - keep]))
@@ -199,7 +205,7 @@ class ChatStreamParser:
             for name, arguments in calls:
                 out.append(ToolCall(name, arguments, self._count))
                 self._count += 1
-            self._buf, self._state, self._bare_ok = rest, _State.START, True
+            self._buf, self._state, self._bare_ok, self._after_block = rest, _State.START, True, True
         else:
             _emit(out, ContentDelta(text))
             self._buf, self._state, self._bare_ok = rest, _State.CONTENT, False

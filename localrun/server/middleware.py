@@ -17,6 +17,7 @@ import functools
 import hmac
 import ipaddress
 import logging
+import re
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -145,10 +146,29 @@ def _own_hostname() -> str:
     return socket.gethostname().lower()
 
 
-def _split_host(host_header: str) -> str:
+# RFC 3986 reg-name characters (unreserved, pct-encoded, sub-delims): no "@", "/", "?", "#", spaces.
+_REG_NAME = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=%]*")
+_PORT = re.compile(r"[0-9]{0,5}")
+
+
+def _split_host(host_header: str) -> str | None:
+    """The host of a ``Host`` header or origin authority (RFC 3986 ``host [":" port]``), None if malformed.
+
+    Userinfo is not a host: ``localhost:80@evil.example`` is malformed, not ``localhost``.
+    """
     if host_header.startswith("["):
-        return host_header[1:].split("]", 1)[0]
-    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+        literal, bracket, rest = host_header[1:].partition("]")
+        if not bracket:
+            return None
+        try:
+            ipaddress.IPv6Address(literal.split("%", 1)[0])
+        except ValueError:
+            return None
+        return literal if rest == "" or (rest.startswith(":") and _PORT.fullmatch(rest[1:])) else None
+    host, colon, port = host_header.rpartition(":") if ":" in host_header else (host_header, "", "")
+    if (colon and not _PORT.fullmatch(port)) or not _REG_NAME.fullmatch(host):
+        return None
+    return host
 
 
 @web.middleware
@@ -156,15 +176,17 @@ async def host_middleware(request: web.Request, handler: Handler) -> web.StreamR
     """Refuse foreign Host headers while bound to loopback: a DNS-rebinding page cannot reach us."""
     settings = request.app[SETTINGS]
     host = request.headers.get("Host")
-    if settings.host.is_loopback and host and not _is_local_host(_split_host(host)):
-        raise errors.Forbidden(f"Host {host!r} is not allowed: this server only answers local names")
+    if settings.host.is_loopback and host:
+        name = _split_host(host)
+        if name is None or not _is_local_host(name):
+            raise errors.Forbidden(f"Host {host[:200]!r} is not allowed: this server only answers local names")
     return await handler(request)
 
 
 def origin_allowed(origin: str, extra: tuple[str, ...]) -> bool:
     scheme, _, rest = origin.partition("://")
-    hostname = _split_host(rest.split("/", 1)[0]) if rest else ""
-    if scheme in ("http", "https") and _is_local_host(hostname):
+    hostname = _split_host(rest.split("/", 1)[0]) if rest else None
+    if scheme in ("http", "https") and hostname is not None and _is_local_host(hostname):
         return True
     if scheme in ("app", "file", "tauri", "vscode-webview"):
         return True

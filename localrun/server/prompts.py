@@ -8,9 +8,8 @@ messages and tools. A model with no template gets the prompt as is (messages joi
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -44,18 +43,27 @@ NO_INPUTS = TemplateInputs()
 async def render_async(source: str | None, messages: list[dict[str, Any]],
                        tools: list[dict[str, Any]] | None = None, *,
                        inputs: TemplateInputs = NO_INPUTS) -> tuple[str, str | None]:
-    """Render the prompt and the system prefix in a worker thread, bounded by RENDER_TIMEOUT.
+    """Render the prompt and the system prefix in a bounded worker process (:mod:`.templating`).
 
-    A hostile or buggy template (nested loops, huge output) must not freeze the event loop that
-    serves every other client. Returns (prompt, system prefix or None).
+    A hostile or buggy template (huge arithmetic, nested loops, huge output) must not freeze or
+    exhaust the daemon that serves every other client: it gets a TemplateError (400) within
+    RENDER_TIMEOUT. Returns (prompt, system prefix or None).
     """
-    def work() -> tuple[str, str | None]:
-        return render(source, messages, tools, inputs=inputs), system_prefix(source, messages, tools, inputs)
+    from . import templating
 
-    try:
-        return await asyncio.wait_for(asyncio.to_thread(work), RENDER_TIMEOUT)
-    except asyncio.TimeoutError:
-        raise TemplateError(f"the chat template took longer than {RENDER_TIMEOUT:.0f}s to render") from None
+    if not source:  # no template code to run: the messages joined
+        prompt, prefix = render_pair(source, messages, tools)
+    else:
+        prompt, prefix = await templating.run(render_pair, source, messages, tools, asdict(inputs))
+    return str(prompt), prefix if prefix is None else str(prefix)
+
+
+def render_pair(source: str | None, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                inputs: dict[str, Any] | None = None) -> list[str | None]:
+    """Worker side of :func:`render_async`: [prompt, system prefix or None] (JSON-friendly, as the
+    pipe to the worker carries JSON: ``inputs`` is a TemplateInputs as a dict)."""
+    given = TemplateInputs(**inputs) if inputs else NO_INPUTS
+    return [render(source, messages, tools, inputs=given), system_prefix(source, messages, tools, given)]
 
 
 @lru_cache(maxsize=32)

@@ -33,6 +33,7 @@ def details(geometry: ModelGeometry | None) -> dict[str, Any]:
         "parameter_size": geometry.size_label or "",
         "quantization_level": _QUANTS.get(geometry.file_type, "unknown") if geometry.file_type is not None
         else "unknown",
+        **({"base_model": True} if geometry.base_model else {}),
     }
 
 

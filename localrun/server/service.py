@@ -10,7 +10,7 @@ the one log line per request.
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -22,6 +22,8 @@ from ..engine.types import DoneEvent, EmbedInput, EmbedResult, ErrorEvent, Gener
 from ..runtime.memory import ModelGeometry
 from ..runtime.resident import Phase
 from ..runtime.scheduler import DEFAULT, LoadSpec, Scheduler
+from . import templating
+from .executors import Executors, run_in
 from .metrics import Metrics
 from .options import MISSING, merge_options
 
@@ -139,12 +141,14 @@ class Service:
         *,
         num_parallel: int,
         geometry: Any,
+        executors: Executors | None = None,
     ) -> None:
         self.store = store
         self.scheduler = scheduler
         self.metrics = metrics
         self.num_parallel = num_parallel
         self._geometry = geometry
+        self._store_pool = (executors or Executors()).store
 
     async def target(self, name: Any, options: Any = None, keep_alive: Any = MISSING) -> Target:
         """Resolve ``name`` in the store and merge its parameters with the request's options.
@@ -153,8 +157,11 @@ class Service:
         """
         if not isinstance(name, str) or not name.strip():
             raise errors.InvalidRequest("'model' is required and must be a model name")
-        resolved = await asyncio.to_thread(self.store.resolve, name.strip())
-        geometry = self._geometry(str(resolved.model_path))
+        resolved = await run_in(self._store_pool, self.store.resolve, name.strip())
+        geometry = await run_in(self._store_pool, self._geometry, str(resolved.model_path))
+        if not getattr(resolved, "template", None) and geometry.chat_template \
+                and not await templating.vet(str(getattr(resolved, "name", name)), geometry.chat_template):
+            geometry = dataclasses.replace(geometry, chat_template=None)  # refused: plain prompt, warned once
         load, sampling, extras = merge_options(
             getattr(resolved, "parameters", None) or {}, options,
             num_parallel=self.num_parallel, n_ctx_train=geometry.n_ctx_train,
@@ -255,7 +262,7 @@ class Service:
     async def unload(self, name: str) -> bool:
         resolved_name = name
         try:
-            resolved_name = str(getattr(await asyncio.to_thread(self.store.resolve, name), "name", name))
+            resolved_name = str(getattr(await run_in(self._store_pool, self.store.resolve, name), "name", name))
         except errors.LocalrunError:
             pass
         return await self.scheduler.unload(resolved_name)

@@ -150,7 +150,7 @@ def test_ollama_copy_delete_and_errors(oll: ollama.Client) -> None:
 
 
 @pytest.mark.starter
-def test_ollama_pull_streams_progress(oll: ollama.Client, starter_gguf: Path) -> None:
+def test_ollama_pull_streams_progress(oll: ollama.Client, gemma_gguf: Path) -> None:
     statuses = [p.status for p in oll.pull("gemma3:270m", stream=True)]
     assert statuses[-1] == "success"
     assert "gemma3:270m" in [m.model for m in oll.list().models]

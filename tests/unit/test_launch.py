@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from localrun.cli.launch_cmd import AGENTS, Launch, find_agent, plan, split_args
-from localrun.errors import AgentNotFound, ConfigError
+from localrun.cli.launch_cmd import AGENTS, Launch, find_agent, plan
+from localrun.cli.main import build_parser
+from localrun.errors import AgentNotFound
 
 URL = "http://127.0.0.1:11435"
 
@@ -35,20 +36,22 @@ def test_a_missing_agent_says_how_to_install_it(tmp_path: Path) -> None:
         find_agent(AGENTS["opencode"], which=lambda name: None, home=tmp_path)
 
 
-@pytest.mark.parametrize(("rest", "expected"), [
-    ([], (None, [])),
-    (["--", "-p", "hi"], (None, ["-p", "hi"])),
-    (["--model", "m1", "--", "-p", "hi", "--model", "x"], ("m1", ["-p", "hi", "--model", "x"])),
-    (["-m", "m2"], ("m2", [])),
-    (["--model=m3", "--"], ("m3", [])),
+@pytest.mark.parametrize(("argv", "model", "extra"), [
+    (["claude"], None, []),
+    (["claude", "--", "-p", "hi"], None, ["-p", "hi"]),
+    (["claude", "--model", "m1", "--", "-p", "hi", "--model", "x"], "m1", ["-p", "hi", "--model", "x"]),
+    (["--model", "m2", "codex", "--", "exec", "hi"], "m2", ["exec", "hi"]),
+    (["opencode", "-m", "m3"], "m3", []),
 ])
-def test_our_flags_come_before_dashdash_the_agents_after(rest: list[str], expected: tuple[object, list[str]]) -> None:
-    assert split_args(None, rest) == expected
+def test_our_options_anywhere_the_agents_after_dashdash(argv: list[str], model: str | None, extra: list[str]) -> None:
+    args = build_parser().parse_args(["launch", *argv])
+    assert (args.model, args.agent_args) == (model, extra)
 
 
-def test_agent_flags_before_dashdash_are_a_usage_error() -> None:
-    with pytest.raises(ConfigError, match="after --"):
-        split_args(None, ["-p", "hi"])
+def test_agent_flags_before_dashdash_are_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["launch", "claude", "-p", "hi"])
+    assert info.value.code == 2 and "after --" in capsys.readouterr().err
 
 
 def test_claude_gets_the_anthropic_base_url_and_the_model_for_every_tier() -> None:

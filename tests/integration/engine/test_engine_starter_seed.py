@@ -48,11 +48,11 @@ OTHERS = [
 
 
 @pytest.fixture(scope="module")
-def engine(starter_gguf: Path) -> Iterator[Engine]:
+def engine(gemma_gguf: Path) -> Iterator[Engine]:
     """The starter with LOCALRUN_KV_CACHE_TYPE=bf16 (the CPU default), which promises repeatable seeds."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LOCALRUN_KV_CACHE_TYPE", "bf16")
-        engine = Engine(str(starter_gguf), LoadOptions(num_ctx=512, num_parallel=8, num_batch=64))
+        engine = Engine(str(gemma_gguf), LoadOptions(num_ctx=512, num_parallel=8, num_batch=64))
     with engine as e:
         yield e
 
@@ -128,14 +128,14 @@ def test_same_seed_same_text_with_seven_other_requests_alongside(engine: Engine)
     assert logprobs(together) == logprobs(alone)
 
 
-def test_greedy_and_seeded_text_unchanged_by_a_cached_system_prompt_and_seven_others(starter_gguf: Path) -> None:
+def test_greedy_and_seeded_text_unchanged_by_a_cached_system_prompt_and_seven_others(gemma_gguf: Path) -> None:
     """Reference: each request alone in a fresh engine. Then, in another engine, an earlier request
     puts the system prompt in the prefix cache and the request runs among seven others."""
     requests = [GenerateRequest(TARGET, seeded(7)),
                 GenerateRequest(TARGET, SamplingOptions(temperature=0, num_predict=N, logprobs=True))]
-    with Engine(str(starter_gguf), LoadOptions(num_ctx=512, num_parallel=8, num_batch=64)) as fresh:
+    with Engine(str(gemma_gguf), LoadOptions(num_ctx=512, num_parallel=8, num_batch=64)) as fresh:
         reference = [collect(fresh.submit(r)) for r in requests]
-    with Engine(str(starter_gguf), LoadOptions(num_ctx=512, num_parallel=8, num_batch=64)) as engine:
+    with Engine(str(gemma_gguf), LoadOptions(num_ctx=512, num_parallel=8, num_batch=64)) as engine:
         collect(engine.submit(GenerateRequest(SYSTEM + "Question: What is a keel?\nAnswer:", seeded(1))))
         for request, ref in zip(requests, reference):
             together = with_seven_others(engine, request)
@@ -144,11 +144,11 @@ def test_greedy_and_seeded_text_unchanged_by_a_cached_system_prompt_and_seven_ot
             assert logprobs(together) == logprobs(ref)
 
 
-def test_same_seed_same_text_after_the_cache_filled_up(starter_gguf: Path) -> None:
+def test_same_seed_same_text_after_the_cache_filled_up(gemma_gguf: Path) -> None:
     """A small cache that long requests fill: the engine hands its parked cells back to llama.cpp,
     which can place new cells below older ones; the next request into the idle engine then
     starts from a cleared cache (cells in order again) instead of reusing out-of-order cells."""
-    with Engine(str(starter_gguf), LoadOptions(num_ctx=256, num_parallel=4, num_batch=64)) as engine:
+    with Engine(str(gemma_gguf), LoadOptions(num_ctx=256, num_parallel=4, num_batch=64)) as engine:
         request = GenerateRequest(TARGET, seeded(42))
         alone = collect(engine.submit(request))
         # measured: with these rounds, the request kept only part of its text without the reset

@@ -170,3 +170,11 @@ def test_starts_in_thinking_reads_the_end_of_the_prompt() -> None:
     assert THINKER.starts_in_thinking("<|im_start|>assistant\n<think>\n")
     assert not THINKER.starts_in_thinking("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     assert not HERMES.starts_in_thinking("<think>\n")
+
+
+def test_leading_whitespace_is_kept_at_the_start_and_dropped_after_blocks() -> None:
+    assert both(HERMES, " there was a king")[0] == " there was a king"  # a completion may start with a space
+    assert both(HERMES, "  \n")[0] == "  \n"
+    assert both(THINKER, "<think>hm</think>\n\nAnswer", think=True)[0] == "Answer"
+    text = '  {"name": "add", "arguments": {}}\n\nDone.'
+    assert both(HERMES, text, tools=NAMES) == ("Done.", "", [("add", {})])
