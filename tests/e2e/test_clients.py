@@ -252,7 +252,7 @@ async def test_openai_async_client_streams(daemon: str) -> None:
 # --- openai: the Responses API ------------------------------------------------------------------
 
 
-def test_openai_responses_plain_streamed_and_cached(oai: openai.OpenAI) -> None:
+def test_openai_responses_plain_and_streamed(oai: openai.OpenAI) -> None:
     prompt = "Tell me a long story about a cat who lives by the sea and keeps a lighthouse"
     r = oai.responses.create(model=MODEL, input=prompt, instructions="be brief", max_output_tokens=6, store=False)
     assert r.status == "incomplete" and r.incomplete_details and r.incomplete_details.reason == "max_output_tokens"
@@ -264,7 +264,9 @@ def test_openai_responses_plain_streamed_and_cached(oai: openai.OpenAI) -> None:
     deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert deltas == r.output_text  # temperature 0 from the Modelfile
     final = events[-1].response  # type: ignore[union-attr]
-    assert final.usage is not None and final.usage.input_tokens_details.cached_tokens > 0  # the prefix cache
+    assert final.usage is not None and final.usage.input_tokens == r.usage.input_tokens
+    # (prefix-cache counts: tests/integration/server/test_daemon_gaps.py, on a fresh daemon whose cache
+    # cannot have been cleared by earlier tests' traffic)
 
 
 def test_openai_responses_json_schema_and_forced_function_call(oai: openai.OpenAI) -> None:
@@ -291,7 +293,7 @@ def claude(daemon: str) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=daemon, api_key="unused", max_retries=0)
 
 
-def test_anthropic_create_stream_and_cache_read(claude: anthropic.Anthropic) -> None:
+def test_anthropic_create_stream_and_count_tokens(claude: anthropic.Anthropic) -> None:
     messages: Any = [{"role": "user", "content": "Write about the sea, the wind and a boat that sails at night"}]
     m = claude.messages.create(model=MODEL, max_tokens=5, system="You are a poet.", messages=messages)
     assert m.stop_reason == "max_tokens" and m.usage.output_tokens == 5 and m.content[0].type == "text"
@@ -299,7 +301,6 @@ def test_anthropic_create_stream_and_cache_read(claude: anthropic.Anthropic) -> 
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert text == m.content[0].text  # type: ignore[union-attr]
-    assert (final.usage.cache_read_input_tokens or 0) > 0  # the same prompt again: read from the prefix cache
     counted = claude.messages.count_tokens(model=MODEL, system="You are a poet.", messages=messages)
     assert counted.input_tokens == final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0)
 

@@ -1,4 +1,5 @@
-"""Small compatibility gaps, through the real app: /api/ps digests, token-array embeddings, cancels as 499."""
+"""Small compatibility gaps, through the real app: /api/ps digests, token-array embeddings, cancels as 499,
+and the prefix-cache counts the Responses and Messages APIs report."""
 
 from __future__ import annotations
 
@@ -82,3 +83,22 @@ async def test_token_array_embeddings_match_the_text_they_encode(serve_app: Any,
     error = (await r.json())["error"]
     assert "10000000" in error["message"] and "vocabulary" in error["message"]
     assert error["type"] == "invalid_request_error"
+
+
+async def test_prefix_cache_hits_are_reported_in_each_apis_usage(serve_app: Any, store: Any) -> None:
+    """The same prompt twice: the second is read from the prefix cache, and each API says so its own way."""
+    client = await serve_app(store)
+    body = {"model": "tiny", "max_tokens": 4, "system": "You are a poet.",
+            "messages": [{"role": "user", "content": "Write about the sea and a boat that sails at night"}]}
+    first = (await (await client.post("/v1/messages", json=body)).json())["usage"]
+    second = (await (await client.post("/v1/messages", json=body)).json())["usage"]
+    prompt = first["input_tokens"] + first["cache_read_input_tokens"]
+    assert second["cache_read_input_tokens"] > 0 and second["input_tokens"] + second["cache_read_input_tokens"] == prompt
+    assert second["input_tokens"] < first["input_tokens"] and second["cache_creation_input_tokens"] == 0
+    counted = await (await client.post("/v1/messages/count_tokens", json=body)).json()
+    assert counted["input_tokens"] == prompt
+    request = {"model": "tiny", "instructions": "You are a poet.", "max_output_tokens": 4,
+               "input": "Write about the wind and a boat that sails at dawn"}
+    await client.post("/v1/responses", json=request)
+    usage = (await (await client.post("/v1/responses", json=request)).json())["usage"]
+    assert 0 < usage["input_tokens_details"]["cached_tokens"] < usage["input_tokens"]
