@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -204,12 +204,13 @@ class Service:
             raise
         return Generation(self, target, endpoint, lease, stream, started)
 
-    async def embed(self, target: Target, inputs: list[EmbedInput], truncate: bool) -> tuple[EmbedResult, int, int]:
+    async def embed(self, target: Target, inputs: Sequence[EmbedInput],
+                    truncate: bool) -> tuple[EmbedResult, int, int]:
         """Embed ``inputs`` (texts or token-id lists); returns (result, load_duration_ns, total_duration_ns)."""
         started = time.perf_counter_ns()
         lease = await self.scheduler.acquire(target.spec, target.keep_alive)
         try:
-            result: EmbedResult = await lease.backend.embed(inputs, truncate)
+            result: EmbedResult = await lease.backend.embed(list(inputs), truncate)
         finally:
             lease.release()
         self.metrics.prompt_tokens.labels(target.name).inc(result.prompt_eval_count)
