@@ -2,10 +2,12 @@
 
 :class:`AsyncClient` (httpx.AsyncClient) and :class:`Client` (httpx.Client, for the CLI) have the
 same methods. Streaming calls (``generate``, ``chat``, ``pull``, ``create``) return iterators of
-the daemon's NDJSON chunks (dicts); the rest return parsed JSON. Errors come back as the
-:mod:`localrun.errors` class the daemon raised (matched by its ``code``), and a daemon that does
-not answer raises DaemonUnavailable. :func:`ensure_daemon` starts ``localrun serve`` in the
-background (detached, logging to ``config.log_dir()/server.log``) when none answers.
+the daemon's NDJSON chunks (dicts); the rest return parsed JSON, except ``status()`` (a
+:class:`DaemonStatus`). Errors come back as the :mod:`localrun.errors` class the daemon raised
+(matched by its ``code``), and a daemon that does not answer raises DaemonUnavailable; so does
+one that accepts the connection but does not answer ``/health`` within :data:`PROBE_TIMEOUT_S`.
+:func:`ensure_daemon` starts ``localrun serve`` in the background (detached, logging to a file of
+its own, see :mod:`localrun.daemon_logs`) when none answers.
 
 Tests inject a transport (``transport=httpx.MockTransport(...)`` or an ASGI/WSGI one) instead of
 patching.
@@ -18,13 +20,16 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from . import config, errors
+from . import config, daemon_logs, errors
+
+PROBE_TIMEOUT_S = 3.0  # is_running(): a port held by something that does not answer HTTP is "not running"
 
 _BY_CODE: dict[str, type[errors.LocalrunError]] = {}
 for _cls in list(vars(errors).values()):
@@ -84,6 +89,40 @@ def _payload(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
+@dataclass(frozen=True, slots=True)
+class DaemonStatus:
+    """What ``GET /api/status`` says about the daemon process: who it is, since when, where it logs.
+
+    ``settings`` maps each ``LOCALRUN_*`` variable to the daemon's effective value, written as
+    ``config.Settings.report()`` writes it (so the CLI can compare its own). ``log_file`` is a path
+    on the daemon's machine; its own lines start at byte ``log_offset``.
+    """
+
+    version: str
+    pid: int
+    started_at: str
+    uptime_s: float
+    address: str
+    log_file: Path | None
+    log_offset: int
+    settings: dict[str, str]
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> DaemonStatus:
+        log_file = body.get("log_file")
+        return cls(
+            version=str(body.get("version", "")), pid=int(body.get("pid", 0)),
+            started_at=str(body.get("started_at", "")), uptime_s=float(body.get("uptime_seconds", 0.0)),
+            address=str(body.get("address", "")), log_file=Path(log_file) if log_file else None,
+            log_offset=int(body.get("log_offset", 0)),
+            settings={str(k): str(v) for k, v in (body.get("settings") or {}).items()},
+        )
+
+
+def _shutdown_body(grace: float | None) -> dict[str, Any]:
+    return _payload(grace_seconds=grace)
+
+
 class AsyncClient:
     """Async client of one daemon (default ``LOCALRUN_HOST``)."""
 
@@ -102,9 +141,11 @@ class AsyncClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None,
+                       timeout: float | None = None) -> Any:
+        extra: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
         try:
-            response = await self._http.request(method, path, json=body)
+            response = await self._http.request(method, path, json=body, **extra)
         except httpx.TransportError as exc:
             raise errors.DaemonUnavailable(f"no localrun daemon answers at {self.base_url} ({exc})") from exc
         if response.status_code >= 400:
@@ -129,13 +170,24 @@ class AsyncClient:
 
     async def is_running(self) -> bool:
         try:
-            await self.health()
+            await self._request("GET", "/health", timeout=PROBE_TIMEOUT_S)
         except errors.LocalrunError:
             return False
         return True
 
     async def health(self) -> dict[str, Any]:
         return await self._request("GET", "/health")  # type: ignore[no-any-return]
+
+    async def status(self) -> DaemonStatus:
+        """The daemon process: version, pid, start, log file, effective settings."""
+        return DaemonStatus.from_json(await self._request("GET", "/api/status"))
+
+    async def shutdown(self, grace: float | None = None) -> float:
+        """Ask the daemon to stop gracefully; returns at once, with the grace requests in flight get.
+
+        ``grace`` None: the daemon's default. Only a client on the daemon's machine may ask (Forbidden).
+        """
+        return float((await self._request("POST", "/api/shutdown", _shutdown_body(grace)))["grace_seconds"])
 
     async def version(self) -> str:
         return str((await self._request("GET", "/api/version"))["version"])
@@ -215,9 +267,11 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None,
+                 timeout: float | None = None) -> Any:
+        extra: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
         try:
-            response = self._http.request(method, path, json=body)
+            response = self._http.request(method, path, json=body, **extra)
         except httpx.TransportError as exc:
             raise errors.DaemonUnavailable(f"no localrun daemon answers at {self.base_url} ({exc})") from exc
         if response.status_code >= 400:
@@ -242,13 +296,19 @@ class Client:
 
     def is_running(self) -> bool:
         try:
-            self.health()
+            self._request("GET", "/health", timeout=PROBE_TIMEOUT_S)
         except errors.LocalrunError:
             return False
         return True
 
     def health(self) -> dict[str, Any]:
         return self._request("GET", "/health")  # type: ignore[no-any-return]
+
+    def status(self) -> DaemonStatus:
+        return DaemonStatus.from_json(self._request("GET", "/api/status"))
+
+    def shutdown(self, grace: float | None = None) -> float:
+        return float(self._request("POST", "/api/shutdown", _shutdown_body(grace))["grace_seconds"])
 
     def version(self) -> str:
         return str(self._request("GET", "/api/version")["version"])
@@ -304,23 +364,22 @@ class Client:
         return str(self._request("POST", "/api/detokenize", {"model": model, "tokens": tokens})["content"])
 
 
-def daemon_log_path() -> Path:
-    return config.log_dir() / "server.log"
-
-
-def ensure_daemon(timeout: float = 30.0) -> Client:
+def ensure_daemon(timeout: float = 30.0, *, on_start: Callable[[Path], None] | None = None) -> Client:
     """A client of a running daemon, starting ``localrun serve`` in the background if none answers.
 
-    Only for a local LOCALRUN_HOST (a remote daemon cannot be started from here). Raises
-    DaemonUnavailable with the end of the daemon's log if it does not come up in ``timeout``.
+    Only for a local LOCALRUN_HOST (a remote daemon cannot be started from here). The new daemon
+    logs to a file of its own (``on_start`` is told which, before it starts). Raises
+    DaemonUnavailable quoting that file's last lines when it does not come up in ``timeout``.
     """
     client = Client()
     if client.is_running():
         return client
-    if not config.host().is_loopback:
+    host = config.host()
+    if not host.is_loopback:
         raise errors.DaemonUnavailable(f"no localrun daemon answers at {client.base_url}")
-    log_path = daemon_log_path()
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path = daemon_logs.new_background_log(host.port)
+    if on_start is not None:
+        on_start(log_path)
     with open(log_path, "ab") as log_file:
         kwargs: dict[str, Any] = {}
         if os.name == "nt":
@@ -328,7 +387,7 @@ def ensure_daemon(timeout: float = 30.0) -> Client:
         else:
             kwargs["start_new_session"] = True
         process = subprocess.Popen(
-            [sys.executable, "-m", "localrun", "serve"],
+            [sys.executable, "-m", "localrun", "serve", "--log-file", str(log_path)],
             stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, close_fds=True, **kwargs,
         )
     deadline = time.monotonic() + timeout
@@ -338,11 +397,12 @@ def ensure_daemon(timeout: float = 30.0) -> Client:
         if process.poll() is not None:
             break
         time.sleep(0.1)
-    tail = ""
     try:
-        tail = log_path.read_text(errors="replace")[-2000:]
+        lines = daemon_logs.excerpt(daemon_logs.read_from(log_path))
     except OSError:
-        pass
-    raise errors.DaemonUnavailable(
-        f"could not start the localrun daemon at {client.base_url} (log: {log_path})" + (f"\n{tail}" if tail else "")
-    )
+        lines = []
+    said = "".join(f"\n  {line}" for line in lines) if lines else "\n  (it wrote nothing)"
+    waited = "" if process.poll() is not None else f" within {timeout:g}s"
+    client.close()
+    raise errors.DaemonUnavailable(f"could not start the localrun daemon at {client.base_url}{waited}; "
+                                   f"its log says:{said}\n(full log: {log_path})")

@@ -18,6 +18,9 @@ from .errors import ConfigError
 
 APP_NAME = "localrun"
 DEFAULT_PORT = 11435
+# The starter: the model `localrun run` chats with when no name is given, the TUI's default and the
+# bench's. Its PyPI packages (the `starter` extra) and import are localrun.store.starter's.
+STARTER_MODEL = "qwen2.5-coder:0.5b"
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 
 
@@ -154,11 +157,12 @@ def max_loaded_models() -> int:
 def num_parallel() -> int | None:
     """``LOCALRUN_NUM_PARALLEL``: sequence slots per loaded model.
 
-    Default ``None``: sized per model when it loads, from free memory and the model's KV cache
+    Default (unset or ``auto``): ``None``, sized per model when it loads, from free memory and the model's KV cache
     bytes per token (``runtime.memory.default_slots``: up to 16, since batched decode on CPU keeps
     gaining throughput up to about 16 sequences). ``localrun ps`` shows the number chosen.
     """
-    if _env("LOCALRUN_NUM_PARALLEL") is None:
+    raw = _env("LOCALRUN_NUM_PARALLEL")
+    if raw is None or raw.lower() == "auto":
         return None
     return _positive_int("LOCALRUN_NUM_PARALLEL", 1)
 
@@ -231,9 +235,42 @@ def trace_dir() -> Path | None:
     return None if raw is None else Path(raw).expanduser()
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def log_level() -> str:
+    """``LOCALRUN_LOG_LEVEL``: the daemon's and runners' log level: DEBUG, INFO (default), WARNING, ERROR.
+
+    Prompts are logged only at DEBUG.
+    """
+    raw = _env("LOCALRUN_LOG_LEVEL")
+    if raw is None:
+        return "INFO"
+    value = raw.upper()
+    if value not in LOG_LEVELS:
+        raise ConfigError(f"LOCALRUN_LOG_LEVEL={raw!r}: expected one of {', '.join(LOG_LEVELS)}")
+    return value
+
+
 def max_queue() -> int:
     """``LOCALRUN_MAX_QUEUE``: requests waiting for a slot before new ones get 503. Default 512."""
     return _positive_int("LOCALRUN_MAX_QUEUE", 512)
+
+
+def pull_timeout() -> float:
+    """``LOCALRUN_PULL_TIMEOUT``: the longest one download may take, as a duration. Default ``12h``.
+
+    A pull that has not finished by then stops with an error and keeps its bytes, so the same pull
+    resumes where it stopped. Stalled transfers stop much sooner (less than 16 KB in 30 s is a failed
+    attempt); this bounds a hub that keeps sending just enough. ``0`` or a negative value is refused.
+    """
+    raw = _env("LOCALRUN_PULL_TIMEOUT")
+    if raw is None:
+        return 12 * 3600.0
+    seconds = parse_duration(raw, "LOCALRUN_PULL_TIMEOUT")
+    if seconds is None or seconds <= 0:
+        raise ConfigError(f"LOCALRUN_PULL_TIMEOUT={raw!r}: must be a positive duration like '30m' or '6h'")
+    return seconds
 
 
 def origins() -> tuple[str, ...]:
@@ -256,6 +293,22 @@ def api_key() -> str | None:
     return raw
 
 
+def format_duration(seconds: float | None) -> str:
+    """A duration as :func:`parse_duration` reads it back: ``5m``, ``1h30m``, ``250ms``, ``0``; ``-1`` is forever."""
+    if seconds is None:
+        return "-1"
+    if seconds == 0:
+        return "0"
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    whole = int(seconds)
+    if whole != seconds:
+        return f"{seconds:g}s"
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return "".join(f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if n) or "0"
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     host: HostPort
@@ -269,6 +322,61 @@ class Settings:
     origins: tuple[str, ...]
     api_key: str | None
     prefix_cache_dir: Path | None = None
+    log_level: str = "INFO"
+
+    def report(self) -> dict[str, str]:
+        """Each setting as the variable a user would set for it, with its value written back in that form.
+
+        The daemon serves this (``GET /api/status``) and the CLI computes its own the same way, so
+        equal values compare equal (``300`` and ``5m`` are both ``5m``). The API key is never shown:
+        only whether one is required.
+        """
+        return {
+            "LOCALRUN_HOST": f"{self.host.host}:{self.host.port}",
+            "LOCALRUN_MODELS": str(self.models_dir.expanduser().resolve()),
+            "LOCALRUN_KEEP_ALIVE": format_duration(self.keep_alive),
+            "LOCALRUN_MAX_LOADED_MODELS": str(self.max_loaded_models),
+            "LOCALRUN_NUM_PARALLEL": "auto" if self.num_parallel is None else str(self.num_parallel),
+            "LOCALRUN_KV_CACHE_TYPE": self.kv_cache_type,
+            "LOCALRUN_BATCH_INVARIANT": "1" if self.batch_invariant else "0",
+            "LOCALRUN_MAX_QUEUE": str(self.max_queue),
+            "LOCALRUN_ORIGINS": ",".join(self.origins),
+            "LOCALRUN_API_KEY": "(set)" if self.api_key else "",
+            "LOCALRUN_LOG_LEVEL": self.log_level,
+            "LOCALRUN_PREFIX_CACHE": "off" if self.prefix_cache_dir is None else str(self.prefix_cache_dir),
+        }
+
+
+# The variables Settings.report() names, and those read elsewhere on purpose (test seams of the runner, the profiling trace).
+SETTING_VARIABLES = (
+    "LOCALRUN_HOST", "LOCALRUN_MODELS", "LOCALRUN_KEEP_ALIVE", "LOCALRUN_MAX_LOADED_MODELS", "LOCALRUN_NUM_PARALLEL",
+    "LOCALRUN_KV_CACHE_TYPE", "LOCALRUN_BATCH_INVARIANT", "LOCALRUN_MAX_QUEUE", "LOCALRUN_ORIGINS", "LOCALRUN_API_KEY",
+    "LOCALRUN_LOG_LEVEL", "LOCALRUN_PREFIX_CACHE",
+)
+_SEAMS = ("LOCALRUN_RUNNER_FACTORY", "LOCALRUN_RUNNER_DEBUG", "LOCALRUN_TRACE")
+
+
+def known_variables() -> tuple[str, ...]:
+    """Every ``LOCALRUN_*`` variable localrun reads."""
+    return SETTING_VARIABLES + _SEAMS
+
+
+def explicit_variables() -> tuple[str, ...]:
+    """The settings variables set (non-empty) in this process's environment."""
+    return tuple(name for name in SETTING_VARIABLES if _env(name) is not None)
+
+
+def unknown_variables() -> list[tuple[str, str | None]]:
+    """``LOCALRUN_*`` variables set here that localrun does not read (typos), each with the nearest known name."""
+    import difflib
+
+    known = known_variables()
+    found = []
+    for name in sorted(os.environ):
+        if name.startswith("LOCALRUN_") and name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.7)
+            found.append((name, close[0] if close else None))
+    return found
 
 
 def load_settings() -> Settings:
@@ -285,4 +393,6 @@ def load_settings() -> Settings:
         origins=origins(),
         api_key=api_key(),
         prefix_cache_dir=prefix_cache_dir(),
+        log_level=log_level(),
     )
+

@@ -11,14 +11,18 @@ the CLI prints ``Error: msg`` and exits non-zero.
     │   ├── ModelfileError             Modelfile syntax/semantics (carries line number)
     │   ├── InvalidModelFile           not a GGUF / truncated / impossible tensors
     │   ├── TemplateError              chat template failed to render or escaped the sandbox
+    │   │   └── TemplateLimit          chat template exceeded a bound (steps, sizes, CPU, memory, time)
     │   ├── GrammarError               format / JSON schema cannot be enforced
     │   ├── ContextOverflow            prompt longer than num_ctx and truncation refused
-    │   └── OptionError                out-of-range or wrong-typed option
+    │   ├── OptionError                out-of-range or wrong-typed option
+    │   └── UnsupportedCapability      the model cannot do what was asked (tools, thinking, insert)
     ├── Unauthorized                   401 missing/wrong API key
     ├── Forbidden                      403 foreign Host header / origin
     ├── NotFound                       404
-    │   └── ModelNotFound              model not in the store
+    │   ├── ModelNotFound              model not in the store
+    │   └── AgentNotFound              `localrun launch`: the coding agent is not installed
     ├── PayloadTooLarge                413 request body over the limit
+    ├── Cancelled                      499 the client went away: work done for it stops
     ├── ModelTooLarge                  507 the model can never fit in memory
     ├── Busy                           503 queue full (carries retry_after seconds)
     ├── StoreError                     500 store I/O problem
@@ -79,6 +83,12 @@ class TemplateError(InvalidRequest):
     code = "template_error"
 
 
+class TemplateLimit(TemplateError):
+    """A chat template exceeded a bound: loop steps, value sizes, or its worker's CPU, memory or time."""
+
+    code = "template_limit"
+
+
 class GrammarError(InvalidRequest):
     code = "unsupported_format"
 
@@ -89,6 +99,12 @@ class ContextOverflow(InvalidRequest):
 
 class OptionError(InvalidRequest):
     code = "invalid_option"
+
+
+class UnsupportedCapability(InvalidRequest):
+    """A request needs what the model's template or file lacks: "MODEL does not support tools"."""
+
+    code = "unsupported_capability"
 
 
 class Unauthorized(LocalrunError):
@@ -110,9 +126,20 @@ class ModelNotFound(NotFound):
     code = "model_not_found"
 
 
+class AgentNotFound(NotFound):
+    code = "agent_not_found"
+
+
 class PayloadTooLarge(LocalrunError):
     status = 413
     code = "payload_too_large"
+
+
+class Cancelled(LocalrunError):
+    """Raised inside work (hashing, downloading) whose client went away, to stop it; nobody reads it."""
+
+    status = 499
+    code = "client_closed_request"
 
 
 class ModelTooLarge(LocalrunError):

@@ -38,6 +38,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 MiB = 1024 * 1024
+# Layer counts come from a validated ModelGeometry (at most localrun.store.geometry.MAX_LAYERS, llama.cpp's
+# 512); this cap only keeps a caller that skipped validation from building per-layer lists of any size.
+MAX_PLANNED_LAYERS = 4096
 DEFAULT_RESERVE = 512 * MiB  # left free on every GPU for the driver, other programs and fragmentation
 
 
@@ -139,10 +142,13 @@ def plan_offload(
     ``bytes_per_layer``: weights of one block; ``kv_bytes_per_layer``: its KV cache for all sequence
     slots; ``output_bytes``: the output layer (final norm + LM head; 0 when tied to the embeddings);
     ``input_bytes``: token embeddings (always CPU); ``compute_bytes``: scratch buffer needed on each
-    device that holds layers (and on the CPU). Raises ValueError on negative sizes.
+    device that holds layers (and on the CPU). Raises ValueError on negative sizes and on more than
+    ``MAX_PLANNED_LAYERS`` layers.
     """
     if n_layers < 0 or min(bytes_per_layer, kv_bytes_per_layer, output_bytes, input_bytes, compute_bytes) < 0:
         raise ValueError("layer counts and sizes must not be negative")
+    if n_layers > MAX_PLANNED_LAYERS:
+        raise ValueError(f"{n_layers} layers is more than any model has (at most {MAX_PLANNED_LAYERS})")
     n_total = n_layers + 1
     gpus = offload_targets(devices)
     layer_bytes = [bytes_per_layer + kv_bytes_per_layer] * n_layers + [output_bytes]

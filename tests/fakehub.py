@@ -10,7 +10,11 @@ It answers the calls huggingface_hub 2.x and localrun's downloader make:
 
 Faults for tests: ``omit_lfs_in_info`` leaves LFS metadata out of model info; ``cut_after[filename] = [n1, n2, ...]`` closes the connection after sending
 ``n`` body bytes on successive downloads of that file; ``advertise_sha[filename]`` publishes a
-wrong sha256. Every request is recorded in ``requests`` as (method, path, Range header).
+wrong sha256. Hostile-hub faults (issue #13): ``listing_answer`` replaces the model-info answer
+with (status, headers, body) as given (a gzip bomb, an error page), ``endless_listing`` streams a
+listing that never ends, ``advertise_size[filename]`` lists a size other than the file's,
+``ignore_range`` answers every download with the whole file (200), ``trickle`` sends file bodies
+one byte every ``trickle`` seconds. Every request is recorded in ``requests`` as (method, path, Range header).
 The server runs in a daemon thread and stops when the ``with`` block ends.
 """
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -33,6 +38,11 @@ class FakeHub:
         self.advertise_sha: dict[str, str] = {}
         self.required_token: str | None = None
         self.omit_lfs_in_info = False  # model_info without LFS metadata (paths-info still has it)
+        self.listing_answer: tuple[int, dict[str, str], bytes] | None = None
+        self.endless_listing = False
+        self.advertise_size: dict[str, Any] = {}
+        self.ignore_range = False
+        self.trickle: float | None = None
         self.requests: list[tuple[str, str, str | None]] = []
         self.body_bytes_sent = 0
         self._lock = threading.Lock()
@@ -122,8 +132,9 @@ class _Handler(BaseHTTPRequestHandler):
         out = []
         for name, data in self.hub.files[repo].items():
             sha = self.hub.sha(name, data)
-            out.append({"rfilename": name, "size": len(data), "blobId": hashlib.sha1(data).hexdigest(),
-                        "lfs": {"sha256": sha, "size": len(data), "pointerSize": 134}})
+            size = self.hub.advertise_size.get(name, len(data))
+            out.append({"rfilename": name, "size": size, "blobId": hashlib.sha1(data).hexdigest(),
+                        "lfs": {"sha256": sha, "size": size, "pointerSize": 134}})
         return out
 
     def do_GET(self) -> None:  # noqa: N802 - http.server API
@@ -157,6 +168,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = unquote(urlparse(self.path).path)
         if not self._authorized():
             return
+        if path.startswith("/api/models/") and self._hostile_listing():
+            return
         if path.startswith("/api/models/"):
             repo = path[len("/api/models/"):].split("/revision/")[0].strip("/")
             if repo not in self.hub.files:
@@ -179,9 +192,37 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._send_file(filename, data, head)
 
+    def _hostile_listing(self) -> bool:
+        """Answer model info as the hostile-hub faults say; False when none is set."""
+        if self.hub.listing_answer is not None:
+            status, headers, body = self.hub.listing_answer
+            self.send_response(status)
+            for k, v in {"Content-Type": "application/json", "Content-Length": str(len(body)), **headers}.items():
+                self.send_header(k, v)
+            self.end_headers()
+            try:
+                self.wfile.write(body)
+            except OSError:
+                pass
+            return True
+        if self.hub.endless_listing:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            chunk = b'{"siblings": [' + b'{"rfilename": "x"},' * 3000
+            try:
+                while True:  # until the client hangs up
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            except OSError:
+                pass
+            self.close_connection = True
+            return True
+        return False
+
     def _send_file(self, filename: str, data: bytes, head: bool) -> None:
         start = 0
-        rng = self.headers.get("Range")
+        rng = None if self.hub.ignore_range else self.headers.get("Range")
         if rng and rng.startswith("bytes="):
             start = int(rng[len("bytes="):].split("-")[0])
             if start >= len(data):
@@ -217,6 +258,17 @@ class _Handler(BaseHTTPRequestHandler):
                 self.hub.body_bytes_sent += cut
             self.close_connection = True
             self.connection.close()  # drop the connection mid-file
+            return
+        if self.hub.trickle is not None:
+            try:
+                for i in range(len(body)):
+                    self.wfile.write(body[i:i + 1])
+                    self.wfile.flush()
+                    with self.hub._lock:
+                        self.hub.body_bytes_sent += 1
+                    time.sleep(self.hub.trickle or 0)  # a test may turn trickling off meanwhile
+            except OSError:
+                self.close_connection = True
             return
         self.wfile.write(body)
         with self.hub._lock:

@@ -25,6 +25,17 @@ def snapshot(root: Path) -> dict[str, int]:
     return out
 
 
+def rot(path: Path) -> None:
+    """Flip one byte in place keeping size, inode and mtime: what bit rot looks like to the store."""
+    st = path.stat()
+    with open(path, "r+b") as f:
+        f.seek(st.st_size // 2)
+        byte = f.read(1)
+        f.seek(st.st_size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
 @pytest.fixture
 def snap() -> object:
     """The snapshot function, as a fixture (test modules here are not importable packages)."""

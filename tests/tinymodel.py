@@ -9,13 +9,32 @@ tests exercise the real llama.cpp code paths without a real model. Output text i
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from gguf import GGUFWriter, LlamaFileType, TokenType
+from gguf import GGUFValueType, GGUFWriter, LlamaFileType, TokenType
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# ChatML that renders tools and tool calls the Qwen/Hermes way (the tiny model's default: it "supports tools").
+CHATML_TOOLS_TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\n{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
+    "# Tools\n<tools>{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n</tools>\n"
+    "Answer with <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call><|im_end|>\n{%- endif %}"
+    "{%- for message in messages %}{% if not (tools and loop.first and message.role == 'system') %}"
+    "<|im_start|>{{ 'user' if message.role == 'tool' else message.role }}\n{{ message.content }}"
+    "{% for call in message.tool_calls or [] %}<tool_call>\n{{ call.function | tojson }}\n</tool_call>{% endfor %}"
+    "<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# A reasoning model's template (Qwen3's shape): the generation prompt opens <think> unless
+# enable_thinking is false, in which case it closes an empty block.
+THINKING_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n"
+    "{% else %}<think>\n{% endif %}{% endif %}"
 )
 
 _WORDS = (
@@ -61,12 +80,14 @@ def write_tiny_gguf(
     n_head_kv: int = 2,
     n_ff: int = 128,
     context_length: int = 2048,
-    chat_template: str | None = CHATML_TEMPLATE,
+    chat_template: str | None = CHATML_TOOLS_TEMPLATE,
     name: str = "tiny-llama",
+    metadata: dict[str, tuple[Any, GGUFValueType]] | None = None,
 ) -> Path:
     """Write a tiny random-weight llama GGUF to ``path`` and return the path.
 
-    The same arguments always give the same bytes (weights come from ``seed``).
+    The same arguments always give the same bytes (weights come from ``seed``). ``metadata``
+    overrides or adds keys (value, GGUF type) after the normal ones: hostile-file tests use it.
     """
     path = Path(path)
     rng = np.random.default_rng(seed)
@@ -97,6 +118,8 @@ def write_tiny_gguf(
     w.add_add_eos_token(False)
     if chat_template is not None:
         w.add_chat_template(chat_template)
+    for key, (value, vtype) in (metadata or {}).items():
+        w.add_key_value(key, value, vtype)
 
     def t(shape: tuple[int, ...], scale: float = 0.5) -> np.ndarray:
         return (rng.standard_normal(shape) * scale).astype(np.float32)

@@ -17,7 +17,9 @@ from ..bench.chart import to_html
 from ..bench.loadgen import Target
 from ..bench.report import print_table, to_json, to_markdown
 from ..bench.runner import BenchConfig, BenchResult, run_bench
+from ..client import Client
 from ..errors import OptionError
+from .connect import require_daemon
 
 EPILOG = """\
 examples:
@@ -76,7 +78,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     g = p.add_argument_group("targets")
     g.add_argument("--base-url", help="server to measure (default: the local daemon, LOCALRUN_HOST)")
-    g.add_argument("--model", default="", help="model name (default: the first one GET /v1/models lists)")
+    g.add_argument("--model", default="", help="model name (default: for the local daemon, the model it has "
+                   "loaded, else the starter model; for --base-url, the first one GET /v1/models lists)")
     g.add_argument("--label", help="name of the target in reports (default: localrun, or host:port)")
     g.add_argument("--api-key", help="bearer token for --base-url (default: LOCALRUN_API_KEY for the daemon)")
     g.add_argument("--compare", metavar="URL", action="append", default=[],
@@ -185,15 +188,35 @@ def write_outputs(result: BenchResult, args: argparse.Namespace) -> None:
         Path(args.markdown).write_text(to_markdown(result), encoding="utf-8")
 
 
-def run(args: argparse.Namespace) -> int:
-    cfg = build_config(args)
-    baseline = read_baseline(Path(args.baseline)) if args.baseline else None
-    to_stdout = args.json == "-"
+def default_model(client: Client) -> tuple[str, str]:
+    """The model ``bench`` measures on the local daemon when no --model is given, and why that one.
 
+    The model the daemon has loaded (the most recently loaded of several), so the measurement
+    loads nothing extra; with none loaded, the default starter model.
+    """
+    from ..store.starter import STARTER  # the store (and numpy, via gguf) only when needed
+
+    loaded = sorted(client.ps(), key=lambda m: str(m.get("loaded_at") or ""), reverse=True)
+    if not loaded:
+        return str(STARTER), "the default starter model: nothing is loaded"
+    name = str(loaded[0].get("name"))
+    others = [str(m.get("name")) for m in loaded[1:]]
+    also = f"; also loaded: {', '.join(others)} (pick one with --model)" if others else ""
+    return name, f"the model the daemon has loaded{also}"
+
+
+def run(args: argparse.Namespace) -> int:
     def progress(msg: str) -> None:
         if not args.quiet:
             print(msg, file=sys.stderr, flush=True)
 
+    if not args.base_url and not args.model:
+        with require_daemon() as client:
+            args.model, why = default_model(client)
+        print(f"bench: no --model given; measuring {args.model}, {why}", file=sys.stderr, flush=True)
+    cfg = build_config(args)
+    baseline = read_baseline(Path(args.baseline)) if args.baseline else None
+    to_stdout = args.json == "-"
     # On stderr even with --quiet: the seed is what reproduces (or deliberately avoids) these prompts.
     print(f"prompt seed: {cfg.seed} (--seed {cfg.seed} sends the same prompts again)", file=sys.stderr, flush=True)
     result = asyncio.run(_run_interruptible(cfg, progress))

@@ -1,4 +1,7 @@
-"""``localrun ps`` and ``localrun stop NAME``: what the daemon has loaded, and unloading it."""
+"""``localrun ps`` and ``localrun stop NAME``: what the daemon has loaded, and unloading it.
+
+``ps`` prints one line about the daemon (address, pid, version, uptime) above Ollama's table.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +9,9 @@ import argparse
 import datetime as dt
 from typing import Any
 
-from ..client import Client
-from ..errors import NotFound
+from ..client import DaemonStatus
+from ..errors import LocalrunError, NotFound
+from .connect import require_daemon
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -68,17 +72,44 @@ def _processor(size: int, vram: int) -> str:
     return "100% GPU" if gpu >= 100 else f"{100 - gpu}%/{gpu}% CPU/GPU"
 
 
+def human_duration(seconds: float) -> str:
+    """``3 seconds``, ``12 minutes``, ``2 hours 5 minutes``, ``3 days 4 hours``."""
+    parts: list[str] = []
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
+        count = int(seconds // size)
+        if count or (unit == "second" and not parts):
+            parts.append(f"{count} {unit}{'s' if count != 1 else ''}")
+            seconds -= count * size
+        if len(parts) == 2:
+            break
+    return " ".join(parts)
+
+
+def daemon_line(status: DaemonStatus) -> str:
+    return (f"localrun daemon at {status.address} (pid {status.pid}, version {status.version}, "
+            f"up {human_duration(status.uptime_s)})")
+
+
 def ps(args: argparse.Namespace) -> int:
-    with Client() as client:
+    with require_daemon() as client:
+        try:
+            print(daemon_line(client.status()))
+        except LocalrunError:  # a daemon older than /api/status
+            print(f"localrun daemon at {client.base_url}")
         print(ps_table(client.ps()))
     return 0
 
 
 def stop(args: argparse.Namespace) -> int:
-    with Client() as client:
-        loaded = {m.get("name") for m in client.ps()} | {m.get("model") for m in client.ps()}
+    with require_daemon() as client:
+        models = client.ps()
+        loaded = {m.get("name") for m in models} | {m.get("model") for m in models}
         wanted = args.model if ":" in args.model.rsplit("/", 1)[-1] else f"{args.model}:latest"
         if args.model not in loaded and wanted not in loaded:
-            raise NotFound(f"model {args.model!r} is not loaded (see `localrun ps`)")
+            from ..store.names import near_names
+
+            near = near_names(args.model, sorted(str(n) for n in loaded if n))
+            hint = f"; did you mean {near[0]!r}?" if near else " (see `localrun ps`)"
+            raise NotFound(f"model {args.model!r} is not loaded{hint}")
         client.stop(args.model if args.model in loaded else wanted)
     return 0

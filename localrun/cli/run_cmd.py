@@ -18,9 +18,7 @@ from typing import Any
 
 from .. import config
 from ..errors import ConfigError, InvalidRequest
-
-STARTER_MODEL = "gemma3:270m"
-
+from .connect import connect
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser(
@@ -30,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         epilog="Exit codes: 0 success, 1 error, 2 bad usage, 130 interrupted. "
                "In the chat, type /? for commands.",
     )
-    p.add_argument("model", nargs="?", default=None, help=f"model name (default: the starter, {STARTER_MODEL})")
+    p.add_argument("model", nargs="?", default=None, help=f"model name (default: the starter, {config.STARTER_MODEL})")
     p.add_argument("prompt", nargs="*", help="a prompt to answer and exit (stdin, when piped, comes first)")
     p.add_argument("--system", help="system message for this run")
     p.add_argument("--keepalive", metavar="DURATION", help="how long the model stays loaded after (e.g. 5m, 0, -1)")
@@ -47,20 +45,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def _err(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def connect() -> Any:
-    """A client of a running daemon, starting one in the background first when none answers."""
-    from ..client import Client, daemon_log_path, ensure_daemon
-
-    client = Client()
-    if client.is_running():
-        return client
-    client.close()
-    if config.host().is_loopback:
-        _err(f"Starting the localrun daemon in the background (log: {daemon_log_path()})…")
-    client = ensure_daemon()
-    return client
 
 
 def pull_with_progress(client: Any, model: str) -> None:
@@ -105,6 +89,18 @@ def ensure_model(client: Any, model: str) -> None:
         return
     _err(f"pulling {model}…")
     pull_with_progress(client, model)
+
+
+def warn_if_base_model(client: Any, model: str) -> None:
+    """Say on stderr that ``model`` is a base (completion-only) model, naming the starter to chat with.
+
+    The chat UI says the same in its log when it opens (once per session).
+    """
+    from ..tui.model_ops import base_model_notice
+
+    details = client.show(model).get("details") or {}
+    if isinstance(details, dict) and details.get("base_model"):
+        _err(f"Note: {base_model_notice(model)}")
 
 
 def read_prompt(args: argparse.Namespace) -> str | None:
@@ -159,26 +155,29 @@ def generate_once(client: Any, model: str, prompt: str, args: argparse.Namespace
     ended_with_newline = True
     stats: ReplyStats | None = None
     out = sys.stdout
-    for chunk in client.generate(model, prompt, **fields):
-        text = chunk.get("response") or ""
-        if text:
-            if ttft is None:
-                ttft = time.monotonic() - started
-            out.write(text)
-            out.flush()
-            ended_with_newline = text.endswith("\n")
-        if chunk.get("done"):
-            stats = ReplyStats.from_done(chunk, ttft)
-    if not ended_with_newline:
-        out.write("\n")
-    out.flush()
+    try:
+        for chunk in client.generate(model, prompt, **fields):
+            text = chunk.get("response") or ""
+            if text:
+                if ttft is None:
+                    ttft = time.monotonic() - started
+                ended_with_newline = text.endswith("\n")  # before writing: Ctrl+C may come during the write
+                out.write(text)
+                out.flush()
+            if chunk.get("done"):
+                stats = ReplyStats.from_done(chunk, ttft)
+    finally:
+        # Also on Ctrl+C (exit 130) or an error: the shell prompt must not follow the partial answer.
+        if not ended_with_newline:
+            out.write("\n")
+        out.flush()
     if args.verbose and stats is not None:
         _err("\n".join(stats.verbose_lines()))
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    model = args.model or STARTER_MODEL
+    model = args.model or config.STARTER_MODEL
     if args.keepalive is not None:
         config.parse_duration(args.keepalive, "--keepalive")  # bad value: exit 2 before any work
     args.options = parse_options(args.option)
@@ -187,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         ensure_model(client, model)
         if prompt is not None:
+            warn_if_base_model(client, model)
             return generate_once(client, model, prompt, args)
         if not sys.stdout.isatty():
             raise InvalidRequest("the chat needs a terminal; give a PROMPT or pipe input to answer once")

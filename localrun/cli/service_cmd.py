@@ -11,14 +11,18 @@ from ..service import ServiceKind, ServiceManager, ServiceSpec
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser("service", help="start the localrun daemon at login (systemd, launchd, Windows)")
-    p.add_argument("--kind", choices=[k.value for k in ServiceKind],
-                   help="service manager (default: this OS's: systemd on Linux, launchd on macOS)")
+    kind_help = "service manager (default: this OS's: systemd on Linux, launchd on macOS)"
+    p.add_argument("--kind", choices=[k.value for k in ServiceKind], help=kind_help)
+    # --kind is also accepted after the action (`service install --kind systemd`); SUPPRESS keeps a
+    # value given before the action from being reset by the action's default.
+    kind = argparse.ArgumentParser(add_help=False)
+    kind.add_argument("--kind", choices=[k.value for k in ServiceKind], default=argparse.SUPPRESS, help=kind_help)
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    i = sub.add_parser("install", help="write the service file and start it (LOCALRUN_* settings are kept)")
+    i = sub.add_parser("install", parents=[kind], help="write the service file and start it (LOCALRUN_* settings are kept)")
     i.add_argument("--no-start", action="store_true", help="only write and enable it; start at next login")
-    sub.add_parser("uninstall", help="stop the service and remove its file")
-    sub.add_parser("status", help="is it installed, running, and does the daemon answer")
-    sub.add_parser("show", help="print the service file install would write")
+    sub.add_parser("uninstall", parents=[kind], help="stop the service and remove its file")
+    sub.add_parser("status", parents=[kind], help="is it installed, running, and does the daemon answer")
+    sub.add_parser("show", parents=[kind], help="print the service file install would write")
     p.set_defaults(func=run)
 
 

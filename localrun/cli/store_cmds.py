@@ -1,4 +1,4 @@
-"""Model store commands: ``pull``, ``create``, ``list``/``ls``, ``show``, ``cp``, ``rm``, ``import-ollama``.
+"""Model store commands: ``pull``, ``create``, ``list``/``ls``, ``show``, ``cp``, ``rm``, ``verify``, ``import-ollama``.
 
 When a daemon answers at LOCALRUN_HOST, ``pull``, ``create``, ``list``, ``cp`` and ``rm`` go
 through it (:mod:`localrun.client`), so it unloads what is removed and shows the same store;
@@ -40,13 +40,9 @@ def _store() -> Any:
 
 def _daemon() -> Any:
     """A client of the running daemon, or None when none answers (then the store is used directly)."""
-    from ..client import Client
+    from .connect import running_daemon
 
-    client = Client(timeout=None)
-    if client.is_running():
-        return client
-    client.close()
-    return None
+    return running_daemon()
 
 
 def _progress(chunk: dict[str, Any]) -> Any:
@@ -194,18 +190,22 @@ def format_table(headers: list[str], rows: list[list[str]], gap: int = 4) -> str
     return "\n".join(lines) + "\n"
 
 
+BASE_NOTE = "base model: completion only"
+
+
 def cmd_list(args: argparse.Namespace) -> int:
+    """Ollama's table; a base (completion-only) model gets a note after its row's last column."""
     now = time.time()
     daemon = _daemon()
     if daemon is not None:
         with daemon:
             rows = [[m["name"], str(m.get("digest", "")).removeprefix("sha256:")[:12], human_size(int(m.get("size", 0))),
-                     human_ago(_timestamp(m.get("modified_at")), now)] for m in daemon.list()]
-        sys.stdout.write(format_table(["NAME", "ID", "SIZE", "MODIFIED"], rows))
-        return 0
-    entries = _store().list()
-    rows = [[e.name, e.id, human_size(e.size), human_ago(e.modified, now)] for e in entries]
-    sys.stdout.write(format_table(["NAME", "ID", "SIZE", "MODIFIED"], rows))
+                     human_ago(_timestamp(m.get("modified_at")), now),
+                     BASE_NOTE if (m.get("details") or {}).get("base_model") else ""] for m in daemon.list()]
+    else:
+        rows = [[e.name, e.id, human_size(e.size), human_ago(e.modified, now), BASE_NOTE if e.base_model else ""]
+                for e in _store().list()]
+    sys.stdout.write(format_table(["NAME", "ID", "SIZE", "MODIFIED", ""], rows))
     return 0
 
 
@@ -250,6 +250,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("quantization", d.get("quantization_level") or "-"),
         ("template", {"modelfile": "from the Modelfile", "gguf": "from the GGUF", "none": "none"}[
             details.template_source]),
+        *([("kind", f"{BASE_NOTE} (it continues text; chat with {config.STARTER_MODEL})")] if d.get("base_model") else []),
     ])
     params = [(k, _param_text(v)) for k in sorted(details.parameters)
               for v in (details.parameters[k] if isinstance(details.parameters[k], list) else [details.parameters[k]])]
@@ -321,6 +322,25 @@ def cmd_import_ollama(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Hash every stored blob (of the named models, default all); ``--repair`` fixes what it can."""
+    from ..store import integrity
+
+    store = _store()
+    with ProgressView(_console(stderr=True)) as view:
+        checks = integrity.check(store, args.models or None, progress=view)
+        if args.repair:
+            checks = integrity.repair(store, checks, progress=view)
+    rows = [[", ".join(c.models), c.digest[7:19], "ok" if c.problem is None else "repaired" if c.repaired
+             else "CORRUPT", c.hint or c.problem or ""] for c in checks]
+    sys.stdout.write(format_table(["MODEL", "BLOB", "STATUS", "DETAIL"], rows))
+    bad = [c for c in checks if not c.sound]
+    if bad and not args.repair:
+        print(f"{len(bad)} corrupt blob{'s' if len(bad) != 1 else ''}: run `localrun verify --repair`",
+              file=sys.stderr)
+    return 1 if bad else 0
+
+
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("pull", help="download a model (hf.co/user/repo[:quant] or a curated name)")
     p.add_argument("model")
@@ -348,6 +368,12 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("rm", help="remove models")
     p.add_argument("models", nargs="+", metavar="MODEL")
     p.set_defaults(func=cmd_remove)
+
+    p = subparsers.add_parser("verify", help="hash stored models against their digests (--repair fixes them)")
+    p.add_argument("models", nargs="*", metavar="MODEL", help="the models to check (default: all)")
+    p.add_argument("--repair", action="store_true",
+                   help="delete corrupt blobs and download again those that came from the hub")
+    p.set_defaults(func=cmd_verify)
 
     p = subparsers.add_parser("import-ollama", help="adopt the models of an Ollama store (hard links, no download)")
     p.add_argument("--from", dest="source", help="the Ollama models dir (default: $OLLAMA_MODELS or ~/.ollama/models)")

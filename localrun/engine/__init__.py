@@ -9,7 +9,9 @@ and ``detok`` are pure Python and safe to import from the daemon):
 - ``sampling`` / ``grammar``: native sampler chains, option checks, JSON Schema to GBNF
 - ``detok``: incremental UTF-8 detokenising and stop strings
 - ``embedding``: batched embeddings on a second context
-- ``template`` / ``gotemplate``: chat templates (sandboxed Jinja2, Ollama Go templates)
+- ``template`` / ``gotemplate``: chat templates (sandboxed Jinja2, Ollama Go templates);
+  ``template_limits``: what a Jinja template may compute (no compile-time folding, sizes, steps)
+- ``regex_bounds``: how much grammar a JSON-schema ``pattern`` may become
 - ``native``: model/context/vocab/batch wrappers; ``types``: the public contract
 
 Nothing is imported here, so ``import localrun.engine.types`` never loads native code.

@@ -226,6 +226,9 @@ class Batcher:
         else:
             seq.n_past += 1
         assert seq.row is not None
+        if seq.handle.cancelled:  # cancelled while this step decoded: sample nothing for nobody
+            self._finish(seq, DoneReason.CANCELLED)
+            return
         try:
             token = sample(seq.sampler, self.ctx, seq.row, self.scratch, self.vocab, seq.generated)
         except GrammarDeadEnd as exc:
@@ -291,6 +294,7 @@ class Batcher:
             eval_duration=int((now - first) * 1e9) if seq.t_first else 0,
             truncated_tokens=seq.truncated,
             context=tuple(seq.tokens),
+            stop_string=seq.text.matched,
         )
 
 

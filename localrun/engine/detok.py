@@ -12,13 +12,17 @@ import codecs
 
 
 class TextStream:
-    """Bytes in, safe text out; ``stopped`` once a stop string appeared (it and what follows are dropped)."""
+    """Bytes in, safe text out; ``stopped`` once a stop string appeared (it and what follows are dropped).
+
+    ``matched`` is then the stop string that ended the text (the first one in the text), else None.
+    """
 
     def __init__(self, stop: tuple[str, ...] | list[str] = ()) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._stops = [s for s in stop if s]
         self._held = ""
         self.stopped = False
+        self.matched: str | None = None
 
     def push(self, piece: bytes) -> str:
         """Add one token's bytes; returns the text that is now safe to show."""
@@ -28,8 +32,9 @@ class TextStream:
         if not self._stops:
             self._held = ""
             return text
-        cut = min((i for i in (text.find(s) for s in self._stops) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(i, s) for s in self._stops if (i := text.find(s)) >= 0]
+        if found:
+            cut, self.matched = min(found, key=lambda pair: pair[0])
             self.stopped = True
             self._held = ""
             return text[:cut]

@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import ContextOverflow, EngineError, InvalidRequest
 from . import native
 from .native import Batch, Vocab
-from .types import EmbedResult
+from .types import EmbedInput, EmbedResult
 
 log = logging.getLogger(__name__)
 
@@ -64,19 +64,24 @@ class Embedder:
                      "model" if pooling is not None else "mean")
         return self._ctx
 
-    def embed(self, inputs: list[str], *, truncate: bool = True) -> EmbedResult:
+    def embed(self, inputs: list[EmbedInput], *, truncate: bool = True) -> EmbedResult:
+        """Embed texts and token-id lists (ids outside the vocabulary are an InvalidRequest)."""
         if not isinstance(inputs, list) or not inputs:
-            raise InvalidRequest("input must be a non-empty list of strings")
+            raise InvalidRequest("input must be a non-empty list of strings or token-id lists")
         if len(inputs) > MAX_INPUTS:
             raise InvalidRequest(f"at most {MAX_INPUTS} inputs per request, got {len(inputs)}")
-        if not all(isinstance(text, str) for text in inputs):
-            raise InvalidRequest("every input must be a string")
+        for i, item in enumerate(inputs):
+            if not isinstance(item, str):
+                self._check_ids(item, i)
         with self._lock:
             ctx = self._context()
             n_embd = int(lc.llama_model_n_embd(self._model))
             token_lists, cut = [], []
-            for i, text in enumerate(inputs):
-                tokens = self._vocab.tokenize(text, add_special=True) or [self._vocab.bos]
+            for i, item in enumerate(inputs):
+                if isinstance(item, str):
+                    tokens = self._vocab.tokenize(item, add_special=True) or [self._vocab.bos]
+                else:
+                    tokens = list(item)
                 if len(tokens) > self.n_ctx:
                     if not truncate:
                         raise ContextOverflow(f"input {i} is {len(tokens)} tokens; the context holds {self.n_ctx}")
@@ -89,6 +94,14 @@ class Embedder:
             for group in self._passes(token_lists):
                 self._run_pass(ctx, group, token_lists, vectors, n_embd)
             return EmbedResult(embeddings=vectors, prompt_eval_count=sum(map(len, token_lists)), truncated=cut)
+
+    def _check_ids(self, tokens: object, index: int) -> None:
+        n = self._vocab.n_vocab
+        if not isinstance(tokens, list) or not tokens:
+            raise InvalidRequest(f"input {index} must be a string or a non-empty list of token ids")
+        for t in tokens:
+            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < n:
+                raise InvalidRequest(f"input {index}: token id {t!r} is not in the vocabulary (0..{n - 1})")
 
     def _passes(self, token_lists: list[list[int]]) -> list[list[int]]:
         groups: list[list[int]] = [[]]

@@ -20,7 +20,13 @@ from pathlib import Path
 
 import llama_cpp as lc
 
-from ..errors import ContextOverflow, EngineError, InvalidRequest, OptionError
+from ..errors import (
+    ContextOverflow,
+    EngineError,
+    InvalidRequest,
+    OptionError,
+    TemplateError,
+)
 from ..offload import parse_load_report
 from . import native, prefix_store
 from .batcher import Batcher
@@ -33,6 +39,7 @@ from .sampling import build_sampler, validate
 from .sequence import RequestHandle, Sequence
 from .template import ChatTemplate
 from .types import (
+    EmbedInput,
     EmbedResult,
     EngineStats,
     ErrorEvent,
@@ -112,7 +119,11 @@ class Engine:
             lc.llama_model_has_encoder(model) and not lc.llama_model_has_decoder(model))
         arch = native.meta(model, "general.architecture") or "unknown"
         chat_template = native.meta(model, "tokenizer.chat_template")
-        self.template = ChatTemplate.from_source(template if template is not None else chat_template)
+        try:
+            self.template = ChatTemplate.from_source(template if template is not None else chat_template)
+        except TemplateError as exc:  # a model whose template cannot compile still loads (the daemon renders)
+            log.warning("the chat template does not compile (%s); the model loads without it", exc)
+            self.template = ChatTemplate.from_source(None)
         self.embedder = Embedder(model, self.vocab, arch, num_ctx, self.threads)
         self._cond = threading.Condition()
         self._incoming: deque[Sequence] = deque()
@@ -172,7 +183,7 @@ class Engine:
         tokens = self._prompt_tokens(request)
         num_predict = options.num_predict if options.num_predict is None or options.num_predict >= 0 else None
         tokens, truncated = self._fit(tokens, request, num_predict)
-        gbnf = grammar_for(request.format, request.grammar)
+        gbnf = grammar_for(request.format, request.grammar, request.format_frame)
         sampler = build_sampler(options, self.vocab, gbnf, self.num_ctx)
         last_n = self.num_ctx if options.repeat_last_n == -1 else options.repeat_last_n
         with self._cond:
@@ -188,7 +199,7 @@ class Engine:
             self._cond.notify()
         return handle
 
-    def embed(self, inputs: list[str], *, truncate: bool = True) -> EmbedResult:
+    def embed(self, inputs: list[EmbedInput], *, truncate: bool = True) -> EmbedResult:
         if self._closed:
             raise EngineError("the model is unloaded")
         return self.embedder.embed(inputs, truncate=truncate)

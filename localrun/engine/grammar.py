@@ -15,6 +15,7 @@ from typing import Any
 from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
 from ..errors import GrammarError
+from .regex_bounds import check_pattern
 
 # Keywords that only annotate a schema: nothing to enforce.
 _ANNOTATIONS = {
@@ -37,8 +38,12 @@ MAX_GRAMMAR_CHARS = 200_000
 _REPEAT_RE = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
 
 
-def grammar_for(format: str | dict[str, Any] | None, grammar: str | None) -> str | None:
-    """The GBNF text for a request (raw ``grammar`` wins), or None when output is free."""
+def grammar_for(format: str | dict[str, Any] | None, grammar: str | None,
+                frame: tuple[str, str] | None = None) -> str | None:
+    """The GBNF text for a request (raw ``grammar`` wins), or None when output is free.
+
+    ``frame`` (prefix, suffix): literal text required before and after the JSON value.
+    """
     if grammar is not None:
         if not isinstance(grammar, str) or not grammar.strip():
             raise GrammarError("grammar must be a non-empty GBNF string")
@@ -54,7 +59,16 @@ def grammar_for(format: str | dict[str, Any] | None, grammar: str | None) -> str
             raise GrammarError(f"format must be \"json\" or a JSON Schema object, got {format!r}") from None
     if not isinstance(format, dict):
         raise GrammarError("format must be \"json\" or a JSON Schema object")
-    return schema_to_gbnf(format)
+    gbnf = schema_to_gbnf(format)
+    return _framed(gbnf, frame) if frame is not None else gbnf
+
+
+def _framed(gbnf: str, frame: tuple[str, str]) -> str:
+    """``gbnf`` with its root wrapped in literal text: ``root ::= "prefix" value "suffix"``."""
+    body = re.sub(r"(?m)^root ::=", "framed-value ::=", gbnf, count=1)
+    parts = [json.dumps(text, ensure_ascii=False) for text in frame if text]
+    prefix, suffix = (parts[0] if frame[0] else ""), (parts[-1] if frame[1] else "")
+    return check_gbnf(f"root ::= {prefix} framed-value {suffix}\n{body}")
 
 
 def check_gbnf(grammar: str) -> str:
@@ -116,6 +130,7 @@ def _check(node: Any, where: str, root: dict[str, Any], depth: int = 0) -> None:
         pattern = node["pattern"]
         if not (isinstance(pattern, str) and pattern.startswith("^") and pattern.endswith("$")) or len(pattern) > 2000:
             raise GrammarError(f"JSON schema pattern at {where} must be anchored with ^...$ (at most 2000 characters)")
+        check_pattern(pattern)  # repetition, ambiguity and size bounds (regex_bounds)
     if "allOf" in node:
         for i, part in enumerate(node["allOf"]):
             if not isinstance(part, dict) or set(part) - _ANNOTATIONS - {"properties", "required", "type",

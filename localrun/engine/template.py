@@ -4,7 +4,7 @@
 Hugging Face hub) or a Modelfile ``TEMPLATE`` (Jinja2 or Ollama's Go-template syntax; detected
 from the source) or None (no template: the messages' contents joined, a bare prompt as is).
 
-Jinja2 templates run in an ``ImmutableSandboxedEnvironment``: a hostile template cannot read
+Jinja2 templates run in an ``ImmutableSandboxedEnvironment`` bounded by :mod:`.template_limits`: a hostile template cannot read
 attributes like ``__class__``/``__globals__``, call methods that mutate, import, or open files;
 any such attempt is a :class:`~localrun.errors.TemplateError`. Pure Python, no llama_cpp.
 """
@@ -17,11 +17,13 @@ from datetime import datetime
 from typing import Any
 
 import jinja2
+from jinja2 import meta
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import TemplateError
 from .gotemplate import GoTemplate
+from .template_limits import BoundedSandbox
 
 _GO_HINT = re.compile(r"\{\{-?\s*(\.[A-Z]|\$|if\s+[.$(]|range\s|end\s*-?\}\}|with\s|else\s*-?\}\}|/\*)")
 MAX_TEMPLATE_OUTPUT = 4_000_000
@@ -42,7 +44,7 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
-class _StrictSandbox(ImmutableSandboxedEnvironment):
+class _StrictSandbox(BoundedSandbox):
     """Reaching for an unsafe attribute is an error, not a silently empty value."""
 
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
@@ -75,6 +77,7 @@ class ChatTemplate:
         self.source = source
         self.kind = kind            # "jinja" | "go" | "none"
         self._compiled = compiled
+        self._names: frozenset[str] | None = None  # Jinja2 variables the source reads, parsed on first use
 
     @classmethod
     def from_source(cls, source: str | None) -> ChatTemplate:
@@ -88,16 +91,50 @@ class ChatTemplate:
         except jinja2.TemplateError as exc:
             raise TemplateError(f"chat template does not compile: {exc}") from exc
 
+    def uses(self, name: str) -> bool:
+        """Whether the template reads the variable ``name`` (``tools``, ``enable_thinking``...).
+
+        Static: Jinja2's undeclared variables, a Go template's ``.Name`` fields (``tools`` is
+        looked for as ``.Tools``). Nothing is rendered, so a hostile template cannot stall it.
+        """
+        if self.kind == "jinja":
+            return name in self._variables()
+        if self.kind == "go" and self.source is not None:
+            field = "".join(part.capitalize() for part in name.split("_"))
+            return re.search(rf"\.{field}\b", self.source) is not None
+        return False
+
+    def _variables(self) -> frozenset[str]:
+        if self._names is None:
+            assert self.source is not None
+            try:
+                self._names = frozenset(meta.find_undeclared_variables(_ENV.parse(self.source)))
+            except jinja2.TemplateError:
+                self._names = frozenset()
+        return self._names
+
     def render(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
                add_generation_prompt: bool = True, bos_token: str = "", eos_token: str = "",
-               **extra: Any) -> str:
-        """The prompt for ``messages`` (dicts with role, content and optionally images,
-        tool_calls, tool_name...); ``tools`` are passed to templates that use them."""
+               think: bool | None = None, **extra: Any) -> str:
+        """The prompt for ``messages``, as the Hugging Face reference renders it.
+
+        ``messages`` are dicts with role, content and optionally images, ``tool_calls`` (a list of
+        ``{"function": {"name", "arguments"}}``, arguments a dict or JSON text) and, on tool
+        results, ``tool_call_id`` / ``tool_name``; they reach the template in HF's shape (calls
+        with ``type`` and ``id``, arguments as a dict, results with ``name``). ``tools`` go to
+        templates that use them. ``think`` (when set) is ``enable_thinking`` for Jinja2
+        templates and ``.Think`` for Go ones.
+        """
+        messages = [hf_message(m, i) for i, m in enumerate(messages)]
         try:
             if self.kind == "none":
                 return _plain(messages)
             if self.kind == "go":
+                if think is not None:
+                    extra = {**extra, "Think": think, "IsThinkSet": True}
                 return _render_go(self._compiled, messages, tools, add_generation_prompt, extra)
+            if think is not None:
+                extra = {**extra, "enable_thinking": think}
             text = self._compiled.render(messages=messages, tools=tools or None,
                                          add_generation_prompt=add_generation_prompt,
                                          bos_token=bos_token, eos_token=eos_token, **extra)
@@ -111,6 +148,36 @@ class ChatTemplate:
         if len(text) > MAX_TEMPLATE_OUTPUT:
             raise TemplateError("chat template output is too large")
         return str(text)
+
+
+def hf_message(message: dict[str, Any], position: int) -> dict[str, Any]:
+    """``message`` in the shape Hugging Face chat templates expect (a new dict; see ``render``)."""
+    out = dict(message)
+    if out.get("content") is None:
+        out["content"] = ""
+    calls = out.get("tool_calls")
+    if calls:
+        out["tool_calls"] = [_hf_call(call, f"call_{position}_{i}") for i, call in enumerate(calls)]
+    if out.get("role") == "tool" and out.get("tool_name") and not out.get("name"):
+        out["name"] = out["tool_name"]
+    if out.get("thinking") and not out.get("reasoning_content"):
+        out["reasoning_content"] = out["thinking"]  # what Qwen3-style templates read
+    return out
+
+
+def _hf_call(call: Any, default_id: str) -> Any:
+    if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+        return call
+    fn = dict(call["function"])
+    arguments = fn.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            fn["arguments"] = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            pass  # a template shows it as the text it is
+    elif arguments is None:
+        fn["arguments"] = {}
+    return {**call, "id": call.get("id") or default_id, "type": call.get("type") or "function", "function": fn}
 
 
 def _plain(messages: list[dict[str, Any]]) -> str:

@@ -79,6 +79,8 @@ class GenerateRequest:
     """One completion: a prompt (text or token ids) and how to sample it.
 
     ``format`` is None, ``"json"`` or a JSON Schema dict; ``grammar`` is raw GBNF and wins over it.
+    ``format_frame`` (prefix, suffix) is text the output must have around the formatted JSON: a
+    forced tool call in the model's own format, e.g. ``("<tool_call>\n", "\n</tool_call>")``.
     ``num_keep`` is how many leading prompt tokens FRONT truncation keeps (the system prompt).
     """
 
@@ -86,6 +88,7 @@ class GenerateRequest:
     sampling: SamplingOptions = field(default_factory=SamplingOptions)
     format: str | dict[str, Any] | None = None
     grammar: str | None = None
+    format_frame: tuple[str, str] | None = None
     truncation: Truncation = Truncation.FRONT
     num_keep: int = 0
     add_special: bool = True  # add BOS when the prompt is text
@@ -95,7 +98,7 @@ class GenerateRequest:
 
 
 class DoneReason(enum.Enum):
-    STOP = "stop"          # end-of-generation token or a stop string
+    STOP = "stop"          # end-of-generation token or a stop string (DoneEvent.stop_string says which)
     LENGTH = "length"      # num_predict reached or the context is full
     CANCELLED = "cancelled"
 
@@ -127,6 +130,7 @@ class DoneEvent:
     eval_duration: int
     truncated_tokens: int = 0    # prompt tokens dropped by FRONT truncation
     context: tuple[int, ...] = ()  # prompt + generated token ids (Ollama's `context`)
+    stop_string: str | None = None  # the request's stop string that ended the output (STOP only), else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +146,10 @@ Event = TokenEvent | DoneEvent | ErrorEvent
 def is_last(event: object) -> bool:
     """Whether ``event`` ends its request's stream (a DoneEvent or an ErrorEvent)."""
     return isinstance(event, (DoneEvent, ErrorEvent))
+
+
+EmbedInput = str | list[int]
+"""One input to embed: text (tokenized with the model's BOS), or token ids used exactly as given."""
 
 
 @dataclass(frozen=True, slots=True)

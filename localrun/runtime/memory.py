@@ -1,8 +1,8 @@
 """The fit check: how much memory a model needs and where its layers go.
 
-:func:`read_geometry` reads the few GGUF header keys that size a model (a small reader of our own:
-``gguf.GGUFReader`` materialises the whole vocabulary, 11 s for a 262k-token model on this
-machine, while skipping arrays takes milliseconds). :func:`estimate` adds up weights, KV cache for
+:func:`read_geometry` gives the :class:`~localrun.store.geometry.ModelGeometry` of a GGUF: the
+store's one validated reader (:mod:`localrun.store.gguf_file`), so every count used here was checked
+for type and range before any planning. :func:`estimate` adds up weights, KV cache for
 ``num_ctx * num_parallel`` tokens (2-byte K and V: bf16 or f16, as the engine allocates) and compute buffers;
 :func:`place` decides how many layers go to a GPU and whether the rest fits in RAM.
 
@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import mmap
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,34 +22,13 @@ from typing import Any
 
 from ..engine.types import LoadOptions
 from ..errors import InvalidModelFile
+from ..store.geometry import ModelGeometry as ModelGeometry  # the store reader's record, for the runtime
+from ..store.gguf_file import read_gguf
 
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_KEEP = ("context_length", "embedding_length", "block_count", "feed_forward_length", "head_count",
-         "head_count_kv", "key_length", "value_length", "sliding_window")
-
-
-@dataclass(frozen=True, slots=True)
-class ModelGeometry:
-    """What the fit check needs from a GGUF header."""
-
-    architecture: str
-    file_size: int
-    n_layer: int
-    n_embd: int
-    n_ff: int
-    n_head: int
-    n_head_kv: int
-    head_dim_k: int
-    head_dim_v: int
-    n_vocab: int
-    n_ctx_train: int
-    chat_template: str | None = None
-    size_label: str | None = None
-    file_type: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,46 +118,11 @@ def reconcile(placement: Placement, info: Mapping[str, Any] | None) -> Placement
                                vram=vram, vram_by_device=devices)
 
 
-class _Reader:
-    def __init__(self, buf: mmap.mmap) -> None:
-        self.buf = buf
-        self.pos = 0
-
-    def take(self, fmt: str) -> object:
-        (value,) = struct.unpack_from(fmt, self.buf, self.pos)
-        self.pos += struct.calcsize(fmt)
-        return value
-
-    def string(self) -> str:
-        n = int(self.take("<Q"))  # type: ignore[call-overload]
-        raw = self.buf[self.pos : self.pos + n]
-        self.pos += n
-        return raw.decode("utf-8", errors="replace")
-
-    def value(self, vtype: int, keep: bool) -> object:
-        if vtype == 8:
-            return self.string()
-        if vtype == 9:
-            item_type = int(self.take("<I"))  # type: ignore[call-overload]
-            count = int(self.take("<Q"))  # type: ignore[call-overload]
-            if item_type == 8:
-                for _ in range(count):
-                    n = struct.unpack_from("<Q", self.buf, self.pos)[0]
-                    self.pos += 8 + n
-            elif item_type in _SCALARS:
-                self.pos += count * struct.calcsize(_SCALARS[item_type])
-            else:
-                for _ in range(count):
-                    self.value(item_type, False)
-            return count
-        fmt = _SCALARS.get(vtype)
-        if fmt is None:
-            raise ValueError(f"unknown GGUF value type {vtype}")
-        return self.take(fmt)
-
-
 def read_geometry(path: str | Path) -> ModelGeometry:
-    """Read a GGUF header; raises InvalidModelFile when it is not a readable GGUF."""
+    """The validated geometry of a GGUF (the store's reader); raises InvalidModelFile.
+
+    Cached by path, size and modification time: the scheduler and the routes ask for it often.
+    """
     p = Path(path)
     try:
         st = p.stat()
@@ -190,54 +132,8 @@ def read_geometry(path: str | Path) -> ModelGeometry:
 
 
 @lru_cache(maxsize=64)
-def _read_geometry_cached(path: str, size: int, _mtime: int) -> ModelGeometry:
-    meta: dict[str, object] = {}
-    try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            r = _Reader(buf)
-            if buf[:4] != b"GGUF":
-                raise InvalidModelFile(f"{path} is not a GGUF file")
-            r.pos = 4
-            version = r.take("<I")
-            if version not in (2, 3):
-                raise InvalidModelFile(f"{path}: unsupported GGUF version {version}")
-            r.take("<Q")  # tensor count
-            kv_count = int(r.take("<Q"))  # type: ignore[call-overload]
-            for _ in range(kv_count):
-                key = r.string()
-                vtype = int(r.take("<I"))  # type: ignore[call-overload]
-                meta[key] = r.value(vtype, True)
-    except (ValueError, struct.error, OSError, IndexError) as exc:
-        raise InvalidModelFile(f"{path} is not a readable GGUF file ({exc})") from exc
-    arch = str(meta.get("general.architecture", "llama"))
-
-    def num(key: str, default: int) -> int:
-        value = meta.get(f"{arch}.{key}", meta.get(f"{arch}.attention.{key}", default))
-        return int(value) if isinstance(value, (int, float)) else default
-
-    n_embd = num("embedding_length", 4096)
-    n_head = max(1, num("head_count", 32))
-    head_dim = n_embd // n_head
-    n_vocab = meta.get("tokenizer.ggml.tokens", 32000)
-    template = meta.get("tokenizer.chat_template")
-    label = meta.get("general.size_label")
-    ftype = meta.get("general.file_type")
-    return ModelGeometry(
-        architecture=arch,
-        file_size=size,
-        n_layer=num("block_count", 32),
-        n_embd=n_embd,
-        n_ff=num("feed_forward_length", 4 * n_embd),
-        n_head=n_head,
-        n_head_kv=max(1, num("head_count_kv", n_head)),
-        head_dim_k=num("key_length", head_dim),
-        head_dim_v=num("value_length", head_dim),
-        n_vocab=int(n_vocab) if isinstance(n_vocab, int) else 32000,
-        n_ctx_train=num("context_length", 4096),
-        chat_template=template if isinstance(template, str) else None,
-        size_label=label if isinstance(label, str) else None,
-        file_type=int(ftype) if isinstance(ftype, int) else None,
-    )
+def _read_geometry_cached(path: str, _size: int, _mtime: int) -> ModelGeometry:
+    return read_gguf(Path(path)).geometry
 
 
 MAX_AUTO_SLOTS = 16  # batched decode on CPU stops gaining throughput around here (ENGINE_NOTES.md)

@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import errors, trace
 from ..engine.types import (
+    EmbedInput,
     EmbedResult,
     EngineStats,
     ErrorEvent,
@@ -267,7 +268,7 @@ class RunnerProcess:
         finally:
             self._calls.pop(rid, None)
 
-    async def embed(self, inputs: list[str], truncate: bool = True) -> EmbedResult:
+    async def embed(self, inputs: list[EmbedInput], truncate: bool = True) -> EmbedResult:
         return protocol.decode_embed_result(await self._call({"op": "embed", "input": inputs, "truncate": truncate}))
 
     async def tokenize(self, text: str, add_special: bool = True) -> list[int]:

@@ -148,6 +148,7 @@ def encode_request(request: GenerateRequest) -> dict[str, Any]:
         "sampling": sampling,
         "format": request.format,
         "grammar": request.grammar,
+        "format_frame": list(request.format_frame) if request.format_frame is not None else None,
         "truncation": request.truncation.value,
         "num_keep": request.num_keep,
         "add_special": request.add_special,
@@ -164,11 +165,18 @@ def decode_request(data: dict[str, Any]) -> GenerateRequest:
         sampling=SamplingOptions(**{k: v for k, v in sampling.items() if k in names}),
         format=data.get("format"),
         grammar=data.get("grammar"),
+        format_frame=_frame(data.get("format_frame")),
         truncation=Truncation(data.get("truncation", "front")),
         num_keep=int(data.get("num_keep", 0)),
         add_special=bool(data.get("add_special", True)),
         interactive=None if data.get("interactive") is None else bool(data["interactive"]),
     )
+
+
+def _frame(value: Any) -> tuple[str, str] | None:
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, str) for v in value):
+        return value[0], value[1]
+    return None
 
 
 # --- events -------------------------------------------------------------------------------

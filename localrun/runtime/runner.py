@@ -37,7 +37,11 @@ DEBUG_ENV = "LOCALRUN_RUNNER_DEBUG"
 
 
 def load_factory(spec: str) -> Callable[..., Any]:
-    """Import ``module:attribute`` (the engine class, or a fake one in tests)."""
+    """Import ``module:attribute`` (the engine class, or a fake one in tests).
+
+    The factory is called as ``factory(model_path, options, template=..., prefix_cache=...)``,
+    ``prefix_cache`` (a PrefixCacheLocation) only when the model has a store digest to key it by.
+    """
     module_name, _, attr = spec.partition(":")
     module = importlib.import_module(module_name)
     factory = getattr(module, attr or "Engine")
@@ -205,7 +209,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _stop_gracefully)
     signal.signal(signal.SIGINT, _stop_gracefully)
     logging.basicConfig(
-        level=os.environ.get("LOCALRUN_LOG_LEVEL", "INFO").upper(),
+        level=config.log_level(),  # the daemon checked it before starting this process
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s runner[%(process)d] %(name)s: %(message)s",
     )

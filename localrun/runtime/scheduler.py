@@ -114,6 +114,7 @@ class Scheduler:
         self._blocked_by: set[str] = set()
         self._unloading: set[asyncio.Task[None]] = set()  # runners closing after an eviction for the model count
         self.on_event: Callable[[str, ResidentModel, str], None] | None = None  # (load|unload, model, reason)
+        self._refusing = False  # set by refuse_new() when the daemon is shutting down
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -141,6 +142,15 @@ class Scheduler:
 
     # --- requests ------------------------------------------------------------------------
 
+    def refuse_new(self) -> None:
+        """From now on, acquire() raises Busy: the daemon is shutting down. Requests already admitted go on."""
+        self._refusing = True
+
+    @property
+    def in_flight(self) -> int:
+        """Requests holding a model or waiting for one."""
+        return sum(m.refcount for m in self.models.values()) + sum(1 for p in self._pending if not p.future.done())
+
     @property
     def queue_depth(self) -> int:
         return sum(1 for p in self._pending if not p.future.done()) + sum(m.queued for m in self.models.values())
@@ -152,6 +162,8 @@ class Scheduler:
         ``DEFAULT`` for the server default. Raises Busy past the queue bound,
         ModelTooLarge, or the load error (InvalidModelFile, RunnerCrashed, ...).
         """
+        if self._refusing:
+            raise errors.Busy("the daemon is shutting down", retry_after=5.0)
         ka = self.default_keep_alive if keep_alive is DEFAULT else keep_alive
         assert ka is None or isinstance(ka, (int, float))
         model = self.models.get(spec.name)
@@ -239,7 +251,7 @@ class Scheduler:
                     if head.future.done():
                         self._pending.popleft()
                         continue
-                    if not await self._schedule(head):
+                    if not await self._schedule_or_fail(head):
                         self._serve_behind_head()
                         break  # waiting for a busy model to finish
                     self._blocked_by.clear()
@@ -266,6 +278,23 @@ class Scheduler:
             model, reason = self._expired.popleft()
             if self.models.get(model.name) is model and model.refcount == 0:
                 await self._unload(model, reason)
+
+    async def _schedule_or_fail(self, req: _Pending) -> bool:
+        """:meth:`_schedule`, but an unexpected error fails ``req`` instead of wedging the queue.
+
+        Without this a request whose planning raised stayed at the head of the queue, retried and
+        failing on every wake-up, and every load behind it waited for ever.
+        """
+        try:
+            return await self._schedule(req)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any bug here must fail one request, not the queue
+            log.exception("scheduling %s failed; failing that request", req.spec.name)
+            if not req.future.done():
+                req.future.set_exception(exc if isinstance(exc, errors.LocalrunError) else errors.EngineError(
+                    f"cannot load {req.spec.name}: {type(exc).__name__}: {exc}"))
+            return True
 
     async def _schedule(self, req: _Pending) -> bool:
         """Serve ``req`` or return False to wait; failures complete its future with the error."""

@@ -12,22 +12,26 @@ import asyncio
 import logging
 import os
 import signal
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from .. import config, trace
+from .. import __version__, config, trace
 from ..config import Settings
 from ..engine.types import LoadOptions, PrefixCacheLocation
 from ..runtime import memory
 from ..runtime.memory import Placement
 from ..runtime.process import RunnerProcess
 from ..runtime.scheduler import Backend, LoadFn, LoadSpec, Scheduler
-from . import routes_api, routes_openai, routes_status, routes_tokens
+from . import (routes_anthropic, routes_api, routes_daemon, routes_openai, routes_responses, routes_status,
+               routes_tokens, templating)
+from .executors import Executors, run_in
 from .http import JSON_BODY_LIMIT
-from .keys import METRICS, PULLS, SCHEDULER, SERVICE, SETTINGS, STARTED_AT, STORE
+from .keys import DAEMON, EXECUTORS, METRICS, PULLS, SCHEDULER, SERVICE, SETTINGS, SHUTDOWN, STARTED_AT, STORE
+from .lifecycle import DaemonInfo, Shutdown, drain
 from .metrics import Metrics
 from .middleware import MIDDLEWARES, add_cors_headers
 from .service import Service
@@ -58,8 +62,26 @@ def runner_load_fn(factory: str | None = None, env: Mapping[str, str] | None = N
     return load
 
 
-async def _probe_devices() -> tuple[int, list[memory.Device]]:
-    return await asyncio.to_thread(memory.system_devices)  # may start a probe process: off the loop
+def _probe_devices(executors: Executors) -> Any:
+    async def probe() -> tuple[int, list[memory.Device]]:
+        # May start a probe process: off the loop, on its own thread so a slow probe delays no store call.
+        return await run_in(executors.probe, memory.system_devices)
+
+    return probe
+
+
+async def _remove_orphans(store: Any, executors: Executors) -> None:
+    """Delete temp files a killed create or pull left in the store (they can be gigabytes)."""
+    from ..store import ModelStore
+
+    if isinstance(store, ModelStore):
+        try:
+            freed = await run_in(executors.store, store.remove_orphans)
+        except OSError as exc:
+            log.warning("could not clean up temporary files in the store: %s", exc)
+            return
+        if freed:
+            log.info("removed %d bytes of temporary files left by interrupted creates", freed)
 
 
 def default_store(settings: Settings) -> Any:
@@ -74,9 +96,12 @@ def create_app(
     store: Any = None,
     load_fn: LoadFn | None = None,
     scheduler: Scheduler | None = None,
+    daemon: DaemonInfo | None = None,
 ) -> web.Application:
+    """The daemon's application; ``daemon`` describes the process serving it (default: this one, no log file)."""
     app = web.Application(middlewares=MIDDLEWARES, client_max_size=JSON_BODY_LIMIT)
     metrics = Metrics()
+    executors = Executors()
     if store is None:
         store = default_store(settings)
     if scheduler is None:
@@ -84,7 +109,7 @@ def create_app(
             # LOCALRUN_RUNNER_FACTORY ("module:callable") swaps the engine inside runners: a test seam.
             load_fn or runner_load_fn(os.environ.get("LOCALRUN_RUNNER_FACTORY") or None,
                                       prefix_cache_dir=settings.prefix_cache_dir),
-            probe=_probe_devices,
+            probe=_probe_devices(executors),
             geometry=memory.read_geometry,
             max_loaded=settings.max_loaded_models,
             max_queue=settings.max_queue,
@@ -98,19 +123,26 @@ def create_app(
     scheduler.on_event = on_event
     app[SETTINGS] = settings
     app[STORE] = store
+    app[EXECUTORS] = executors
     app[PULLS] = {}
     app[SCHEDULER] = scheduler
     app[METRICS] = metrics
     app[SERVICE] = Service(store, scheduler, metrics, num_parallel=settings.num_parallel,
-                           geometry=memory.read_geometry, probe=_probe_devices,
+                           geometry=memory.read_geometry, probe=_probe_devices(executors),
                            load_defaults=LoadOptions(batch_invariant=settings.batch_invariant,
-                                                     kv_cache_type=settings.kv_cache_type))
+                                                     kv_cache_type=settings.kv_cache_type),
+                           executors=executors)
     app[STARTED_AT] = 0.0
+    app[DAEMON] = daemon or DaemonInfo(pid=os.getpid(), started_at=time.time())
+    app[SHUTDOWN] = Shutdown()
     app.on_response_prepare.append(add_cors_headers)
     routes_status.add_routes(app)
+    routes_daemon.add_routes(app)
     routes_api.add_routes(app)
     routes_tokens.add_routes(app)
     routes_openai.add_routes(app)
+    routes_responses.add_routes(app)
+    routes_anthropic.add_routes(app)
     try:
         from . import routes_models
     except ImportError as exc:  # the store is not importable: generation still works
@@ -119,11 +151,17 @@ def create_app(
         routes_models.add_routes(app)
 
     async def on_startup(app: web.Application) -> None:
-        app[STARTED_AT] = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        app[STARTED_AT] = loop.time()
+        executors.install(loop)
+        templating.renderer().warm()
+        await _remove_orphans(app[STORE], executors)
         app[SCHEDULER].start()
 
     async def on_cleanup(app: web.Application) -> None:
         await app[SCHEDULER].close()
+        templating.close()
+        executors.shutdown()
 
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)
@@ -140,23 +178,24 @@ async def start_site(app: web.Application, settings: Settings) -> web.AppRunner:
     return runner
 
 
-async def serve(settings: Settings, *, store: Any = None) -> None:
-    """Run the daemon until SIGINT or SIGTERM."""
+async def serve(settings: Settings, *, store: Any = None, daemon: DaemonInfo | None = None) -> None:
+    """Run the daemon until SIGINT, SIGTERM or ``POST /api/shutdown``, then end it gracefully (lifecycle.drain)."""
     trace.configure(config.trace_dir())
-    app = create_app(settings, store=store)
+    app = create_app(settings, store=store, daemon=daemon)
     runner = await start_site(app, settings)
-    log.info("localrun listening on %s (models in %s)", settings.host.url, settings.models_dir)
+    log.info("localrun %s daemon (pid %d) listening on %s (models in %s)", __version__, app[DAEMON].pid,
+             settings.host.url, settings.models_dir)
     if not settings.host.is_loopback and not settings.api_key:
         log.warning("listening on %s without LOCALRUN_API_KEY: anyone on the network can use it", settings.host.url)
-    stop = asyncio.Event()
+    shutdown = app[SHUTDOWN]
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, shutdown.request)
         except (NotImplementedError, RuntimeError):  # Windows
             pass
     try:
-        await stop.wait()
+        await shutdown.wait()
     finally:
-        log.info("shutting down: unloading models")
-        await runner.cleanup()
+        log.info("shutting down: refusing new requests")
+        await drain(runner, app[SCHEDULER], shutdown)

@@ -129,3 +129,44 @@ class SSEStream:
         await self.write("[DONE]")
         await self.response.write_eof()
         return self.response
+
+
+class EventStream:
+    """``text/event-stream`` with named events (``event: name`` + ``data: {json}``), no ``[DONE]``.
+
+    The shape the Responses and Anthropic Messages APIs stream in: each event's name is also its
+    ``type``, and the stream simply ends after the last event.
+    """
+
+    def __init__(self, request: web.Request) -> None:
+        self.request = request
+        self.response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+
+    @property
+    def started(self) -> bool:
+        return self.response.prepared
+
+    async def write(self, name: str, data: dict[str, Any]) -> None:
+        if not self.response.prepared:
+            await self.response.prepare(self.request)
+        payload = json.dumps(data, ensure_ascii=False)
+        await self.response.write(f"event: {name}\ndata: {payload}\n\n".encode())
+
+    async def finish(self) -> web.StreamResponse:
+        if not self.response.prepared:
+            await self.response.prepare(self.request)
+        await self.response.write_eof()
+        return self.response
+
+
+def str_field(value: Any, key: str) -> str | None:
+    """``value[key]`` when ``value`` is an object and that field a string, else None.
+
+    For dispatching on a JSON field (a content block's ``type``, a message's ``role``) without
+    ever hashing or comparing what a hostile body put there (a list is unhashable).
+    """
+    if isinstance(value, dict):
+        field = value.get(key)
+        if isinstance(field, str):
+            return field
+    return None

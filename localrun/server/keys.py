@@ -8,6 +8,8 @@ from aiohttp import web
 
 from ..config import Settings
 from ..runtime.scheduler import Scheduler
+from .executors import Executors
+from .lifecycle import DaemonInfo, Shutdown
 from .metrics import Metrics
 from .service import Service
 
@@ -17,5 +19,8 @@ SERVICE = web.AppKey("service", Service)
 METRICS = web.AppKey("metrics", Metrics)
 STORE: web.AppKey[Any] = web.AppKey("store")  # localrun.store.ModelStore (a stand-in in tests)
 STARTED_AT = web.AppKey("started_at", float)
+EXECUTORS = web.AppKey("executors", Executors)
+DAEMON = web.AppKey("daemon", DaemonInfo)  # pid, start time, log file (GET /api/status)
+SHUTDOWN = web.AppKey("shutdown", Shutdown)  # set by signals or POST /api/shutdown; serve() waits on it
 # Pulls under way in this daemon: model name -> latest progress report (shown by /api/ps).
 PULLS: web.AppKey[dict[str, dict[str, Any]]] = web.AppKey("pulls")

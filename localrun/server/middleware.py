@@ -1,9 +1,12 @@
 """Middlewares: errors in each API's shape, metrics, Host/Origin checks, CORS and the API key.
 
 Order (outermost first): metrics -> errors -> host -> cors -> auth -> handler. Every
-LocalrunError becomes its HTTP status with ``{"error": msg}`` on /api (Ollama) or an OpenAI
-error object on /v1; aiohttp's own HTTP errors (404 route, 405, 413 body too large) are
-rendered the same way. Anything else is logged with a traceback and answered 500.
+LocalrunError becomes its HTTP status with ``{"error": msg}`` on /api (Ollama), an Anthropic
+error (``{"type": "error", "error": {"type", "message"}}``) on /v1/messages, or an OpenAI
+error object on the rest of /v1; aiohttp's own HTTP errors (404 route, 405, 413 body too
+large) are rendered the same way. Anything else is logged with a traceback and answered 500.
+A request whose client went away before the answer (its handler cancelled, or a write to a
+closed connection) is counted as 499, nginx's "client closed request", never as 500.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import functools
 import hmac
 import ipaddress
 import logging
+import re
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -37,6 +41,19 @@ def is_openai(request: web.Request) -> bool:
     return request.path.startswith("/v1/") or request.path == "/v1"
 
 
+def is_anthropic(request: web.Request) -> bool:
+    return request.path == "/v1/messages" or request.path.startswith("/v1/messages/")
+
+
+def anthropic_error_type(status: int) -> str:
+    """Anthropic's error ``type`` for an HTTP status."""
+    return {
+        400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+        404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
+        529: "overloaded_error",
+    }.get(status, "api_error" if status >= 500 else "invalid_request_error")
+
+
 def openai_error_type(status: int) -> str:
     return {
         400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -45,6 +62,8 @@ def openai_error_type(status: int) -> str:
 
 
 def error_body(request: web.Request, status: int, message: str, code: str) -> dict[str, Any]:
+    if is_anthropic(request):
+        return {"type": "error", "error": {"type": anthropic_error_type(status), "message": message}}
     if is_openai(request):
         return {"error": {"message": message, "type": openai_error_type(status), "param": None, "code": code}}
     return {"error": message, "code": code}  # Ollama's shape; "code" lets localrun's client map the error
@@ -106,6 +125,9 @@ async def metrics_middleware(request: web.Request, handler: Handler) -> web.Stre
     except web.HTTPException as exc:
         status = exc.status
         raise
+    except asyncio.CancelledError:
+        status = 499  # the client left and aiohttp cancelled the handler: not our error
+        raise
     finally:
         request.app[METRICS].requests.labels(_endpoint(request), str(status)).inc()
 
@@ -126,10 +148,29 @@ def _own_hostname() -> str:
     return socket.gethostname().lower()
 
 
-def _split_host(host_header: str) -> str:
+# RFC 3986 reg-name characters (unreserved, pct-encoded, sub-delims): no "@", "/", "?", "#", spaces.
+_REG_NAME = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=%]*")
+_PORT = re.compile(r"[0-9]{0,5}")
+
+
+def _split_host(host_header: str) -> str | None:
+    """The host of a ``Host`` header or origin authority (RFC 3986 ``host [":" port]``), None if malformed.
+
+    Userinfo is not a host: ``localhost:80@evil.example`` is malformed, not ``localhost``.
+    """
     if host_header.startswith("["):
-        return host_header[1:].split("]", 1)[0]
-    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+        literal, bracket, rest = host_header[1:].partition("]")
+        if not bracket:
+            return None
+        try:
+            ipaddress.IPv6Address(literal.split("%", 1)[0])
+        except ValueError:
+            return None
+        return literal if rest == "" or (rest.startswith(":") and _PORT.fullmatch(rest[1:])) else None
+    host, colon, port = host_header.rpartition(":") if ":" in host_header else (host_header, "", "")
+    if (colon and not _PORT.fullmatch(port)) or not _REG_NAME.fullmatch(host):
+        return None
+    return host
 
 
 @web.middleware
@@ -137,15 +178,17 @@ async def host_middleware(request: web.Request, handler: Handler) -> web.StreamR
     """Refuse foreign Host headers while bound to loopback: a DNS-rebinding page cannot reach us."""
     settings = request.app[SETTINGS]
     host = request.headers.get("Host")
-    if settings.host.is_loopback and host and not _is_local_host(_split_host(host)):
-        raise errors.Forbidden(f"Host {host!r} is not allowed: this server only answers local names")
+    if settings.host.is_loopback and host:
+        name = _split_host(host)
+        if name is None or not _is_local_host(name):
+            raise errors.Forbidden(f"Host {host[:200]!r} is not allowed: this server only answers local names")
     return await handler(request)
 
 
 def origin_allowed(origin: str, extra: tuple[str, ...]) -> bool:
     scheme, _, rest = origin.partition("://")
-    hostname = _split_host(rest.split("/", 1)[0]) if rest else ""
-    if scheme in ("http", "https") and _is_local_host(hostname):
+    hostname = _split_host(rest.split("/", 1)[0]) if rest else None
+    if scheme in ("http", "https") and hostname is not None and _is_local_host(hostname):
         return True
     if scheme in ("app", "file", "tauri", "vscode-webview"):
         return True
@@ -183,14 +226,22 @@ async def add_cors_headers(request: web.Request, response: web.StreamResponse) -
         response.headers.update(cors)
 
 
+def presented_key(request: web.Request) -> str | None:
+    """The API key a client sent: ``Authorization: Bearer KEY``, or ``x-api-key: KEY`` (Anthropic's SDKs)."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return request.headers.get("x-api-key", "").strip() or None
+
+
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     key = request.app[SETTINGS].api_key
     if key and request.path not in PUBLIC_PATHS:
-        header = request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
-            raise errors.Unauthorized("missing or wrong API key: send 'Authorization: Bearer <LOCALRUN_API_KEY>'")
+        token = presented_key(request)
+        if token is None or not hmac.compare_digest(token.encode(), key.encode()):
+            raise errors.Unauthorized("missing or wrong API key: send 'Authorization: Bearer <LOCALRUN_API_KEY>' "
+                                      "or 'x-api-key: <LOCALRUN_API_KEY>'")
     return await handler(request)
 
 

@@ -17,10 +17,12 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.types import DoneReason, TokenLogprob
+from ..engine.types import DoneReason, EmbedInput, TokenLogprob
 from ..errors import InvalidRequest
+from .chatformat import parse_think
+from .chatparse import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
 from .options import parse_keep_alive
-from .tools import ToolCall, validate_tools
+from .tools import validate_tools
 
 _EXTRA_OPTIONS = ("num_ctx", "top_k", "min_p", "typical_p", "repeat_penalty", "repeat_last_n", "num_batch",
                   "num_gpu", "num_thread", "num_keep", "use_mmap")
@@ -42,6 +44,7 @@ class NativeCall:
     messages: list[dict[str, Any]] = field(default_factory=list)
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
+    think: bool | None = None  # Ollama's think; or reasoning_effort / chat_template_kwargs.enable_thinking
     prompts: list[str] = field(default_factory=list)
     echo: bool = False
     ignore_eos: bool = False  # vLLM's extras: end-of-generation tokens do not end the output
@@ -204,6 +207,7 @@ def chat_to_native(body: dict[str, Any]) -> NativeCall:
     call.messages = messages_from_openai(body.get("messages"))
     call.tools = validate_tools(body.get("tools"))
     call.tool_choice = body.get("tool_choice")
+    call.think = think_from_openai(body)
     call.format = response_format(body.get("response_format"))
     call.logprobs = bool(_typed(body, "logprobs", (bool,), "true or false"))
     top = _typed(body, "top_logprobs", (int,), "a whole number") or 0
@@ -211,6 +215,27 @@ def chat_to_native(body: dict[str, Any]) -> NativeCall:
         raise InvalidRequest("'top_logprobs' must be between 0 and 20")
     call.top_logprobs = top
     return call
+
+
+def think_from_openai(body: dict[str, Any]) -> bool | None:
+    """Whether to think: Ollama's ``think``, OpenAI's ``reasoning_effort`` ("none" = no), or
+    ``chat_template_kwargs.enable_thinking`` (vLLM's and llama.cpp's server's way); None when unset."""
+    if body.get("think") is not None:
+        return parse_think(body["think"])
+    effort = body.get("reasoning_effort")
+    if effort is not None:
+        if effort not in ("none", "minimal", "low", "medium", "high"):
+            raise InvalidRequest("'reasoning_effort' must be none, minimal, low, medium or high")
+        return effort not in ("none", "minimal")
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is not None:
+        if not isinstance(kwargs, dict):
+            raise InvalidRequest("'chat_template_kwargs' must be an object")
+        enable = kwargs.get("enable_thinking")
+        if enable is not None and not isinstance(enable, bool):
+            raise InvalidRequest("'chat_template_kwargs.enable_thinking' must be true or false")
+        return enable
+    return None
 
 
 def completion_to_native(body: dict[str, Any]) -> NativeCall:
@@ -233,14 +258,32 @@ def completion_to_native(body: dict[str, Any]) -> NativeCall:
     return call
 
 
-def embedding_inputs(value: Any) -> list[str]:
+def _token_ids(value: list[Any], where: str) -> list[int]:
+    if not value:
+        raise InvalidRequest(f"{where} must not be an empty list of token ids")
+    for t in value:
+        if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+            raise InvalidRequest(f"{where} must hold token ids (whole numbers from 0), got {t!r}")
+    return value
+
+
+def embedding_inputs(value: Any) -> list[EmbedInput]:
+    """OpenAI's ``input``: a string, a list of strings, a token-id list, or a list of token-id lists.
+
+    Token ids are embedded exactly as given (no BOS added); whether each id is in the model's
+    vocabulary is checked by the engine, which knows its size (InvalidRequest, 400).
+    """
     if isinstance(value, str):
         return [value]
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        return list(value)
-    if isinstance(value, list) and value and all(isinstance(v, (int, list)) for v in value):
-        raise InvalidRequest("token-array inputs are not supported: send the text instead")
-    raise InvalidRequest("'input' must be a non-empty string or list of strings")
+    if isinstance(value, list) and value:
+        if all(isinstance(v, str) for v in value):
+            return list(value)
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return [_token_ids(value, "'input'")]
+        if all(isinstance(v, list) for v in value):
+            return [_token_ids(v, f"input[{i}]") for i, v in enumerate(value)]
+    raise InvalidRequest("'input' must be a non-empty string, a list of strings, a list of token ids or a list "
+                         "of token-id lists")
 
 
 # --- responses ------------------------------------------------------------------------------
@@ -265,15 +308,20 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dic
     }
 
 
-def tool_calls_json(calls: list[ToolCall], stream: bool = False) -> list[dict[str, Any]]:
-    out = []
-    for i, c in enumerate(calls):
-        item: dict[str, Any] = {"id": f"call_{secrets.token_hex(8)}", "type": "function",
-                                "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-        if stream:
-            item["index"] = i
-        out.append(item)
-    return out
+def tool_call_json(call: ToolCall, stream: bool = False) -> dict[str, Any]:
+    """One call as OpenAI writes it (arguments as JSON text); streamed deltas carry ``index``."""
+    item: dict[str, Any] = {"id": call.id, "type": "function",
+                            "function": {"name": call.name, "arguments": call.arguments_json()}}
+    return {"index": call.index, **item} if stream else item
+
+
+def chat_delta(event: ChatEvent) -> dict[str, Any]:
+    """The ``delta`` of a streamed chunk for one parsed event (reasoning as ``reasoning_content``)."""
+    if isinstance(event, ContentDelta):
+        return {"content": event.text}
+    if isinstance(event, ThinkingDelta):
+        return {"reasoning_content": event.text}
+    return {"tool_calls": [tool_call_json(event, stream=True)]}
 
 
 def chat_logprobs(lps: list[TokenLogprob]) -> dict[str, Any]:
@@ -297,10 +345,15 @@ def completion_logprobs(lps: list[TokenLogprob], offset: int = 0) -> dict[str, A
     }
 
 
-def chat_message(content: str, calls: list[ToolCall]) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": content if content or not calls else None}
+def chat_message(reply: Reply) -> dict[str, Any]:
+    """The ``message`` of a non-streamed choice: content (None when there are only calls),
+    ``reasoning_content`` when the model thought, ``tool_calls``."""
+    calls = reply.tool_calls
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content if reply.content or not calls else None}
+    if reply.thinking:
+        message["reasoning_content"] = reply.thinking
     if calls:
-        message["tool_calls"] = tool_calls_json(calls)
+        message["tool_calls"] = [tool_call_json(c) for c in calls]
     return message
 
 

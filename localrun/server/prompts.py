@@ -8,12 +8,13 @@ messages and tools. A model with no template gets the prompt as is (messages joi
 
 from __future__ import annotations
 
-import asyncio
 import logging
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any
 
 from .. import trace
+from ..engine.template import ChatTemplate
 from ..errors import InvalidRequest, TemplateError
 
 log = logging.getLogger(__name__)
@@ -22,59 +23,80 @@ ROLES = ("system", "user", "assistant", "tool")
 RENDER_TIMEOUT = 10.0  # seconds; templates are user-supplied code (Modelfile TEMPLATE, request template)
 
 
-async def render_async(source: str | None, messages: list[dict[str, Any]],
-                       tools: list[dict[str, Any]] | None = None) -> tuple[str, str | None]:
-    """Render the prompt and the system prefix in a worker thread, bounded by RENDER_TIMEOUT.
+@dataclass(frozen=True, slots=True)
+class TemplateInputs:
+    """What a template gets besides messages and tools (from the model's GGUF and the request).
 
-    A hostile or buggy template (nested loops, huge output) must not freeze the event loop that
-    serves every other client. Returns (prompt, system prefix or None).
+    ``strip_bos``: the tokenizer adds BOS to every prompt, so a BOS the template writes itself is
+    dropped (llama.cpp does the same; two BOS tokens derail a model). ``think`` is passed to the
+    template when set (``enable_thinking`` / ``.Think``).
     """
-    def work() -> tuple[str, str | None]:
-        return render(source, messages, tools), system_prefix(source, messages)
 
-    try:
-        rendered = await asyncio.wait_for(asyncio.to_thread(work), RENDER_TIMEOUT)
-        trace.mark_request("rendered")
-        return rendered
-    except asyncio.TimeoutError:
-        raise TemplateError(f"the chat template took longer than {RENDER_TIMEOUT:.0f}s to render") from None
+    bos_token: str = ""
+    eos_token: str = ""
+    strip_bos: bool = False
+    think: bool | None = None
+
+
+NO_INPUTS = TemplateInputs()
+
+
+async def render_async(source: str | None, messages: list[dict[str, Any]],
+                       tools: list[dict[str, Any]] | None = None, *,
+                       inputs: TemplateInputs = NO_INPUTS) -> tuple[str, str | None]:
+    """Render the prompt and the system prefix in a bounded worker process (:mod:`.templating`).
+
+    A hostile or buggy template (huge arithmetic, nested loops, huge output) must not freeze or
+    exhaust the daemon that serves every other client: it gets a TemplateError (400) within
+    RENDER_TIMEOUT. Returns (prompt, system prefix or None).
+    """
+    from . import templating
+
+    if not source:  # no template code to run: the messages joined
+        prompt, prefix = render_pair(source, messages, tools)
+    else:
+        prompt, prefix = await templating.run(render_pair, source, messages, tools, asdict(inputs))
+    trace.mark_request("rendered")
+    return str(prompt), prefix if prefix is None else str(prefix)
+
+
+def render_pair(source: str | None, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                inputs: dict[str, Any] | None = None) -> list[str | None]:
+    """Worker side of :func:`render_async`: [prompt, system prefix or None] (JSON-friendly, as the
+    pipe to the worker carries JSON: ``inputs`` is a TemplateInputs as a dict)."""
+    given = TemplateInputs(**inputs) if inputs else NO_INPUTS
+    return [render(source, messages, tools, inputs=given), system_prefix(source, messages, tools, given)]
 
 
 @lru_cache(maxsize=32)
-def _compile(source: str) -> Any:
-    try:
-        from ..engine.template import ChatTemplate
-    except ImportError:  # engine templates not installed: plain sandboxed Jinja2
-        return _JinjaTemplate(source)
+def _compile(source: str) -> ChatTemplate:
     return ChatTemplate.from_source(source)
 
 
-class _JinjaTemplate:
-    """Fallback renderer: the Jinja2 subset HF chat templates use, in the immutable sandbox."""
-
-    def __init__(self, source: str) -> None:
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        self._template = env.from_string(source)
-
-    def render(self, messages: list[dict[str, Any]], tools: Any = None, add_generation_prompt: bool = True) -> str:
-        return str(self._template.render(messages=messages, tools=tools, add_generation_prompt=add_generation_prompt,
-                                         bos_token="", eos_token=""))
-
-
 def render(source: str | None, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-           add_generation_prompt: bool = True) -> str:
-    """Render ``messages`` with the template ``source`` (None: plain concatenation)."""
+           add_generation_prompt: bool = True, *, inputs: TemplateInputs = NO_INPUTS) -> str:
+    """Render ``messages`` with the template ``source`` (None: plain concatenation).
+
+    A last assistant message (with no tool calls) is continued, not closed: the prompt is the
+    rest rendered with the generation prompt, then that message's text (as llama.cpp's server
+    and Ollama do, so a client can put words in the model's mouth).
+    """
     if not source:
         return "\n\n".join(str(m.get("content") or "") for m in messages if m.get("content"))
+    prefill = ""
+    if add_generation_prompt and len(messages) > 1 and messages[-1].get("role") == "assistant" \
+            and not messages[-1].get("tool_calls"):
+        prefill, messages = str(messages[-1].get("content") or ""), messages[:-1]
     try:
-        template = _compile(source)
-        return str(template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt))
+        text = _compile(source).render(messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                                       bos_token=inputs.bos_token, eos_token=inputs.eos_token, think=inputs.think)
     except (TemplateError, InvalidRequest):
         raise
     except Exception as exc:  # a template bug must be a clear 400, never a 500
         raise TemplateError(f"the model's chat template failed to render: {exc}") from exc
+    if inputs.strip_bos and inputs.bos_token and text.startswith(inputs.bos_token):
+        text = text[len(inputs.bos_token):]
+    return text + prefill
 
 
 def check_messages(messages: Any) -> list[dict[str, Any]]:
@@ -99,12 +121,25 @@ def check_messages(messages: Any) -> list[dict[str, Any]]:
             raise InvalidRequest("this model does not support images (messages[%d].images)" % i)
         item = {"role": role, "content": content}
         if message.get("tool_calls"):
-            item["tool_calls"] = message["tool_calls"]
-        for key in ("tool_name", "name", "tool_call_id"):
-            if message.get(key):
+            item["tool_calls"] = _check_calls(message["tool_calls"], f"messages[{i}].tool_calls")
+        for key in ("tool_name", "name", "tool_call_id", "thinking"):
+            if isinstance(message.get(key), str) and message[key]:
                 item[key] = message[key]
         out.append(item)
     return out
+
+
+def _check_calls(calls: Any, where: str) -> list[dict[str, Any]]:
+    """An assistant message's tool calls: a list of ``{"function": {"name", "arguments"}}``."""
+    if not isinstance(calls, list):
+        raise InvalidRequest(f"{where} must be a list of {{function: {{name, arguments}}}} objects")
+    for j, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise InvalidRequest(f"{where}[{j}] must be {{function: {{name, arguments}}}}")
+        if not isinstance(fn.get("arguments", {}), (dict, str, type(None))):
+            raise InvalidRequest(f"{where}[{j}].function.arguments must be an object")
+    return calls
 
 
 def with_defaults(messages: list[dict[str, Any]], system: str | None,
@@ -116,11 +151,12 @@ def with_defaults(messages: list[dict[str, Any]], system: str | None,
     return full
 
 
-def system_prefix(source: str | None, messages: list[dict[str, Any]]) -> str | None:
+def system_prefix(source: str | None, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                  inputs: TemplateInputs = NO_INPUTS) -> str | None:
     """The rendered system message alone, so truncation can keep it (None if there is none)."""
     if not messages or messages[0]["role"] != "system" or not source:
         return None
     try:
-        return render(source, messages[:1], add_generation_prompt=False) or None
+        return render(source, messages[:1], tools, add_generation_prompt=False, inputs=inputs) or None
     except InvalidRequest:
         return None

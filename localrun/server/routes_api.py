@@ -4,24 +4,30 @@ Handlers parse and validate, call the Service, and stream NDJSON. The final chun
 ``done_reason`` and Ollama's timing fields in nanoseconds, plus ``prompt_eval_cached_count``
 (prompt tokens served from the prefix cache) and, when the prompt was cut to fit,
 ``prompt_truncated_count``. An error after streaming started becomes a last ``{"error": ...}``
-line, as Ollama does.
+line, as Ollama does. Chat output goes through :mod:`.chatturn` / :mod:`.chatparse` (the same
+as /v1's): ``message.thinking`` and ``message.tool_calls`` come from the model's own formats.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 from aiohttp import web
 
 from .. import errors
-from ..engine.types import DoneEvent, GenerateRequest, TokenEvent, Truncation
-from . import prompts
+from ..engine.types import GenerateRequest, TokenEvent, Truncation
+from ..errors import UnsupportedCapability
+from . import chatturn, prompts
+from .chatformat import parse_think
+from .chatparse import ChatStreamParser, ContentDelta, Reply, collect
 from .http import NDJSONStream, get, now_iso, read_json
 from .keys import SERVICE
+from .native_shapes import CHAT, GENERATE, Shape
 from .options import parse_keep_alive
 from .service import Generation, Target
-from .tools import ToolStreamFilter, parse_tool_calls, tool_names, validate_tools
+from .tools import validate_tools
 
 
 def check_format(value: Any) -> str | dict[str, Any] | None:
@@ -98,70 +104,95 @@ async def generate(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     prompt = get(body, "prompt", str, "")
     images = get(body, "images", list, [])
+    suffix = get(body, "suffix", str, "")
     keep_alive = parse_keep_alive(body.get("keep_alive"))
     stream = get(body, "stream", bool, True)
-    if not prompt and not images and not get(body, "suffix", str, ""):
+    think = parse_think(body.get("think"))
+    if not prompt and not images and not suffix:
         return await _load_or_unload(request, body, keep_alive, chat=False)
     if images:
         raise errors.InvalidRequest(f"model {body.get('model')!r} does not support images")
     service = request.app[SERVICE]
     target = await service.target(body.get("model"), body.get("options"), keep_alive)
-    raw = get(body, "raw", bool, False)
     context = get(body, "context", list, None)
     if context is not None and not all(isinstance(t, int) and not isinstance(t, bool) for t in context):
         raise errors.InvalidRequest("'context' must be a list of token ids")
-    if get(body, "suffix", str, ""):
-        raise errors.InvalidRequest(f"model {target.name!r} does not support insert (suffix)")
+    parser: ChatStreamParser | None = None
     system_prefix = None
-    if raw:
+    if suffix:
+        text = fill_in_the_middle(target, prompt, suffix)
+    elif get(body, "raw", bool, False):
         text = prompt
     else:
-        template = get(body, "template", str, None) or target.template
         messages = [{"role": "user", "content": prompt}]
         system = get(body, "system", str, None) or target.system
         if system:
             messages.insert(0, {"role": "system", "content": system})
-        text, system_prefix = await prompts.render_async(template, messages)
+        template = get(body, "template", str, None)
+        if template:
+            target = dataclasses.replace(target, template_override=template)
+        turn = await chatturn.prepare(target, messages, think=think)
+        text, system_prefix, parser = turn.prompt, turn.system_prefix, turn.parser()
     req = GenerateRequest(
         prompt=text, sampling=sampling_with_logprobs(target, body), format=check_format(body.get("format")),
         truncation=truncation(body),
     )
     gen = await service.generate(target, req, "/api/generate", context=context, system_prefix=system_prefix)
     try:
-        return await _respond(request, gen, stream, lambda text, ev: _generate_chunk(target, text, ev),
-                              final_extra=lambda d: {"response": "", "context": list(d.context)})
+        return await _respond(request, gen, stream, GENERATE, parser)
     finally:
         await gen.close()
 
 
-def _generate_chunk(target: Target, text: str, event: TokenEvent | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"model": target.name, "created_at": now_iso(), "response": text, "done": False}
-    if event is not None and event.logprobs:
-        out["logprobs"] = logprobs_json(event)
-    return out
+def fill_in_the_middle(target: Target, prompt: str, suffix: str) -> str:
+    """The infill prompt (prefix, suffix, middle tokens) for a model whose vocabulary has FIM tokens."""
+    fim = target.geometry.fim
+    if fim is None:
+        raise UnsupportedCapability(f"{target.name} does not support insert")
+    return f"{fim[0]}{prompt}{fim[1]}{suffix}{fim[2]}"
 
 
-async def _respond(request: web.Request, gen: Generation, stream: bool, chunk: Any, final_extra: Any,
-                   tool_filter: ToolStreamFilter | None = None) -> web.StreamResponse:
-    """Stream chunks (or collect them) and finish with the done chunk."""
+async def chat(request: web.Request) -> web.StreamResponse:
+    body = await read_json(request)
+    messages = prompts.check_messages(body.get("messages"))
+    tools = validate_tools(body.get("tools"))
+    think = parse_think(body.get("think"))
+    keep_alive = parse_keep_alive(body.get("keep_alive"))
+    stream = get(body, "stream", bool, True)
+    if not messages:
+        return await _load_or_unload(request, body, keep_alive, chat=True)
+    service = request.app[SERVICE]
+    target = await service.target(body.get("model"), body.get("options"), keep_alive)
+    turn = await chatturn.prepare(target, messages, tools=tools, think=think)
+    req = turn.request(sampling_with_logprobs(target, body), check_format(body.get("format")), truncation(body))
+    gen = await service.generate(target, req, "/api/chat", system_prefix=turn.system_prefix)
+    try:
+        return await _respond(request, gen, stream, CHAT, turn.parser())
+    finally:
+        await gen.close()
+
+
+async def _respond(request: web.Request, gen: Generation, stream: bool, shape: Shape,
+                   parser: ChatStreamParser | None) -> web.StreamResponse:
+    """Stream chunks (or collect them) and finish with the done chunk; ``parser`` splits the text."""
     model = gen.target.name
+
+    def head() -> dict[str, Any]:
+        return {"model": model, "created_at": now_iso()}
+
     if stream:
         out = NDJSONStream(request)
         try:
             async for event in gen.events():
-                text = tool_filter.feed(event.text) if tool_filter else event.text
-                if text or event.logprobs:
-                    await out.write(chunk(text, event))
-            final = {"model": model, "created_at": now_iso(), **final_extra(gen.done)}
-            if tool_filter is not None:
-                content, calls = tool_filter.finish()
-                if content:
-                    await out.write(chunk(content, None))
-                if calls:
-                    msg = {"role": "assistant", "content": "", "tool_calls": [
-                        {"function": {"name": c.name, "arguments": c.arguments}} for c in calls]}
-                    await out.write({"model": model, "created_at": now_iso(), "message": msg, "done": False})
-            await out.write({**final, **done_fields(gen)})
+                pieces = parser.feed(event.text) if parser else [ContentDelta(event.text)]
+                logprobs = logprobs_json(event) if event.logprobs else None
+                for piece in pieces or ([ContentDelta("")] if logprobs else []):
+                    await out.write({**head(), **shape.piece(piece), "done": False,
+                                     **({"logprobs": logprobs} if logprobs else {})})
+                    logprobs = None
+            for piece in parser.finish() if parser else []:
+                await out.write({**head(), **shape.piece(piece), "done": False})
+            await out.write({**head(), **shape.final(gen.done, None), **done_fields(gen)})
         except errors.LocalrunError as exc:
             if not out.response.prepared:
                 raise
@@ -169,65 +200,17 @@ async def _respond(request: web.Request, gen: Generation, stream: bool, chunk: A
             await out.write({"error": exc.message, "code": exc.code})
         return await out.finish()
     parts: list[str] = []
-    logprobs: list[dict[str, Any]] = []
+    logprobs_all: list[dict[str, Any]] = []
     async for event in gen.events():
         parts.append(event.text)
         if event.logprobs:
-            logprobs.extend(logprobs_json(event))
-    result = {"model": model, "created_at": now_iso(), **final_extra(gen.done), **done_fields(gen)}
+            logprobs_all.extend(logprobs_json(event))
     text = "".join(parts)
-    if "message" in result:
-        result["message"] = _final_message(text, tool_filter)
-    else:
-        result["response"] = text
-    if logprobs:
-        result["logprobs"] = logprobs
+    reply = collect(parser.feed(text) + parser.finish()) if parser else Reply(text, "", ())
+    result = {**head(), **shape.final(gen.done, reply), **done_fields(gen)}
+    if logprobs_all:
+        result["logprobs"] = logprobs_all
     return web.json_response(result)
-
-
-def _final_message(text: str, tool_filter: ToolStreamFilter | None) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": text}
-    if tool_filter is not None:
-        content, calls = parse_tool_calls(text, tool_filter.names)
-        message["content"] = content
-        if calls:
-            message["tool_calls"] = [{"function": {"name": c.name, "arguments": c.arguments}} for c in calls]
-    return message
-
-
-async def chat(request: web.Request) -> web.StreamResponse:
-    body = await read_json(request)
-    messages = prompts.check_messages(body.get("messages"))
-    tools = validate_tools(body.get("tools"))
-    keep_alive = parse_keep_alive(body.get("keep_alive"))
-    stream = get(body, "stream", bool, True)
-    if not messages:
-        return await _load_or_unload(request, body, keep_alive, chat=True)
-    service = request.app[SERVICE]
-    target = await service.target(body.get("model"), body.get("options"), keep_alive)
-    full = prompts.with_defaults(messages, target.system, target.messages)
-    text, system_prefix = await prompts.render_async(target.template, full, tools)
-    req = GenerateRequest(
-        prompt=text, sampling=sampling_with_logprobs(target, body), format=check_format(body.get("format")),
-        truncation=truncation(body),
-    )
-    gen = await service.generate(target, req, "/api/chat", system_prefix=system_prefix)
-    tool_filter = ToolStreamFilter(tool_names(tools)) if tools else None
-
-    def chunk(text: str, event: TokenEvent | None) -> dict[str, Any]:
-        out: dict[str, Any] = {"model": target.name, "created_at": now_iso(),
-                               "message": {"role": "assistant", "content": text}, "done": False}
-        if event is not None and event.logprobs:
-            out["logprobs"] = logprobs_json(event)
-        return out
-
-    def final(done: DoneEvent) -> dict[str, Any]:
-        return {"message": {"role": "assistant", "content": ""}}
-
-    try:
-        return await _respond(request, gen, stream, chunk, final, tool_filter)
-    finally:
-        await gen.close()
 
 
 def _inputs(value: Any, name: str) -> list[str]:

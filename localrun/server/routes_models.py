@@ -12,6 +12,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,11 @@ from aiohttp import web
 from .. import errors
 from ..runtime.memory import read_geometry
 from ..store.modelfile import quote as _quote
+from .chatformat import capabilities, describe
+from .options import merge_options
+from .executors import run_in
 from .http import NDJSONStream, get, read_json
-from .keys import PULLS, SERVICE, STORE
+from .keys import EXECUTORS, PULLS, SERVICE, STORE
 from .routes_status import details
 
 log = logging.getLogger(__name__)
@@ -75,8 +79,11 @@ def tag_entry(item: Any, store: Any) -> dict[str, Any]:
 
 async def tags(request: web.Request) -> web.Response:
     store = request.app[STORE]
-    items = await asyncio.to_thread(store.list)
-    return web.json_response({"models": [tag_entry(i, store) for i in items]})
+
+    def listing() -> list[dict[str, Any]]:  # resolving may hash changed weights: never on the loop
+        return [tag_entry(i, store) for i in store.list()]
+
+    return web.json_response({"models": await run_in(request.app[EXECUTORS].store, listing)})
 
 
 def _parameters_text(params: dict[str, Any]) -> str:
@@ -97,10 +104,6 @@ async def show(request: web.Request) -> web.Response:
     info = await asyncio.to_thread(request.app[STORE].show, name)
     params = _field(info, "parameters", default={}) or {}
     template = _field(info, "template") or ""
-    capabilities = ["completion"]
-    if "tools" in template or ".Tools" in template:
-        capabilities.append("tools")
-    capabilities.append("embedding")
     licenses = _field(info, "licenses") or ([_field(info, "license")] if _field(info, "license") else [])
     item_details = _field(info, "details")
     out: dict[str, Any] = {
@@ -112,7 +115,8 @@ async def show(request: web.Request) -> web.Response:
         "details": item_details if isinstance(item_details, dict) and item_details
         else _details_for(_field(info, "model_path")),
         "model_info": _field(info, "model_info", default={}) or {},
-        "capabilities": capabilities,
+        "capabilities": _capabilities(template, _field(info, "model_path")),
+        "defaults": _defaults(params, _field(info, "model_path"), request.app[SERVICE].num_parallel),
         "modified_at": _iso(_field(info, "modified_at", "modified")),
     }
     messages = _field(info, "messages") or []
@@ -121,20 +125,71 @@ async def show(request: web.Request) -> web.Response:
     return web.json_response(out, dumps=lambda o: json.dumps(o, default=str))
 
 
+def _capabilities(template: str, path: Any) -> list[str]:
+    """What the model can do, from its template and GGUF header (see ``chatformat.capabilities``)."""
+    try:
+        geometry = read_geometry(str(path))
+    except errors.LocalrunError:
+        return ["completion"]
+    return capabilities(describe(template or None), geometry)
+
+
+def _defaults(params: Any, path: Any, num_parallel: int | None) -> dict[str, Any]:
+    """What a request without options gets (Modelfile PARAMETERs over the engine's defaults).
+
+    A localrun field (Ollama's ``parameters`` lists only what the Modelfile sets); the chat UI
+    shows these in its settings dialog.
+    """
+    try:
+        n_ctx_train = read_geometry(str(path)).n_ctx_train
+    except errors.LocalrunError:
+        n_ctx_train = None
+    # Slots sized from memory (num_parallel None) change none of the values shown here.
+    load, sampling, _ = merge_options(params if isinstance(params, dict) else {}, {}, num_parallel=num_parallel or 1,
+                                      n_ctx_train=n_ctx_train)
+    return {
+        "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
+        "min_p": sampling.min_p, "repeat_penalty": sampling.repeat_penalty, "num_ctx": load.num_ctx,
+        "num_predict": sampling.num_predict if sampling.num_predict is not None else -1,
+        "seed": sampling.seed, "stop": list(sampling.stop),
+    }
+
+
 async def _run_with_progress(request: web.Request, stream: bool, work: Callable[[Any], Any]) -> web.StreamResponse:
-    """Run blocking ``work(progress_cb)`` in a thread, streaming its progress reports."""
+    """Run blocking ``work(progress_cb)`` on the transfer pool, streaming its progress reports.
+
+    When the client goes away, the next progress report raises Cancelled inside ``work``, so the
+    hashing or download done for nobody stops (the store rolls back; a partial download is kept).
+    """
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+    gone = threading.Event()
 
     def progress(p: Any) -> None:
+        if gone.is_set():
+            raise errors.Cancelled("the client went away")
         report = dataclasses.asdict(p) if dataclasses.is_dataclass(p) and not isinstance(p, type) else dict(p)
         report = {k: v for k, v in report.items() if v is not None and k != "rate"}
         loop.call_soon_threadsafe(queue.put_nowait, report)
 
-    task = asyncio.ensure_future(asyncio.to_thread(work, progress))
-    task.add_done_callback(lambda _: loop.call_soon_threadsafe(queue.put_nowait, None))
+    def finished(task: asyncio.Future[Any]) -> None:
+        if not task.cancelled():
+            task.exception()  # retrieved here: when the client has left, nobody else reads it
+        loop.call_soon_threadsafe(queue.put_nowait, None)
+
+    task = asyncio.ensure_future(run_in(request.app[EXECUTORS].transfers, work, progress))
+    task.add_done_callback(finished)
+    try:
+        return await _respond_with_progress(request, stream, task, queue)
+    except BaseException:
+        gone.set()
+        raise
+
+
+async def _respond_with_progress(request: web.Request, stream: bool, task: asyncio.Future[Any],
+                                 queue: asyncio.Queue[dict[str, Any] | None]) -> web.StreamResponse:
     if not stream:
-        await task  # raises the store's error as a proper HTTP error
+        await asyncio.shield(task)  # raises the store's error as a proper HTTP error
         return web.json_response({"status": "success"})
     out = NDJSONStream(request)
     last_status = None
@@ -273,9 +328,9 @@ async def delete(request: web.Request) -> web.Response:
     if not name:
         raise errors.InvalidRequest("'model' is required")
     store = request.app[STORE]
-    resolved = await asyncio.to_thread(store.resolve, name)  # 404 for unknown models
-    await request.app[SERVICE].scheduler.unload(str(getattr(resolved, "name", name)))
-    await asyncio.to_thread(store.remove, name)
+    stored = await asyncio.to_thread(store.stored_name, name)  # 404 "not in the store" for unknown models
+    await request.app[SERVICE].scheduler.unload(stored)
+    await asyncio.to_thread(store.remove, stored)
     return web.Response(status=200)
 
 
@@ -309,22 +364,28 @@ async def blob_head(request: web.Request) -> web.Response:
 
 
 async def blob_upload(request: web.Request) -> web.Response:
+    """Store the body as blob ``digest`` once its bytes hash to it.
+
+    A blob already present is replaced by the uploaded bytes (once they verify): uploading the
+    right bytes again is how a client repairs a blob that rotted on disk. 201 when new, 200 when
+    it replaced a stored one.
+    """
     d = _digest(request.match_info["digest"])
     blobs = _blobs(request.app[STORE])
-    if blobs.has(d):
-        return web.Response(status=200)
-    writer = blobs.writer()
+    pool = request.app[EXECUTORS].store
+    existed = blobs.has(d)
+    writer = await run_in(pool, blobs.writer)
     try:
         async for chunk in request.content.iter_chunked(1 << 20):
-            await asyncio.to_thread(writer.write, chunk)
-        await asyncio.to_thread(writer.commit, d)
+            await run_in(pool, writer.write, chunk)
+        await run_in(pool, writer.commit, d)
     except errors.CorruptBlob as exc:
         writer.abort()
         raise errors.InvalidRequest(f"uploaded bytes do not match {d}: {exc}") from None
     except BaseException:
         writer.abort()
         raise
-    return web.Response(status=201)
+    return web.Response(status=200 if existed else 201)
 
 
 def add_routes(app: web.Application) -> None:

@@ -16,31 +16,17 @@ from typing import Any
 from aiohttp import web
 
 from .. import errors
-from ..engine.types import GenerateRequest, SamplingOptions, TokenEvent, TokenLogprob, Truncation
+from ..engine.types import GenerateRequest, TokenEvent, TokenLogprob
 from . import openai_compat as oc
-from . import prompts
+from .chat import start_chat, start_generations
+from .chatparse import ChatEvent, ContentDelta, ToolCall, collect
+from .chatturn import ChatTurn
 from .http import SSEStream, read_json
 from .keys import SERVICE, STORE
 from .middleware import error_body
 from .options import parse_keep_alive
 from .routes_api import resize, truncation
-from .service import Generation, Service, Target
-from .tools import ToolCall, ToolStreamFilter, forced_call_schema, parse_tool_calls, tool_names
-
-
-async def _start(service: Service, target: Target, prompt: str, sampling: SamplingOptions,
-                 fmt: Any, n: int, endpoint: str, cut: Truncation = Truncation.FRONT) -> list[Generation]:
-    gens: list[Generation] = []
-    try:
-        for i in range(n):
-            s = sampling if i == 0 or sampling.seed is None else replace(sampling, seed=sampling.seed + i)
-            request = GenerateRequest(prompt=prompt, sampling=s, format=fmt, truncation=cut)
-            gens.append(await service.generate(target, request, endpoint))
-    except BaseException:
-        for g in gens:
-            await g.close()
-        raise
-    return gens
+from .service import Generation
 
 
 async def _merge(gens: list[Generation]) -> AsyncIterator[tuple[int, TokenEvent | None]]:
@@ -101,33 +87,22 @@ async def _stream_error(sse: SSEStream, request: web.Request, exc: errors.Localr
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     call = oc.chat_to_native(body)
-    service = request.app[SERVICE]
-    target = await service.target(call.model, call.options, call.keep_alive)
-    tools = call.tools if call.tool_choice != "none" else None
-    if call.tool_choice not in (None, "auto", "none") and not tools:
-        raise errors.InvalidRequest("'tool_choice' needs 'tools'")
-    forced = forced_call_schema(tools, call.tool_choice) if tools else None
-    full = prompts.with_defaults(call.messages, target.system, target.messages)
-    prompt, _ = await prompts.render_async(target.template, full, tools)
-    sampling = replace(target.sampling, logprobs=call.logprobs, top_logprobs=call.top_logprobs,
-                       ignore_eos=call.ignore_eos, min_tokens=call.min_tokens)
-    gens = await _start(service, target, prompt, sampling, forced or call.format, call.n, "/v1/chat/completions",
-                        truncation(body))
-    rid, created, names = oc.new_id("chatcmpl"), int(time.time()), tool_names(tools)
+    run = await start_chat(request.app[SERVICE], call, "/v1/chat/completions", truncation(body))
+    target, turn, gens = run.target, run.turn, run.gens
+    rid, created = oc.new_id("chatcmpl"), int(time.time())
     try:
         if call.stream:
-            return await _chat_stream(request, gens, target.name, rid, created, names if tools else None,
-                                      call.include_usage)
+            return await _chat_stream(request, gens, target.name, rid, created, turn, call.include_usage)
         texts, lps = await _collect(gens)
         choices = []
         for i, gen in enumerate(gens):
-            text = texts[i]
-            content, calls = parse_tool_calls(text, names) if tools else (text, [])
+            parser = turn.parser()
+            reply = collect(parser.feed(texts[i]) + parser.finish())
             done = gen.done
             choices.append({
-                "index": i, "message": oc.chat_message(content, calls),
+                "index": i, "message": oc.chat_message(reply),
                 "logprobs": oc.chat_logprobs(lps[i]) if call.logprobs else None,
-                "finish_reason": oc.finish_reason(done.done_reason if done else None, bool(calls)),
+                "finish_reason": oc.finish_reason(done.done_reason if done else None, bool(reply.tool_calls)),
             })
         return web.json_response(oc.chat_completion(rid, target.name, created, choices, _usage(gens)))
     finally:
@@ -136,31 +111,30 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def _chat_stream(request: web.Request, gens: list[Generation], model: str, rid: str, created: int,
-                       names: set[str] | None, include_usage: bool) -> web.StreamResponse:
+                       turn: ChatTurn, include_usage: bool) -> web.StreamResponse:
+    """SSE chunks: content, reasoning_content and tool_calls deltas as the parser yields them."""
     sse = SSEStream(request)
-    filters = [ToolStreamFilter(names) if names is not None else None for _ in gens]
+    parsers = [turn.parser() for _ in gens]
+    called = [False for _ in gens]
+
+    async def send(i: int, events: list[ChatEvent], logprobs: dict[str, Any] | None = None) -> None:
+        for event in events or ([ContentDelta("")] if logprobs else []):
+            called[i] = called[i] or isinstance(event, ToolCall)
+            await sse.write(oc.chat_chunk(rid, model, created, i, oc.chat_delta(event), logprobs=logprobs))
+            logprobs = None
+
     try:
         for i in range(len(gens)):
             await sse.write(oc.chat_chunk(rid, model, created, i, {"role": "assistant", "content": ""}))
         async for i, event in _merge(gens):
-            f = filters[i]
             if event is not None:
-                text = f.feed(event.text) if f else event.text
-                if text or event.logprobs:
-                    lp = oc.chat_logprobs(list(event.logprobs)) if event.logprobs else None
-                    await sse.write(oc.chat_chunk(rid, model, created, i, {"content": text}, logprobs=lp))
+                lp = oc.chat_logprobs(list(event.logprobs)) if event.logprobs else None
+                await send(i, parsers[i].feed(event.text), lp)
                 continue
-            calls: list[ToolCall] = []
-            if f is not None:
-                content, calls = f.finish()
-                if content:
-                    await sse.write(oc.chat_chunk(rid, model, created, i, {"content": content}))
-                if calls:
-                    await sse.write(oc.chat_chunk(rid, model, created, i,
-                                                  {"tool_calls": oc.tool_calls_json(calls, stream=True)}))
+            await send(i, parsers[i].finish())
             done = gens[i].done
             await sse.write(oc.chat_chunk(rid, model, created, i, {},
-                                          oc.finish_reason(done.done_reason if done else None, bool(calls))))
+                                          oc.finish_reason(done.done_reason if done else None, called[i])))
         if include_usage:
             await sse.write(oc.usage_chunk(rid, model, created, "chat.completion.chunk", _usage(gens)))
     except errors.LocalrunError as exc:
@@ -181,7 +155,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
     gens: list[Generation] = []
     try:
         for p in call.prompts:
-            gens.extend(await _start(service, target, p, sampling, fmt, call.n, "/v1/completions", truncation(body)))
+            req = GenerateRequest(prompt=p, sampling=sampling, format=fmt, truncation=truncation(body))
+            gens.extend(await start_generations(service, target, req, call.n, "/v1/completions"))
         rid, created = oc.new_id("cmpl"), int(time.time())
         prefix = [call.prompts[i // call.n] if call.echo else "" for i in range(len(gens))]
         if call.stream:

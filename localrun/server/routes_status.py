@@ -33,6 +33,7 @@ def details(geometry: ModelGeometry | None) -> dict[str, Any]:
         "parameter_size": geometry.size_label or "",
         "quantization_level": _QUANTS.get(geometry.file_type, "unknown") if geometry.file_type is not None
         else "unknown",
+        **({"base_model": True} if geometry.base_model else {}),
     }
 
 
@@ -67,7 +68,7 @@ def ps_entry(scheduler: Scheduler, model: ResidentModel) -> dict[str, Any]:
         "name": model.name,
         "model": model.name,
         "size": p.size,
-        "digest": model.spec.digest or "",
+        "digest": (model.spec.digest or "").removeprefix("sha256:"),  # bare hex, as /api/tags and Ollama
         "details": details(geometry),
         "expires_at": iso(scheduler.expires_at(model)),
         "size_vram": p.vram,

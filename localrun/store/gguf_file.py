@@ -1,41 +1,82 @@
-"""Validate a GGUF file and read the metadata the store shows, without reading the weights.
+"""The one GGUF header reader: validates a file and reads its metadata without reading the weights.
 
-:func:`read_gguf` walks the header (magic, version, key/value metadata, tensor infos) through a
-read-only memory map and checks that every tensor's data lies inside the file, so truncated files
-and impossible tensor sizes are caught in milliseconds. Any problem is an InvalidModelFile saying
-what is wrong. The ``gguf`` package (llama.cpp's own) supplies the type tables; its GGUFReader is
-not used here because it decodes every vocabulary entry into numpy objects (12 s for Gemma's
-262k-token vocabulary on this machine) where this walk only skips over them.
+:func:`read_gguf` walks the header (magic, version, key/value metadata, tensor infos) once, through
+a read-only memory map, and refuses anything a hostile or broken file could use against us, each
+time with an InvalidModelFile saying what is wrong:
+
+- every length and count is checked against the bytes left in the file before it is used, and
+  against a hard cap (``MAX_TENSORS``, ``MAX_KV``, ``MAX_ARRAY_LEN``, ``MAX_STRING``): nothing is
+  allocated or looped over in proportion to a claimed size the file does not back;
+- arrays nest at most ``MAX_NESTING`` deep (a 5,000-deep array of arrays is an error, not a
+  RecursionError), value types must be known;
+- every tensor's data must lie inside the file; ``general.alignment`` is a power of two up to 1 MiB;
+- the keys that size a model (layer and head counts, context length, embedding sizes, vocabulary)
+  become a :class:`~localrun.store.geometry.ModelGeometry`, validated there for type and range
+  (a float ``inf`` head count, ``block_count`` 2^31 or ``context_length`` -1 are errors here, so
+  no planner ever sees them).
+
+The store calls it on create and pull, so such files never enter the store; the fit check
+(:func:`localrun.runtime.memory.read_geometry`) reads the same record for stored files.
+The ``gguf`` package (llama.cpp's own, imported only when a file is read) supplies the quantisation tables; its GGUFReader is not used
+because it decodes every vocabulary entry into numpy objects (12 s for Gemma's 262k-token
+vocabulary on this machine) where this walk only skips over them.
 """
 
 from __future__ import annotations
 
+import math
 import mmap
 import struct
 from dataclasses import dataclass, field
+from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidModelFile
+from .geometry import ArrayLen, ModelGeometry, geometry_of, is_base_model
+from .tokenizer_facts import read_facts
 
-# GGUF value types (gguf.GGUFValueType; fixed by the file format). The gguf package itself, with
-# numpy behind it, is imported only when a file is read: the daemon starts without it.
-UINT8, INT8, UINT16, INT16, UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY, UINT64, INT64, FLOAT64 = range(13)
+
+class GGUFValueType(IntEnum):
+    """GGUF metadata value types (``gguf.GGUFValueType``, fixed by the file format). Kept here so the
+    daemon starts without the gguf package and numpy behind it; those load when a file is read."""
+
+    UINT8 = 0
+    INT8 = 1
+    UINT16 = 2
+    INT16 = 3
+    UINT32 = 4
+    INT32 = 5
+    FLOAT32 = 6
+    BOOL = 7
+    STRING = 8
+    ARRAY = 9
+    UINT64 = 10
+    INT64 = 11
+    FLOAT64 = 12
 
 MAGIC = b"GGUF"
 MAX_TENSORS = 1 << 20
 MAX_KV = 1 << 20
 MAX_DIMS = 8
+MAX_NESTING = 4            # arrays of arrays of ...: llama.cpp's own files never nest
+MAX_ARRAY_LEN = 1 << 24    # elements in one array (vocabularies hold up to a few hundred thousand)
+MAX_STRING = 1 << 26       # bytes in one string (chat templates are kilobytes)
+MAX_KEY = 1 << 16          # bytes in one key name
+MAX_ALIGNMENT = 1 << 20
 _SCALAR = {
-    UINT8: "<B", INT8: "<b", UINT16: "<H", INT16: "<h", UINT32: "<I", INT32: "<i", FLOAT32: "<f", BOOL: "<?",
-    UINT64: "<Q", INT64: "<q", FLOAT64: "<d",
+    GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
+    GGUFValueType.INT16: "<h", GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
+    GGUFValueType.FLOAT32: "<f", GGUFValueType.BOOL: "<?", GGUFValueType.UINT64: "<Q",
+    GGUFValueType.INT64: "<q", GGUFValueType.FLOAT64: "<d",
 }
-_KEEP_ARRAY = 64  # arrays longer than this are skipped, only their length is kept
+_KEEP_ARRAY = 64  # string arrays longer than this are skipped, only their length is kept
+_KEEP_NUMBERS = 1024  # numeric arrays up to this long are kept: per-layer values (head counts...)
 
 
 @dataclass(frozen=True, slots=True)
 class GGUFInfo:
-    """What the store needs to know about a GGUF file."""
+    """What the store and the fit check need to know about a GGUF file (validated)."""
 
     version: int
     architecture: str | None
@@ -46,7 +87,8 @@ class GGUFInfo:
     chat_template: str | None
     tensor_count: int
     file_size: int
-    metadata: dict[str, Any] = field(default_factory=dict)  # scalars and short arrays
+    geometry: ModelGeometry
+    metadata: dict[str, Any] = field(default_factory=dict)  # scalars and short arrays, JSON-safe
 
     @property
     def parameter_size(self) -> str:
@@ -57,9 +99,15 @@ class GGUFInfo:
                 return f"{n / scale:.2f}{unit}"
         return str(n)
 
+    @property
+    def base_model(self) -> bool:
+        """See :func:`is_base_model`."""
+        return is_base_model(self.chat_template, self.metadata.get("general.finetune"))
+
     def summary(self) -> dict[str, Any]:
-        """The config-blob fields (Ollama's names) for this model."""
+        """The config-blob fields (Ollama's names, plus ``base_model``) for this model."""
         return {
+            "base_model": self.base_model,
             "model_format": "gguf",
             "model_family": self.architecture,
             "model_families": [self.architecture] if self.architecture else [],
@@ -85,65 +133,68 @@ class _Cursor:
         self.pos += n
         return value
 
-    def string(self, what: str) -> str:
-        n = self.unpack("<Q", what)
+    def length(self, what: str, cap: int) -> int:
+        """A length field: it may not claim more bytes than the file has left, nor exceed ``cap``."""
+        n = int(self.unpack("<Q", what))
+        self.need(min(n, self.size), what)
+        if n > cap:
+            raise InvalidModelFile(f"impossible length {n} in the {what} (at most {cap})")
+        return n
+
+    def string(self, what: str, cap: int = MAX_STRING) -> str:
+        n = self.length(what, cap)
         self.need(n, what)
         raw = self.buf[self.pos:self.pos + n]
         self.pos += n
         return raw.decode("utf-8", errors="replace")
 
     def skip_string(self, what: str) -> None:
-        n = self.unpack("<Q", what)
+        n = self.length(what, MAX_STRING)
         self.need(n, what)
         self.pos += n
 
 
-def _value(cur: _Cursor, vtype: int, key: str) -> Any:
+def _value(cur: _Cursor, vtype: int, key: str, depth: int = 0) -> Any:
     what = f"value of {key!r}"
     if vtype in _SCALAR:
-        return cur.unpack(_SCALAR[vtype], what)
-    if vtype == STRING:
+        return cur.unpack(_SCALAR[GGUFValueType(vtype)], what)
+    if vtype == GGUFValueType.STRING:
         return cur.string(what)
-    if vtype == ARRAY:
-        etype = cur.unpack("<I", what)
-        count = cur.unpack("<Q", what)
-        if etype in _SCALAR:
-            size = struct.calcsize(_SCALAR[etype])
-            cur.need(count * size, what)
-            if count <= _KEEP_ARRAY:
-                fmt = "<" + _SCALAR[etype][1] * count
-                values = list(struct.unpack_from(fmt, cur.buf, cur.pos))
-                cur.pos += count * size
-                return values
+    if vtype != GGUFValueType.ARRAY:
+        raise InvalidModelFile(f"unknown value type {vtype} for {key!r}")
+    if depth >= MAX_NESTING:
+        raise InvalidModelFile(f"{key!r} nests arrays deeper than {MAX_NESTING} levels")
+    etype = cur.unpack("<I", what)
+    count = cur.length(what, MAX_ARRAY_LEN)
+    if etype in _SCALAR:
+        size = struct.calcsize(_SCALAR[GGUFValueType(etype)])
+        cur.need(count * size, what)
+        if count <= _KEEP_NUMBERS:
+            values = list(struct.unpack_from("<" + _SCALAR[GGUFValueType(etype)][1] * count, cur.buf, cur.pos))
             cur.pos += count * size
-            return ArrayLen(count)
-        if etype == STRING:
-            if count > cur.size:
-                raise InvalidModelFile(f"impossible array length {count} in {what}")
-            if count <= _KEEP_ARRAY:
-                return [cur.string(what) for _ in range(count)]
-            for _ in range(count):
-                cur.skip_string(what)
-            return ArrayLen(count)
-        if etype == ARRAY:
-            if count > cur.size:
-                raise InvalidModelFile(f"impossible array length {count} in {what}")
-            items = [_value(cur, ARRAY, key) for _ in range(count)]
-            return items if count <= _KEEP_ARRAY else ArrayLen(count)
-        raise InvalidModelFile(f"unknown array element type {etype} in {what}")
-    raise InvalidModelFile(f"unknown value type {vtype} for {key!r}")
-
-
-class ArrayLen(int):
-    """Stands for a long array that was skipped; its value is the length."""
+            return values
+        cur.pos += count * size
+        return ArrayLen(count)
+    if etype == GGUFValueType.STRING:
+        cur.need(count * 8, what)  # every element carries at least its 8-byte length
+        if count <= _KEEP_ARRAY:
+            return [cur.string(what) for _ in range(count)]
+        for _ in range(count):
+            cur.skip_string(what)
+        return ArrayLen(count)
+    if etype == GGUFValueType.ARRAY:
+        cur.need(count * 12, what)  # every element carries at least its type and length
+        items = [_value(cur, GGUFValueType.ARRAY, key, depth + 1) for _ in range(count)]
+        return items if count <= _KEEP_ARRAY else ArrayLen(count)
+    raise InvalidModelFile(f"unknown array element type {etype} in {what}")
 
 
 def _file_type_name(value: Any) -> str | None:
-    if not isinstance(value, int):
+    if not isinstance(value, int) or isinstance(value, bool):
         return None
-    from gguf import LlamaFileType
-
     try:
+        from gguf import LlamaFileType
+
         return LlamaFileType(value).name.removeprefix("MOSTLY_").removeprefix("ALL_")
     except ValueError:
         return str(value)
@@ -151,6 +202,7 @@ def _file_type_name(value: Any) -> str | None:
 
 def read_gguf(path: Path) -> GGUFInfo:
     """Validate ``path`` as a GGUF model and read its metadata; raises InvalidModelFile."""
+    path = Path(path)
     try:
         f = open(path, "rb")
     except IsADirectoryError:
@@ -158,19 +210,23 @@ def read_gguf(path: Path) -> GGUFInfo:
     except OSError as exc:
         raise InvalidModelFile(f"cannot open {path}: {exc.strerror or exc}") from None
     with f:
-        size = Path(path).stat().st_size
-        if size < 24:
-            raise InvalidModelFile(f"{path} is not a GGUF file: only {size} bytes")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        try:
+            size = Path(path).stat().st_size
+            if size < 24:
+                raise InvalidModelFile(f"{path} is not a GGUF file: only {size} bytes")
+            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as exc:  # /sys and /proc files claim sizes they cannot map
+            raise InvalidModelFile(f"{path} cannot be read as a model file: {exc}") from None
+        with buf:
             try:
-                return _parse(buf, size, path)
+                return _parse(buf, size)
             except InvalidModelFile as exc:
                 raise InvalidModelFile(f"{path.name} is not a valid GGUF model: {exc}") from None
-            except (struct.error, ValueError, OverflowError, MemoryError) as exc:
+            except (struct.error, ValueError, OverflowError, MemoryError, RecursionError, OSError) as exc:
                 raise InvalidModelFile(f"{path.name} is not a valid GGUF model: {exc}") from None
 
 
-def _parse(buf: mmap.mmap, size: int, path: Path) -> GGUFInfo:
+def _parse(buf: mmap.mmap, size: int) -> GGUFInfo:
     if buf[:4] != MAGIC:
         raise InvalidModelFile("it does not start with the GGUF magic bytes (is it a GGUF file?)")
     cur = _Cursor(buf, size)
@@ -183,26 +239,18 @@ def _parse(buf: mmap.mmap, size: int, path: Path) -> GGUFInfo:
     if n_tensors > MAX_TENSORS or n_kv > MAX_KV:
         raise InvalidModelFile(f"impossible header counts: {n_tensors} tensors, {n_kv} metadata keys")
     meta: dict[str, Any] = {}
+    tokens_at: int | None = None
     for _ in range(n_kv):
-        key = cur.string("metadata key")
+        key = cur.string("metadata key", MAX_KEY)
         vtype = cur.unpack("<I", f"type of {key!r}")
+        if key == "tokenizer.ggml.tokens" and vtype == GGUFValueType.ARRAY:
+            tokens_at = cur.pos  # the facts reader walks it again, now that _value checked its bounds
         meta[key] = _value(cur, vtype, key)
-    tensors: list[tuple[str, int, int, int]] = []  # name, type, n_elements, offset
-    for i in range(n_tensors):
-        name = cur.string(f"tensor info #{i}")
-        n_dims = cur.unpack("<I", f"tensor {name!r}")
-        if not 0 < n_dims <= MAX_DIMS:
-            raise InvalidModelFile(f"tensor {name!r} has an impossible number of dimensions: {n_dims}")
-        dims = [cur.unpack("<Q", f"tensor {name!r}") for _ in range(n_dims)]
-        ttype = cur.unpack("<I", f"tensor {name!r}")
-        offset = cur.unpack("<Q", f"tensor {name!r}")
-        n_el = 1
-        for d in dims:
-            n_el *= d
-        tensors.append((name, ttype, n_el, offset))
+    tensors = [_tensor_info(cur, i) for i in range(n_tensors)]
     alignment = meta.get("general.alignment", 32)
-    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
-        raise InvalidModelFile(f"invalid general.alignment {alignment!r}")
+    if (not isinstance(alignment, int) or isinstance(alignment, bool) or not 0 < alignment <= MAX_ALIGNMENT
+            or alignment & (alignment - 1)):
+        raise InvalidModelFile(f"invalid general.alignment {alignment!r} (a power of two up to {MAX_ALIGNMENT})")
     data_start = -(-cur.pos // alignment) * alignment
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
@@ -211,17 +259,15 @@ def _parse(buf: mmap.mmap, size: int, path: Path) -> GGUFInfo:
             block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ttype)]
         except (ValueError, KeyError):
             raise InvalidModelFile(f"tensor {name!r} has an unknown data type {ttype}") from None
-        nbytes = n_el * type_size // block
-        end = data_start + offset + nbytes
+        end = data_start + offset + n_el * type_size // block
         if end > size:
             raise InvalidModelFile(
                 f"tensor {name!r} needs bytes up to {end} but the file has only {size} "
                 "(the file is truncated or its tensor sizes are impossible)"
             )
+    geometry = geometry_of(meta, size, read_facts(buf, meta, tokens_at))
     arch = meta.get("general.architecture")
     arch = arch if isinstance(arch, str) else None
-    ctx = meta.get(f"{arch}.context_length") if arch else None
-    template = meta.get("tokenizer.chat_template")
     name_v = meta.get("general.name")
     return GGUFInfo(
         version=version,
@@ -229,9 +275,33 @@ def _parse(buf: mmap.mmap, size: int, path: Path) -> GGUFInfo:
         name=name_v if isinstance(name_v, str) else None,
         file_type=_file_type_name(meta.get("general.file_type")),
         parameter_count=sum(t[2] for t in tensors),
-        context_length=int(ctx) if isinstance(ctx, int) else None,
-        chat_template=template if isinstance(template, str) else None,
+        context_length=geometry.n_ctx_train if arch and f"{arch}.context_length" in meta else None,
+        chat_template=geometry.chat_template,
         tensor_count=n_tensors,
         file_size=size,
-        metadata={k: v for k, v in meta.items() if not isinstance(v, ArrayLen)},
+        geometry=geometry,
+        metadata={k: _json_safe(v) for k, v in meta.items() if not isinstance(v, ArrayLen)},
     )
+
+
+def _tensor_info(cur: _Cursor, i: int) -> tuple[str, int, int, int]:
+    """(name, type, number of elements, offset) of tensor ``i``."""
+    name = cur.string(f"tensor info #{i}", MAX_KEY)
+    n_dims = cur.unpack("<I", f"tensor {name!r}")
+    if not 0 < n_dims <= MAX_DIMS:
+        raise InvalidModelFile(f"tensor {name!r} has an impossible number of dimensions: {n_dims}")
+    n_el = 1
+    for _ in range(n_dims):
+        n_el *= cur.unpack("<Q", f"tensor {name!r}")
+    ttype = cur.unpack("<I", f"tensor {name!r}")
+    offset = cur.unpack("<Q", f"tensor {name!r}")
+    return name, ttype, n_el, offset
+
+
+def _json_safe(value: Any) -> Any:
+    """Non-finite floats (NaN, inf) are not JSON: /api/show shows them as None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value

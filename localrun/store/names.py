@@ -136,3 +136,25 @@ class ModelName:
     def casefold_key(self) -> str:
         """Key for case-insensitive lookup (``Gemma3:270M`` finds ``gemma3:270m``)."""
         return self.full.casefold()
+
+
+def near_names(typed: str, known: list[str], limit: int = 3) -> list[str]:
+    """Names in ``known`` close to what the user ``typed`` (a misspelling), closest first.
+
+    Compares both the whole name and the model part (so ``lama3.2`` finds ``llama3.2:1b``).
+    """
+    import difflib
+
+    text = typed.strip().lower()
+    text_model, _, text_tag = text.partition(":")
+    scored: dict[str, float] = {}
+    for name in known:
+        lowered = name.lower()
+        model = lowered.partition(":")[0]
+        whole = difflib.SequenceMatcher(None, text, lowered).ratio()
+        untagged = text_tag in ("", DEFAULT_TAG)
+        part = difflib.SequenceMatcher(None, text_model, model).ratio() if untagged else 0.0
+        score = max(whole, part)
+        if score >= 0.75 and lowered != text:
+            scored[name] = max(score, scored.get(name, 0.0))
+    return sorted(scored, key=lambda n: (-scored[n], n))[:limit]

@@ -15,11 +15,11 @@ import enum
 import logging
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InvalidName, NotFound, StoreError
+from .blobs import temp_file
 from .manifest import Manifest
 from .names import ModelName
 from .progress import ProgressFn, report
@@ -48,9 +48,8 @@ def ollama_models_dir() -> Path:
 
 
 def _link(src: Path, dst_dir: Path, dst: Path) -> str:
-    fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", dir=dst_dir)
+    fd, tmp = temp_file(dst_dir)
     os.close(fd)
-    tmp = Path(tmp_name)
     try:
         tmp.unlink()
         try:

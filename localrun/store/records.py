@@ -17,6 +17,7 @@ class ModelEntry:
     digest: str        # sha256 of the manifest: the model's ID
     size: int          # bytes on disk (all layers)
     modified: float    # seconds since the epoch
+    base_model: bool = False  # completion only (no chat template, no chat tuning); from the config blob
 
     @property
     def id(self) -> str:

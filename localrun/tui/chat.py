@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from rich.text import Text
 from textual import on, work
@@ -67,6 +68,7 @@ class ChatScreen(SlashCommands, Screen[None]):
         self.set_status(f"Loading {model}… (type meanwhile)")
         try:
             await self.app.backend.load(model, self.session.keep_alive)
+            await self.learn_model(model)
         except DaemonUnavailable:
             self.app.connection_lost()
         except LocalrunError as exc:
@@ -74,6 +76,15 @@ class ChatScreen(SlashCommands, Screen[None]):
         finally:
             if not self.streaming:
                 self.set_status("")
+
+    async def learn_model(self, model: str) -> None:
+        """Fetch the model's real defaults (for F3) and tell once when it is a base model."""
+        facts = await model_ops.model_facts(self.app.backend, model)
+        self.session.defaults = facts.defaults
+        key = model_ops.full_name(model)
+        if facts.base_model and key not in self.session.noticed:
+            self.session.noticed.add(key)
+            self.info(model_ops.base_model_notice(model))
 
     # ----- drawing -----------------------------------------------------------------------------
 
@@ -108,7 +119,9 @@ class ChatScreen(SlashCommands, Screen[None]):
                 widgets.append(UserMessage(message["content"]))
             elif message["role"] == "assistant":
                 footer = "stopped" if message.get("stopped") else ""
-                widgets.append(AssistantMessage(message["content"], model=conv.model, footer=footer))
+                widgets.append(AssistantMessage(message["content"], model=conv.model, footer=footer,
+                                                thinking=message.get("thinking") or "",
+                                                tool_calls=message.get("tool_calls")))
         log.mount_all(widgets)
         self.update_title()
         self.set_status("")
@@ -149,6 +162,7 @@ class ChatScreen(SlashCommands, Screen[None]):
         messages = session.request_messages(prompt)
         fields = session.request_fields()
         parts: list[str] = []
+        calls: list[dict[str, Any]] = []
         stats: ReplyStats | None = None
         state, error = "done", ""
         started = time.monotonic()
@@ -158,13 +172,19 @@ class ChatScreen(SlashCommands, Screen[None]):
         view.start_stream()
         try:
             async for chunk in self.app.backend.chat(session.model, messages, **fields):
-                text = (chunk.get("message") or {}).get("content") or ""
+                message = chunk.get("message") or {}
+                text, thinking = message.get("content") or "", message.get("thinking") or ""
+                if (text or thinking) and ttft is None:
+                    ttft = time.monotonic() - started
+                    self.set_status("Streaming… (Esc stops)")
+                if thinking:
+                    view.write_thinking(thinking)
                 if text:
-                    if ttft is None:
-                        ttft = time.monotonic() - started
-                        self.set_status("Streaming… (Esc stops)")
                     parts.append(text)
                     await view.write(text)
+                for call in message.get("tool_calls") or []:
+                    calls.append(call)
+                    await view.add_tool_call(call)
                 if chunk.get("done"):
                     stats = ReplyStats.from_done(chunk, ttft)
         except asyncio.CancelledError:
@@ -176,10 +196,10 @@ class ChatScreen(SlashCommands, Screen[None]):
         except LocalrunError as exc:
             state, error = "error", str(exc)
         finally:
-            await self._finish_reply(prompt, "".join(parts), view, state, error, stats)
+            await self._finish_reply(prompt, "".join(parts), view, state, error, stats, calls)
 
     async def _finish_reply(self, prompt: str, reply: str, view: AssistantMessage, state: str, error: str,
-                            stats: ReplyStats | None) -> None:
+                            stats: ReplyStats | None, calls: list[dict[str, Any]]) -> None:
         self.streaming = False
         self.set_status("")
         if state == "done":
@@ -191,13 +211,13 @@ class ChatScreen(SlashCommands, Screen[None]):
         else:
             footer = f"Error: {error}"
         await view.finish(footer, state=state)
-        if state == "error" and not reply:
+        if state == "error" and not reply and not view.thinking:
             # Nothing came back: give the prompt back to the editor so nothing is lost.
             prompt_input = self.query_one(PromptInput)
             if not prompt_input.text:
                 prompt_input.load_text(prompt)
             return
-        self.session.add_turn(prompt, reply, stopped=state != "done")
+        self.session.add_turn(prompt, reply, stopped=state != "done", thinking=view.thinking, tool_calls=calls)
         self.save_conversation()
 
     def save_conversation(self) -> None:
@@ -249,7 +269,7 @@ class ChatScreen(SlashCommands, Screen[None]):
             self.info("Settings updated.")
 
         conv = self.session.conversation
-        self.app.push_screen(SettingsDialog(conv.system, conv.options), done)
+        self.app.push_screen(SettingsDialog(conv.system, conv.options, self.session.defaults), done)
 
     def action_conversations(self) -> None:
         from .dialogs import ConversationList

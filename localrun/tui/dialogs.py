@@ -123,10 +123,11 @@ class SettingsDialog(ModalScreen[SettingsResult | None]):
 
     BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+s", "save", "Save")]
 
-    def __init__(self, system: str | None, options: dict[str, Any]) -> None:
+    def __init__(self, system: str | None, options: dict[str, Any], defaults: dict[str, Any] | None = None) -> None:
         super().__init__(classes="dialog-screen")
         self.system = system or ""
         self.options = dict(options)
+        self.defaults = dict(defaults or {})  # the model's real defaults, shown in empty fields
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="settings"):
@@ -139,15 +140,26 @@ class SettingsDialog(ModalScreen[SettingsResult | None]):
                     text = " ".join(value) if isinstance(value, list) else ("" if value is None else str(value))
                     with Vertical(classes="param"):
                         yield Label(name)
-                        yield Input(text, id=f"param-{name}", placeholder="model default", compact=True)
+                        yield Input(text, id=f"param-{name}", placeholder=self.placeholder(name), compact=True)
             yield Label("", id="settings-error")
             with Horizontal(classes="buttons"):
                 yield Button("Save", variant="primary", id="save")
                 yield Button("Cancel", id="cancel")
-            yield Label("Empty field = the model's default · Ctrl+S saves · Esc cancels", classes="dialog-hint")
+            yield Label("Empty field = the model's default (shown grey) · Ctrl+S saves · Esc cancels", classes="dialog-hint")
 
     def on_mount(self) -> None:
         self.query_one("#system", TextArea).focus()
+
+    def placeholder(self, name: str) -> str:
+        """An empty field shows what the model uses then: its real default (``0.7``), not a word."""
+        value = self.defaults.get(name)
+        if value is None or value == [] or value == "":
+            return "model default" if name not in self.defaults else "none"
+        if isinstance(value, list):
+            return " ".join(str(v) for v in value)
+        if isinstance(value, float) and value.is_integer():
+            return str(int(value))
+        return str(value)
 
     def collect(self) -> SettingsResult:
         """The edited settings; raises InvalidRequest naming the first bad field."""

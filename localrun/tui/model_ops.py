@@ -6,8 +6,10 @@ Headless async functions, so the screens stay thin and tests can call them with 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+from .. import config
 from ..errors import InvalidRequest, ModelNotFound, NotFound
 from .backend import Backend
 
@@ -45,6 +47,28 @@ async def create(backend: Backend, name: str, modelfile: str) -> str:
     async for chunk in backend.create(name, modelfile):
         last = str(chunk.get("status") or last)
     return last or "success"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFacts:
+    """What the chat shows about a model: whether it is a base model, and its real defaults."""
+
+    base_model: bool = False
+    defaults: dict[str, Any] = field(default_factory=dict)  # what a request without options gets
+
+
+async def model_facts(backend: Backend, model: str) -> ModelFacts:
+    """The model's facts from the daemon's /api/show (``details.base_model``, ``defaults``)."""
+    info = await backend.show(model)
+    details, defaults = info.get("details"), info.get("defaults")
+    base = isinstance(details, dict) and bool(details.get("base_model"))
+    return ModelFacts(base, dict(defaults) if isinstance(defaults, dict) else {})
+
+
+def base_model_notice(model: str) -> str:
+    """What a user chatting with a base model is told, once."""
+    return (f"{model} is a base model: it continues text, it does not answer questions or follow a system "
+            f"prompt. To chat, use the starter: localrun run {config.STARTER_MODEL}")
 
 
 def full_name(name: str) -> str:

@@ -22,6 +22,8 @@ class ChatSession:
     keep_history: bool = True
     keep_alive: str | None = None
     saved_ids: set[str] = field(default_factory=set)
+    noticed: set[str] = field(default_factory=set)       # models whose base-model notice was shown
+    defaults: dict[str, Any] = field(default_factory=dict)  # the current model's real defaults (/api/show)
 
     @classmethod
     def start(cls, model: str, *, system: str | None = None, options: dict[str, Any] | None = None,
@@ -42,7 +44,7 @@ class ChatSession:
         if self.conversation.system:
             out.append({"role": "system", "content": self.conversation.system})
         if self.keep_history:
-            out += [{"role": m["role"], "content": m["content"]} for m in self.conversation.messages]
+            out += [{k: m[k] for k in ("role", "content", "tool_calls") if k in m} for m in self.conversation.messages]
         out.append({"role": "user", "content": prompt})
         return out
 
@@ -56,10 +58,19 @@ class ChatSession:
             fields["keep_alive"] = self.keep_alive
         return fields
 
-    def add_turn(self, prompt: str, reply: str, *, stopped: bool = False) -> None:
-        """Record a finished (or stopped) turn; a stopped reply is kept as far as it got."""
+    def add_turn(self, prompt: str, reply: str, *, stopped: bool = False, thinking: str = "",
+                 tool_calls: list[dict[str, Any]] | None = None) -> None:
+        """Record a finished (or stopped) turn; a stopped reply is kept as far as it got.
+
+        The reasoning is saved with the reply (shown again when the chat is reopened) but not
+        sent back to the model: templates drop earlier turns' reasoning anyway.
+        """
         self.conversation.messages.append({"role": "user", "content": prompt})
         message: dict[str, Any] = {"role": "assistant", "content": reply}
+        if thinking:
+            message["thinking"] = thinking
+        if tool_calls:
+            message["tool_calls"] = tool_calls
         if stopped:
             message["stopped"] = True
         self.conversation.messages.append(message)

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 
 class SlashCommands:
-    """Needs from its screen: ``session``, ``app``, ``query_one``, ``info``, ``update_title``, ``action_new_chat``."""
+    """Needs from its screen: ``session``, ``app``, ``query_one``, ``info``, ``update_title``, ``action_new_chat``,
+    ``learn_model``."""
 
     if TYPE_CHECKING:  # provided by ChatScreen and Screen; declared here for the type checker only
         session: ChatSession
@@ -35,6 +36,8 @@ class SlashCommands:
         def update_title(self) -> None: ...
 
         def action_new_chat(self) -> None: ...
+
+        async def learn_model(self, model: str) -> None: ...
 
     def run_command(self, line: str) -> None:
         self.query_one("#log", VerticalScroll).mount(UserMessage(line))
@@ -121,6 +124,10 @@ class SlashCommands:
         self.session.conversation.model = model
         self.update_title()
         self.info(f"Now chatting with {model}.")
+        try:
+            await self.learn_model(model)
+        except LocalrunError as exc:
+            self.info(f"Couldn't get model info: {exc}", error=True)
 
     @work(exclusive=True, group="model")
     async def save_model(self, name: str) -> None:

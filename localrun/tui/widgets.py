@@ -4,19 +4,25 @@
 and Ctrl+J (Shift+Enter / Alt+Enter where the terminal reports them) inserts a newline; Up/Down
 on the first/last line recall earlier prompts. :class:`AssistantMessage` renders a reply as
 Markdown while it streams (Textual's MarkdownStream batches fragments when they come faster than
-it can draw) and shows a one-line summary of timings under it.
+it can draw), every newline the model wrote kept as a line break (poems, lists and code survive;
+plain Markdown would join single lines), the model's reasoning in a collapsed section above the
+answer, tool calls as such, and a one-line summary of timings under it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
+from typing import Any
 
+from markdown_it import MarkdownIt
+from markdown_it.rules_core import StateCore
 from rich.text import Text
 from textual import events
 from textual.containers import Vertical
 from textual.message import Message
-from textual.widgets import Label, Markdown, ProgressBar, Static, TextArea
+from textual.widgets import Collapsible, Label, Markdown, ProgressBar, Static, TextArea
 from textual.widgets.markdown import MarkdownStream
 
 NEWLINE_KEYS = frozenset({"ctrl+j", "shift+enter", "alt+enter", "ctrl+enter"})
@@ -100,19 +106,58 @@ class InfoMessage(Static):
         super().__init__(Text(text), classes="info-message" + (" error" if error else ""))
 
 
-class AssistantMessage(Vertical):
-    """A reply: Markdown body (streamed or given) and a stats line under it."""
+def reply_parser() -> MarkdownIt:
+    """GitHub-flavoured Markdown where a single newline is a line break, as chat UIs render replies.
 
-    def __init__(self, text: str = "", *, model: str = "", footer: str = "") -> None:
+    Textual draws a soft break as a space (markdown-it's ``breaks`` option only changes its HTML
+    renderer), so a core rule turns soft breaks into hard ones in the token stream itself.
+    """
+    parser = MarkdownIt("gfm-like")
+    parser.core.ruler.push("hard_breaks", _hard_breaks)
+    return parser
+
+
+def _hard_breaks(state: StateCore) -> None:
+    for token in state.tokens:
+        for child in token.children or ():
+            if child.type == "softbreak":
+                child.type = "hardbreak"
+
+
+def tool_call_text(call: dict[str, Any]) -> str:
+    """``get_weather({"city": "Paris"})`` for one call as /api/chat returns it."""
+    fn = call.get("function")
+    if not isinstance(fn, dict):
+        return "?()"
+    arguments = fn.get("arguments")
+    shown = arguments if isinstance(arguments, str) else json.dumps(arguments or {}, ensure_ascii=False)
+    return f"{fn.get('name') or '?'}({shown})"
+
+
+class AssistantMessage(Vertical):
+    """A reply: reasoning (collapsed), Markdown body (streamed or given), tool calls, a stats line."""
+
+    def __init__(self, text: str = "", *, model: str = "", footer: str = "", thinking: str = "",
+                 tool_calls: list[dict[str, Any]] | None = None) -> None:
         super().__init__(classes="assistant-message")
         self._initial = text
         self._footer = footer
+        self._thinking = thinking
+        self._calls = list(tool_calls or [])
         self.model = model
         self.border_title = model or None
         self._stream: MarkdownStream | None = None
+        # Made here, not in compose: reasoning may stream in before the section is mounted.
+        self._thinking_text = Static(Text(thinking), classes="thinking-text")
+        self._thinking_section = Collapsible(self._thinking_text, title="Thinking", collapsed=True,
+                                             classes="reply-thinking")
+        self._thinking_section.display = bool(thinking)
 
     def compose(self):  # type: ignore[no-untyped-def]
-        yield Markdown(self._initial, classes="reply-body")
+        yield self._thinking_section
+        yield Markdown(self._initial, classes="reply-body", parser_factory=reply_parser)
+        for call in self._calls:
+            yield Static(Text(f"→ tool call: {tool_call_text(call)}"), classes="tool-call")
         yield Label(Text(self._footer), classes="reply-stats")
 
     def start_stream(self) -> None:
@@ -122,6 +167,23 @@ class AssistantMessage(Vertical):
     async def write(self, fragment: str) -> None:
         if self._stream is not None:
             await self._stream.write(fragment)
+
+    def write_thinking(self, fragment: str) -> None:
+        """Add reasoning text to the collapsed section (shown, still collapsed, once there is some)."""
+        self._thinking += fragment
+        self._thinking_section.display = True
+        self._thinking_section.title = "Thinking…" if self.has_class("streaming") else "Thinking"
+        self._thinking_text.update(Text(self._thinking))
+
+    async def add_tool_call(self, call: dict[str, Any]) -> None:
+        """Show one tool call the model made, under the answer text."""
+        self._calls.append(call)
+        await self.mount(Static(Text(f"→ tool call: {tool_call_text(call)}"), classes="tool-call"),
+                         before=self.query_one(".reply-stats"))
+
+    @property
+    def thinking(self) -> str:
+        return self._thinking
 
     async def finish(self, footer: str, *, state: str = "done") -> None:
         """End streaming; ``state`` is done, stopped or error (a CSS class of the same name)."""
@@ -138,6 +200,7 @@ class AssistantMessage(Vertical):
                     raise
         self.remove_class("streaming")
         self.add_class(state)
+        self._thinking_section.title = "Thinking"
         self._footer = footer
         self.query_one(".reply-stats", Label).update(Text(footer))
 

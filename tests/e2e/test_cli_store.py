@@ -73,7 +73,7 @@ def test_show_modelfile_output_creates_the_same_model(capsys: pytest.CaptureFixt
     ("argv", "fragment"),
     [
         (["show", "nothere"], "model 'nothere:latest' not found"),
-        (["rm", "nothere"], "not found"),
+        (["rm", "nothere"], "is not in the store"),
         (["cp", "nothere", "x"], "not found"),
         (["pull", "../../etc/passwd"], "invalid model name"),
         (["pull", "nothing-curated:1b"], "not a curated model"),
@@ -159,10 +159,12 @@ def test_import_ollama(capsys: pytest.CaptureFixture[str], tmp_path: Path, tiny_
 
 
 @pytest.mark.starter
-def test_pull_starter_then_show(capsys: pytest.CaptureFixture[str], starter_gguf: Path) -> None:
+def test_pull_starter_then_show(capsys: pytest.CaptureFixture[str], gemma_gguf: Path) -> None:
     code, _, err = run(capsys, "pull", "gemma3:270m")
     assert code == 0 and "success" in err
     out = run(capsys, "list")[1]
-    assert re.search(r"gemma3:270m\s+[0-9a-f]{12}\s+253 MB", out)
+    assert re.search(r"gemma3:270m\s+[0-9a-f]{12}\s+253 MB\s+.*base model: completion only", out)
+    shown = run(capsys, "show", "gemma3:270m")[1]
+    assert re.search(r"kind\s+base model: completion only \(it continues text; chat with qwen2.5-coder:0.5b\)", shown)
     mf = run(capsys, "show", "gemma3:270m", "--modelfile")[1]
     assert "<start_of_turn>" in mf and 'PARAMETER stop "<end_of_turn>"' in mf

@@ -1,4 +1,4 @@
-"""The official ``ollama`` and ``openai`` Python packages, unchanged, against a real ``localrun serve``.
+"""The official ``ollama``, ``openai`` and ``anthropic`` Python packages, unchanged, against a real ``localrun serve``.
 
 One daemon per module (a subprocess on a free loopback port, its own model store), the tiny
 random-weight model imported through the clients themselves (create_blob + create). Output text
@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import ollama
 import openai
@@ -149,7 +150,7 @@ def test_ollama_copy_delete_and_errors(oll: ollama.Client) -> None:
 
 
 @pytest.mark.starter
-def test_ollama_pull_streams_progress(oll: ollama.Client, starter_gguf: Path) -> None:
+def test_ollama_pull_streams_progress(oll: ollama.Client, gemma_gguf: Path) -> None:
     statuses = [p.status for p in oll.pull("gemma3:270m", stream=True)]
     assert statuses[-1] == "success"
     assert "gemma3:270m" in [m.model for m in oll.list().models]
@@ -246,3 +247,76 @@ async def test_openai_async_client_streams(daemon: str) -> None:
     assert chunks[0].choices[0].delta.role == "assistant"
     assert chunks[-1].choices[0].finish_reason == "length"
     await client.close()
+
+
+# --- openai: the Responses API ------------------------------------------------------------------
+
+
+def test_openai_responses_plain_and_streamed(oai: openai.OpenAI) -> None:
+    prompt = "Tell me a long story about a cat who lives by the sea and keeps a lighthouse"
+    r = oai.responses.create(model=MODEL, input=prompt, instructions="be brief", max_output_tokens=6, store=False)
+    assert r.status == "incomplete" and r.incomplete_details and r.incomplete_details.reason == "max_output_tokens"
+    assert r.output_text and r.usage is not None and r.usage.output_tokens == 6
+    events = list(oai.responses.create(model=MODEL, input=prompt, instructions="be brief", max_output_tokens=6,
+                                       stream=True))
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[0].type == "response.created" and events[-1].type == "response.incomplete"
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == r.output_text  # temperature 0 from the Modelfile
+    final = events[-1].response  # type: ignore[union-attr]
+    assert final.usage is not None and final.usage.input_tokens == r.usage.input_tokens
+    # (prefix-cache counts: tests/integration/server/test_daemon_gaps.py, on a fresh daemon whose cache
+    # cannot have been cleared by earlier tests' traffic)
+
+
+def test_openai_responses_json_schema_and_forced_function_call(oai: openai.OpenAI) -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+              "additionalProperties": False}
+    r = oai.responses.create(model=MODEL, input="a number", max_output_tokens=60,
+                             text={"format": {"type": "json_schema", "name": "n", "schema": schema, "strict": True}})
+    if r.status == "completed":  # the grammar closes the JSON unless the limit came first
+        assert isinstance(json.loads(r.output_text)["n"], int)
+    tool = {"type": "function", "name": "get_weather", "parameters": TOOLS[0]["function"]["parameters"]}
+    r = oai.responses.create(model=MODEL, input="weather in Paris?", tools=[tool],  # type: ignore[list-item]
+                             tool_choice={"type": "function", "name": "get_weather"}, max_output_tokens=80)
+    if r.status == "completed":
+        (call,) = r.output
+        assert call.type == "function_call" and call.name == "get_weather"
+        assert isinstance(json.loads(call.arguments)["city"], str)
+
+
+# --- anthropic: the Messages API ---------------------------------------------------------------
+
+
+@pytest.fixture
+def claude(daemon: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=daemon, api_key="unused", max_retries=0)
+
+
+def test_anthropic_create_stream_and_count_tokens(claude: anthropic.Anthropic) -> None:
+    messages: Any = [{"role": "user", "content": "Write about the sea, the wind and a boat that sails at night"}]
+    m = claude.messages.create(model=MODEL, max_tokens=5, system="You are a poet.", messages=messages)
+    assert m.stop_reason == "max_tokens" and m.usage.output_tokens == 5 and m.content[0].type == "text"
+    with claude.messages.stream(model=MODEL, max_tokens=5, system="You are a poet.", messages=messages) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == m.content[0].text  # type: ignore[union-attr]
+    counted = claude.messages.count_tokens(model=MODEL, system="You are a poet.", messages=messages)
+    assert counted.input_tokens == final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0)
+
+
+def test_anthropic_forced_tool_and_structured_output(claude: anthropic.Anthropic) -> None:
+    tool: Any = {"name": "get_weather", "description": "Weather in a city",
+                 "input_schema": TOOLS[0]["function"]["parameters"]}
+    m = claude.messages.create(model=MODEL, max_tokens=80, tools=[tool], tool_choice={"type": "tool", "name": "get_weather"},
+                               messages=[{"role": "user", "content": "weather in Paris?"}])
+    if m.stop_reason != "max_tokens":
+        assert m.stop_reason == "tool_use"
+        (call,) = m.content
+        assert call.type == "tool_use" and call.name == "get_weather" and isinstance(call.input["city"], str)  # type: ignore[index]
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+              "additionalProperties": False}
+    m = claude.messages.create(model=MODEL, max_tokens=60, messages=[{"role": "user", "content": "a number"}],
+                               output_config={"format": {"type": "json_schema", "schema": schema}})
+    if m.stop_reason == "end_turn":
+        assert isinstance(json.loads(m.content[0].text)["n"], int)  # type: ignore[union-attr]

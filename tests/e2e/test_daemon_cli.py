@@ -9,44 +9,34 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+from daemonproc import listener_pid
 
 from localrun import config
 from localrun.cli.main import main
-from localrun.client import daemon_log_path, ensure_daemon
-from daemonproc import listener_pid, stop_daemon
+from localrun.client import ensure_daemon
+from localrun.daemon_logs import background_logs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
-FAKES = Path(__file__).parents[1] / "integration" / "server"
-
-
-@pytest.fixture
-def daemon_env(monkeypatch: pytest.MonkeyPatch, tiny_gguf: Path) -> Iterator[None]:
-    monkeypatch.setenv("LOCALRUN_RUNNER_FACTORY", "fake_engine:FakeEngine")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FAKES), os.environ.get("PYTHONPATH", "")]))
-    from localrun.store.registry import ModelStore
-
-    ModelStore(config.models_dir()).create("tiny", f"FROM {tiny_gguf}\n")
-    yield
-    stop_daemon()
 
 
 def test_ensure_daemon_starts_one_in_the_background_and_ps_stop_use_it(
-    daemon_env: None, capsys: pytest.CaptureFixture[str]
+    store_with_tiny: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     client = ensure_daemon(timeout=60)
-    assert client.is_running() and daemon_log_path().exists()
+    assert client.is_running() and background_logs(config.host().port)[0].exists()
     pid = listener_pid(config.host().port)
     assert ensure_daemon().is_running() and listener_pid(config.host().port) == pid  # reuses it
     assert main(["ps"]) == 0
-    assert capsys.readouterr().out.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "SLOTS", "UNTIL"]
+    header, table = capsys.readouterr().out.split("\n", 1)  # a line about the daemon, then Ollama's table
+    assert header.startswith(f"localrun daemon at {config.host().url} (pid {pid},")
+    assert table.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "SLOTS", "UNTIL"]
     list(client.generate("tiny", "hello", keep_alive="10m"))
     assert main(["ps"]) == 0
-    row = capsys.readouterr().out.splitlines()[1]
+    row = capsys.readouterr().out.splitlines()[2]
     assert row.startswith("tiny:latest") and "100% CPU" in row and "minutes from now" in row
     runner_pid = client.ps()[0]["pid"]
     assert main(["stop", "tiny"]) == 0
@@ -56,7 +46,7 @@ def test_ensure_daemon_starts_one_in_the_background_and_ps_stop_use_it(
     assert "not loaded" in capsys.readouterr().err
 
 
-def test_stopping_the_daemon_ends_its_runners(daemon_env: None) -> None:
+def test_stopping_the_daemon_ends_its_runners(store_with_tiny: None) -> None:
     client = ensure_daemon(timeout=60)
     list(client.generate("tiny", "hello"))
     runner_pid = client.ps()[0]["pid"]
@@ -69,7 +59,7 @@ def test_stopping_the_daemon_ends_its_runners(daemon_env: None) -> None:
             break
         time.sleep(0.1)
     assert not psutil.pid_exists(runner_pid)
-    assert "unloading tiny:latest: server shutting down" in daemon_log_path().read_text()
+    assert "unloading tiny:latest: server shutting down" in background_logs(config.host().port)[0].read_text()
 
 
 def test_cli_without_a_daemon_says_so(capsys: pytest.CaptureFixture[str]) -> None:
@@ -78,7 +68,7 @@ def test_cli_without_a_daemon_says_so(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_store_commands_go_through_a_running_daemon(
-    daemon_env: None, capsys: pytest.CaptureFixture[str], tiny_gguf: Path, tmp_path: Path
+    store_with_tiny: None, capsys: pytest.CaptureFixture[str], tiny_gguf: Path, tmp_path: Path
 ) -> None:
     client = ensure_daemon(timeout=60)
     assert main(["cp", "tiny", "twin"]) == 0

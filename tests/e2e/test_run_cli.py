@@ -12,39 +12,16 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from localrun import __version__, config
+from clirun import ENTRY, localrun
 from daemonproc import listener_pid, stop_daemon
 
+from localrun import __version__, config
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
-FAKES = Path(__file__).parents[1] / "integration" / "server"
 ANSI = re.compile(r"\x1b\[")
-
-
-@pytest.fixture
-def store_with_tiny(monkeypatch: pytest.MonkeyPatch, tiny_gguf: Path) -> Iterator[None]:
-    monkeypatch.setenv("LOCALRUN_RUNNER_FACTORY", "fake_engine:FakeEngine")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FAKES), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    from localrun.store import ModelStore
-
-    ModelStore(config.models_dir()).create("tiny", f"FROM {tiny_gguf}\n")
-    yield
-    stop_daemon()
-
-
-def localrun(*args: str, stdin: str | None = None, env: dict[str, str] | None = None,
-             timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run the ``localrun`` command (the console script's entry point) with piped stdin/stdout."""
-    return subprocess.run(
-        [sys.executable, "-c", "import sys; from localrun.cli.main import main; sys.exit(main())", *args],
-        input=stdin if stdin is not None else "", capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def test_pipe_mode_starts_the_daemon_and_prints_the_answer(store_with_tiny: None) -> None:
@@ -70,6 +47,17 @@ def test_prompt_argument_with_verbose_timings_on_stderr(store_with_tiny: None) -
     assert header.split() == ["NAME", "PROCESSOR", "RAM", "VRAM", "CONTEXT", "ACTIVE", "QUEUED", "UNTIL"]
     assert row.startswith("tiny:latest") and "100% CPU" in row and re.search(r"\d+m \d\ds", row)
     assert "requests:" in top.stdout and "prefix cache hit rate:" in top.stdout
+
+
+def test_a_base_model_is_named_as_such_on_stderr(store_with_tiny: None, tiny_gguf_b: Path) -> None:
+    from localrun.store import ModelStore
+
+    ModelStore(config.models_dir()).create("plain", f"FROM {tiny_gguf_b}\n")  # no chat template, no chat tuning
+    result = localrun("run", "plain", "Once upon a time")
+    assert result.returncode == 0 and result.stdout == " w0 w1 w2 w3 w4\n"
+    assert "plain is a base model" in result.stderr and "localrun run qwen2.5-coder:0.5b" in result.stderr
+    chat_model = localrun("run", "tiny", "hi")
+    assert "base model" not in chat_model.stderr
 
 
 def test_unknown_model_fails_with_a_message_and_exit_1(store_with_tiny: None) -> None:
@@ -123,15 +111,21 @@ def test_pipe_mode_on_the_real_engine(tiny_gguf: Path, monkeypatch: pytest.Monke
 
 
 @pytest.mark.starter
-def test_no_model_means_the_starter_pulled_offline(starter_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_model_means_the_starter_pulled_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's first command on an empty store: the daemon starts, the starter is imported from
+    its PyPI packages (no network), and a question gets its answer."""
+    from localrun.store.starter import QWEN_CODER
+
+    if QWEN_CODER.locate() is None:
+        pytest.skip(f"the starter's packages are not installed ({QWEN_CODER.pip_install})")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     try:
-        result = localrun("run", "--keepalive", "0", "-o", "num_predict=16", stdin="The capital of France is",
+        result = localrun("run", "--keepalive", "0", "-o", "temperature=0", stdin="What is the capital of France?",
                           timeout=170)
         assert result.returncode == 0, result.stderr
-        assert result.stdout.strip()
+        assert "Paris" in result.stdout
         listing = localrun("list")
-        assert "gemma3:270m" in listing.stdout  # brought into the store from the PyPI package
+        assert "qwen2.5-coder:0.5b" in listing.stdout  # brought into the store from the PyPI packages
     finally:
         stop_daemon()
 
@@ -164,7 +158,7 @@ def test_in_a_terminal_it_opens_the_chat_ui(store_with_tiny: None) -> None:
     main_fd, child_fd = os.openpty()
     fcntl.ioctl(child_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from localrun.cli.main import main; sys.exit(main())", "run", "tiny"],
+        [*ENTRY, "run", "tiny"],
         stdin=child_fd, stdout=child_fd, stderr=child_fd, env={**os.environ, "TERM": "xterm-256color"},
         start_new_session=True,
     )

@@ -100,20 +100,24 @@ def tree(root: Path, skip: tuple[Path, ...]) -> set[str]:
 # -- bodies ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/api/generate", "/api/chat", "/api/create", "/v1/chat/completions"])
+@pytest.mark.parametrize("path", ["/api/generate", "/api/chat", "/api/create", "/v1/chat/completions", "/v1/responses",
+                                  "/v1/messages"])
 @pytest.mark.parametrize("body", [b"\xff\xfe\xfd", b'{"model": "tiny", "prompt": "\xff\xc3\x28"}'])
 def test_invalid_utf8_is_a_400(daemon: LiveDaemon, path: str, body: bytes) -> None:
     rejected(send(daemon, "POST", path, content=body, headers={"Content-Type": "application/json"}), "JSON")
 
 
 @pytest.mark.parametrize("text", [b"\xed\xa0\x80", b"\\ud800", b"a\\udfffb", b"\\u0000", b"\\ud83d\\ude00"])
-@pytest.mark.parametrize("path", ["/api/generate", "/api/chat", "/v1/chat/completions", "/v1/embeddings"])
+@pytest.mark.parametrize("path", ["/api/generate", "/api/chat", "/v1/chat/completions", "/v1/embeddings",
+                                  "/v1/responses", "/v1/messages"])
 def test_lone_surrogates_and_nul_in_text(daemon: LiveDaemon, path: str, text: bytes) -> None:
     """Text that is not encodable as UTF-8 (a lone surrogate) gets a 400 or is replaced; never a 500."""
     if path == "/api/generate":
         body = b'{"model": "tiny", "stream": false, "options": {"num_predict": 2}, "prompt": "' + text + b'"}'
     elif path == "/v1/embeddings":
         body = b'{"model": "tiny", "input": "' + text + b'"}'
+    elif path == "/v1/responses":
+        body = b'{"model": "tiny", "max_output_tokens": 2, "input": "' + text + b'", "instructions": "' + text + b'"}'
     else:
         body = (b'{"model": "tiny", "stream": false, "max_tokens": 2, "options": {"num_predict": 2}, '
                 b'"messages": [{"role": "user", "content": "' + text + b'"}]}')
@@ -139,7 +143,7 @@ def test_huge_bodies_are_a_413(daemon: LiveDaemon, path: str) -> None:
     healthy(daemon)
 
 
-@pytest.mark.parametrize("path", ["/api/generate", "/v1/chat/completions"])
+@pytest.mark.parametrize("path", ["/api/generate", "/v1/chat/completions", "/v1/responses", "/v1/messages"])
 @pytest.mark.parametrize("shape", ["array", "object", "inside"])
 def test_deeply_nested_json_is_a_400(daemon: LiveDaemon, path: str, shape: str) -> None:
     depth = 200_000
@@ -239,7 +243,8 @@ HOSTILE_SCHEMAS = {
 
 
 @pytest.mark.parametrize("schema", list(HOSTILE_SCHEMAS.values()), ids=list(HOSTILE_SCHEMAS))
-@pytest.mark.parametrize("route", ["format", "response_format", "forced_tool"])
+@pytest.mark.parametrize("route", ["format", "response_format", "forced_tool", "responses_format", "responses_tool",
+                                   "messages_format", "messages_tool"])
 def test_hostile_json_schemas_are_refused_or_bounded(daemon: LiveDaemon, schema: Any, route: str) -> None:
     """A schema whose grammar would be astronomically large (10^9 repetitions) once hung the runner and
     ran it out of memory; now: a 400 naming the problem, or a bounded answer. The timeout is the test."""
@@ -251,11 +256,25 @@ def test_hostile_json_schemas_are_refused_or_bounded(daemon: LiveDaemon, schema:
                                               "messages": [{"role": "user", "content": "hi"}],
                                               "response_format": {"type": "json_schema",
                                                                   "json_schema": {"name": "x", "schema": schema}}}
-    else:
+    elif route == "forced_tool":
         path, body = "/v1/chat/completions", {"model": "tiny", "max_tokens": 8, "tool_choice": "required",
                                               "messages": [{"role": "user", "content": "hi"}],
                                               "tools": [{"type": "function",
                                                          "function": {"name": "f", "parameters": schema}}]}
+    elif route == "responses_format":
+        path, body = "/v1/responses", {"model": "tiny", "input": "hi", "max_output_tokens": 8,
+                                       "text": {"format": {"type": "json_schema", "name": "x", "schema": schema}}}
+    elif route == "responses_tool":
+        path, body = "/v1/responses", {"model": "tiny", "input": "hi", "max_output_tokens": 8,
+                                       "tool_choice": "required",
+                                       "tools": [{"type": "function", "name": "f", "parameters": schema}]}
+    elif route == "messages_format":
+        path, body = "/v1/messages", {"model": "tiny", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}],
+                                      "output_config": {"format": {"type": "json_schema", "schema": schema}}}
+    else:
+        path, body = "/v1/messages", {"model": "tiny", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}],
+                                      "tool_choice": {"type": "any"},
+                                      "tools": [{"name": "f", "input_schema": schema}]}
     r = send(daemon, "POST", path, json=body, timeout=60)
     if r.status_code >= 400:
         rejected(r)
@@ -265,7 +284,8 @@ def test_hostile_json_schemas_are_refused_or_bounded(daemon: LiveDaemon, schema:
 # -- prompts and images ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions"])
+@pytest.mark.parametrize("path", ["/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions",
+                                  "/v1/responses", "/v1/messages"])
 def test_prompts_of_tens_of_thousands_of_tokens(daemon: LiveDaemon, path: str) -> None:
     """Far beyond num_ctx: truncated with the count reported, or a 400 that says so; never a crash."""
     text = "hello world " * 25_000  # about 50,000 tokens with the tiny vocabulary
@@ -273,8 +293,10 @@ def test_prompts_of_tens_of_thousands_of_tokens(daemon: LiveDaemon, path: str) -
         body: dict[str, Any] = {"prompt": text, "stream": False, "options": {"num_predict": 4}}
     elif path == "/api/chat":
         body = {"messages": [{"role": "user", "content": text}], "stream": False, "options": {"num_predict": 4}}
-    elif path == "/v1/chat/completions":
+    elif path in ("/v1/chat/completions", "/v1/messages"):
         body = {"messages": [{"role": "user", "content": text}], "max_tokens": 4}
+    elif path == "/v1/responses":
+        body = {"input": text, "max_output_tokens": 4}
     else:
         body = {"prompt": text, "max_tokens": 4}
     r = send(daemon, "POST", path, json={"model": "tiny", **body}, timeout=240)
@@ -284,6 +306,10 @@ def test_prompts_of_tens_of_thousands_of_tokens(daemon: LiveDaemon, path: str) -
         out = r.json()
         if path.startswith("/api"):
             assert out["prompt_eval_count"] <= 2048 and out.get("prompt_truncated_count", 0) > 0
+        elif path == "/v1/responses":
+            assert out["usage"]["input_tokens"] <= 2048
+        elif path == "/v1/messages":
+            assert out["usage"]["input_tokens"] + out["usage"]["cache_read_input_tokens"] <= 2048
         else:
             assert out["usage"]["prompt_tokens"] <= 2048
     healthy(daemon)
@@ -298,6 +324,13 @@ def test_prompts_of_tens_of_thousands_of_tokens(daemon: LiveDaemon, path: str) -
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,bm90IGFuIGltYWdl"}}]}]}),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}]}]}),
+    ("/v1/responses", {"input": [{"role": "user", "content": [
+        {"type": "input_image", "image_url": "file:///etc/passwd"}]}]}),
+    ("/v1/responses", {"input": [{"role": "user", "content": [{"type": "input_file", "file_url": "/etc/passwd"}]}]}),
+    ("/v1/messages", {"max_tokens": 4, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "bm90IGFuIGltYWdl"}}]}]}),
+    ("/v1/messages", {"max_tokens": 4, "messages": [{"role": "user", "content": [
+        {"type": "document", "source": {"type": "url", "url": "file:///etc/passwd"}}]}]}),
 ])
 def test_images_that_are_not_images(daemon: LiveDaemon, path: str, body: dict[str, Any]) -> None:
     message = rejected(send(daemon, "POST", path, json={"model": "tiny", "stream": False, **body}))
@@ -457,10 +490,12 @@ def test_a_blob_upload_with_the_wrong_digest_stores_nothing(daemon: LiveDaemon) 
 
 
 @pytest.mark.parametrize("model", [f"escape-{n}" for n in ESCAPES] + ["escape-gguf"])
-@pytest.mark.parametrize("path", ["/api/chat", "/v1/chat/completions"])
+@pytest.mark.parametrize("path", ["/api/chat", "/v1/chat/completions", "/v1/responses", "/v1/messages"])
 def test_chat_templates_cannot_escape_the_sandbox(daemon: LiveDaemon, base: Path, model: str, path: str) -> None:
     body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": False}
     body.update({"options": {"num_predict": 2}} if path == "/api/chat" else {"max_tokens": 2})
+    if path == "/v1/responses":
+        body = {"model": model, "input": "hi", "max_output_tokens": 2}
     r = send(daemon, "POST", path, json=body)
     if r.status_code >= 400:
         message = rejected(r, "template")

@@ -293,7 +293,7 @@ def test_a_write_error_mid_download_is_a_clear_error_in_process(
 
     from localrun.errors import LocalrunError
     from localrun.store import ModelStore, pull
-    from localrun.store import hf as hf_module
+    from localrun.store import hfdownload as hf_module  # the module that writes the partial file
 
     real_open = builtins.open
 

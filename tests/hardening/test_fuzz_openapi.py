@@ -51,11 +51,17 @@ MODEL = "tiny"
 HOSTILE_NAMES = ["missing:1b", "../../etc/passwd", "/etc/passwd", "tiny:../x", "hf.co/a/b:Q4_0", "x" * 400,
                  "tiny\u0000"]
 UPSTREAM_OK = {"/api/pull", "/api/create"}  # 502 here means "the hub cannot be reached", documented
+NAMED_EVENT_STREAMS = {  # how each named-event stream may end
+    "/v1/responses": {"response.completed", "response.incomplete", "response.failed"},
+    "/v1/messages": {"message_stop", "error"},
+}
 
 
 def fuzz_spec() -> dict[str, Any]:
     """The description, with model names drawn from the stored model and hostile names (see below)."""
     spec = copy.deepcopy(load_spec())
+    # A valid request would stop the daemon under test; its input checks are in test_daemon_lifecycle.py.
+    del spec["paths"]["/api/shutdown"]
     # An enum, not anyOf [enum, string]: hypothesis-jsonschema would merge that into "any string".
     # Negative mode still sends arbitrary strings (anything outside the enum).
     spec["components"]["schemas"]["ModelName"] = {"enum": [MODEL, f"{MODEL}:latest", "TINY", "Tiny:latest",
@@ -70,6 +76,8 @@ def fuzz_spec() -> dict[str, Any]:
     schemas["OpenAISampling"]["properties"]["max_tokens"]["maximum"] = 64
     schemas["OpenAISampling"]["properties"]["n"]["maximum"] = 4
     schemas["OpenAIChatRequest"]["allOf"][1]["properties"]["max_completion_tokens"]["maximum"] = 64
+    schemas["ResponsesRequest"]["properties"]["max_output_tokens"]["maximum"] = 64
+    schemas["AnthropicMessagesRequest"]["allOf"][1]["properties"]["max_tokens"]["maximum"] = 64
     return spec
 
 
@@ -122,8 +130,12 @@ def _check(case: Any, response: Any, daemon: LiveDaemon, mode: str) -> None:
     assert daemon.proc is not None and daemon.proc.poll() is None, f"daemon died after {where}"
     if status >= 500:
         body = response.json()
-        code = body["error"]["code"] if path.startswith("/v1") else body.get("code")
-        allowed = {503: {"server_busy"}, 507: {"insufficient_memory"}}
+        if path.startswith("/v1/messages"):  # Anthropic's shape has a type, no code
+            code = body["error"]["type"]
+            allowed = {503: {"overloaded_error"}, 507: {"api_error"}}
+        else:
+            code = body["error"]["code"] if path.startswith("/v1") else body.get("code")
+            allowed = {503: {"server_busy"}, 507: {"insufficient_memory"}}
         if path in UPSTREAM_OK:
             allowed[502] = {"pull_failed"}
         assert code in allowed.get(status, set()), f"server error {where}: {response.text[:500]}"
@@ -133,6 +145,8 @@ def _check(case: Any, response: Any, daemon: LiveDaemon, mode: str) -> None:
         if path.startswith("/v1"):
             error = body["error"]
             assert isinstance(error, dict) and error["message"] and error["type"], where
+            if path.startswith("/v1/messages"):
+                assert body["type"] == "error", where
         else:
             assert isinstance(body["error"], str) and body["error"], where
     ctype = _ctype(response)
@@ -144,7 +158,11 @@ def _check(case: Any, response: Any, daemon: LiveDaemon, mode: str) -> None:
         assert last.get("done") is True or last.get("status") == "success" or isinstance(last.get("error"), str), \
             where
     if 200 <= status < 300 and ctype.startswith("text/event-stream"):
-        assert response.text.rstrip().endswith("data: [DONE]"), where
+        if path in NAMED_EVENT_STREAMS:  # named events, no [DONE]: the last event says how it ended
+            names = [line[7:] for line in response.text.splitlines() if line.startswith("event: ")]
+            assert names and names[-1] in NAMED_EVENT_STREAMS[path], where
+        else:
+            assert response.text.rstrip().endswith("data: [DONE]"), where
 
 
 def _operations() -> list[Any]:

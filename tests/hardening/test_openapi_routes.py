@@ -46,6 +46,7 @@ def test_the_issue_routes_are_all_there(spec: dict[str, Any]) -> None:
         ("POST", "/api/copy"), ("DELETE", "/api/delete"), ("GET", "/api/ps"), ("HEAD", "/api/blobs/{digest}"),
         ("POST", "/api/blobs/{digest}"), ("POST", "/v1/chat/completions"), ("POST", "/v1/completions"),
         ("POST", "/v1/embeddings"), ("GET", "/v1/models"), ("GET", "/v1/models/{model}"),
+        ("POST", "/v1/responses"), ("POST", "/v1/messages"), ("POST", "/v1/messages/count_tokens"),
     }
     assert wanted <= spec_operations(spec)
 
@@ -83,7 +84,8 @@ def test_the_description_is_well_formed(spec: dict[str, Any]) -> None:
 
 
 def test_error_statuses_are_documented_with_the_error_shape(spec: dict[str, Any]) -> None:
-    """Each /v1 route documents OpenAI error objects, each /api route Ollama's {"error": ...}."""
+    """Each /v1 route documents OpenAI error objects (Anthropic's under /v1/messages), each /api route
+    Ollama's {"error": ...}."""
     responses = spec["components"]["responses"]
     for path, item in spec["paths"].items():
         for method, op in item.items():
@@ -94,7 +96,9 @@ def test_error_statuses_are_documented_with_the_error_shape(spec: dict[str, Any]
                     continue
                 name = response["$ref"].rsplit("/", 1)[-1]
                 assert name in responses
-                if path.startswith("/v1"):
+                if path.startswith("/v1/messages"):
+                    assert name.startswith("Anthropic"), f"{method} {path} {status}"
+                elif path.startswith("/v1"):
                     assert name.startswith("OpenAI"), f"{method} {path} {status}"
                 else:
                     assert name.startswith("Ollama"), f"{method} {path} {status}"

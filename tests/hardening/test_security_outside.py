@@ -50,7 +50,8 @@ BAD_AUTH: list[dict[str, str]] = [
     {}, {"Authorization": "Bearer wrong"}, {"Authorization": "Bearer"}, {"Authorization": "Bearer  x"},
     {"Authorization": KEY}, {"Authorization": f"Basic {KEY}"}, {"Authorization": f"Bearer {KEY.upper()}"},
     {"Authorization": f"Bearer {KEY[:-1]}"}, {"Authorization": f"Bearer {KEY}x"},
-    {"Authorization": f"Bearer {KEY} {KEY}"}, {"X-Api-Key": KEY}, {"Cookie": f"key={KEY}"},
+    # x-api-key: KEY is a valid credential (Anthropic's SDKs send it, issue #14); a wrong one is not.
+    {"Authorization": f"Bearer {KEY} {KEY}"}, {"X-Api-Key": "wrong"}, {"X-Api-Key": KEY[:-1]}, {"Cookie": f"key={KEY}"},
 ]
 
 
@@ -72,8 +73,10 @@ def test_every_route_needs_the_api_key_but_root_and_health(keyed: LiveDaemon) ->
                 body = r.json()
                 message = body["error"]["message"] if path.startswith("/v1") else body["error"]
                 assert "API key" in message and KEY not in r.text
+        # With the key, /api/shutdown gets a body it refuses (400), so the daemon keeps serving the rest.
+        body = {"grace_seconds": -1} if path == "/api/shutdown" else {}
         r = httpx.request(method, url, headers={"Authorization": f"Bearer {KEY}"},
-                          json={} if method in ("POST", "DELETE") else None, timeout=60)
+                          json=body if method in ("POST", "DELETE") else None, timeout=60)
         assert r.status_code != 401, (method, path)
     record_figures("api_key", routes=len(operations), requests=tried, wrong_key_accepted=0)
 

@@ -9,7 +9,15 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from localrun.engine.types import DoneEvent, EngineStats, ErrorEvent, Event, GenerateRequest, LoadOptions, TokenEvent
+from localrun.engine.types import (
+    DoneEvent,
+    EngineStats,
+    ErrorEvent,
+    Event,
+    GenerateRequest,
+    LoadOptions,
+    TokenEvent,
+)
 from localrun.runtime.process import RunnerProcess
 
 T = TypeVar("T")

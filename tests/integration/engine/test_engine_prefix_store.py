@@ -5,11 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from engine_helpers import collect
 
 from localrun.engine.engine import Engine
-from localrun.engine.types import GenerateRequest, LoadOptions, PrefixCacheLocation, SamplingOptions
-
-from engine_helpers import collect
+from localrun.engine.types import (
+    GenerateRequest,
+    LoadOptions,
+    PrefixCacheLocation,
+    SamplingOptions,
+)
 
 GREEDY = SamplingOptions(temperature=0, num_predict=16)
 OPTIONS = LoadOptions(num_ctx=256, num_parallel=4, num_batch=64)

@@ -23,8 +23,8 @@ GEMMA_GO_TEMPLATE = """{{- range .Messages }}<start_of_turn>
 
 
 @pytest.fixture(scope="module")
-def starter(starter_gguf: Path) -> Iterator[Engine]:
-    engine = Engine(str(starter_gguf), LoadOptions(num_ctx=2048, num_parallel=2, num_batch=64),
+def starter(gemma_gguf: Path) -> Iterator[Engine]:
+    engine = Engine(str(gemma_gguf), LoadOptions(num_ctx=2048, num_parallel=2, num_batch=64),
                     template=GEMMA_GO_TEMPLATE)
     yield engine
     engine.close()
@@ -34,7 +34,7 @@ def greedy(n: int, **kw: object) -> SamplingOptions:
     return SamplingOptions(temperature=0, num_predict=n, **kw)  # type: ignore[arg-type]
 
 
-def test_prefix_reuse_beyond_the_sliding_window_gives_the_same_output(starter: Engine, starter_gguf: Path) -> None:
+def test_prefix_reuse_beyond_the_sliding_window_gives_the_same_output(starter: Engine, gemma_gguf: Path) -> None:
     """A reused 576-token prefix (past the 512-token window) must give what computing it does.
 
     Long greedy continuations are not compared bit for bit: attention sums depend on which
@@ -51,7 +51,7 @@ def test_prefix_reuse_beyond_the_sliding_window_gives_the_same_output(starter: E
     collect(starter.submit(GenerateRequest(first, greedy(8))))
     hit = collect(starter.submit(GenerateRequest(second, options)))
     assert hit.done.cached_tokens == 576
-    with Engine(str(starter_gguf), LoadOptions(num_ctx=2048, num_parallel=1, num_batch=64)) as fresh:
+    with Engine(str(gemma_gguf), LoadOptions(num_ctx=2048, num_parallel=1, num_batch=64)) as fresh:
         cold = collect(fresh.submit(GenerateRequest(second, options)))
     assert cold.done.cached_tokens == 0
     assert hit.generated == cold.generated and len(hit.text) > 20

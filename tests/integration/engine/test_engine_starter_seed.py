@@ -1,4 +1,4 @@
-"""Seeds on the real starter model (Gemma 3 270M) in the deterministic mode (the batch_invariant
+"""Seeds on a real model (Gemma 3 270M, the former starter) in the deterministic mode (the batch_invariant
 load option): the same seed gives the same text, bit for bit, whatever runs alongside.
 
 Gemma 3 turns a last-bit difference inside one layer into up to ~1 logit, so only bit-identical
@@ -52,9 +52,9 @@ def deterministic(num_ctx: int = 512, num_parallel: int = 8) -> LoadOptions:
 
 
 @pytest.fixture(scope="module")
-def engine(starter_gguf: Path) -> Iterator[RunnerEngine]:
-    """The starter in the deterministic mode, in a runner process of its own."""
-    with RunnerEngine(str(starter_gguf), deterministic()) as e:
+def engine(gemma_gguf: Path) -> Iterator[RunnerEngine]:
+    """Gemma in the deterministic mode, in a runner process of its own."""
+    with RunnerEngine(str(gemma_gguf), deterministic()) as e:
         yield e
 
 
@@ -129,14 +129,14 @@ def test_same_seed_same_text_with_seven_other_requests_alongside(engine: RunnerE
     assert logprobs(together) == logprobs(alone)
 
 
-def test_greedy_and_seeded_text_unchanged_by_a_cached_system_prompt_and_seven_others(starter_gguf: Path) -> None:
+def test_greedy_and_seeded_text_unchanged_by_a_cached_system_prompt_and_seven_others(gemma_gguf: Path) -> None:
     """Reference: each request alone in a fresh engine. Then, in another engine, an earlier request
     puts the system prompt in the prefix cache and the request runs among seven others."""
     requests = [GenerateRequest(TARGET, seeded(7)),
                 GenerateRequest(TARGET, SamplingOptions(temperature=0, num_predict=N, logprobs=True))]
-    with RunnerEngine(str(starter_gguf), deterministic()) as fresh:
+    with RunnerEngine(str(gemma_gguf), deterministic()) as fresh:
         reference = [collect(fresh.submit(r)) for r in requests]
-    with RunnerEngine(str(starter_gguf), deterministic()) as engine:
+    with RunnerEngine(str(gemma_gguf), deterministic()) as engine:
         collect(engine.submit(GenerateRequest(SYSTEM + "Question: What is a keel?\nAnswer:", seeded(1))))
         for request, ref in zip(requests, reference):
             together = with_seven_others(engine, request)
@@ -145,11 +145,11 @@ def test_greedy_and_seeded_text_unchanged_by_a_cached_system_prompt_and_seven_ot
             assert logprobs(together) == logprobs(ref)
 
 
-def test_same_seed_same_text_after_the_cache_filled_up(starter_gguf: Path) -> None:
+def test_same_seed_same_text_after_the_cache_filled_up(gemma_gguf: Path) -> None:
     """A small cache that long requests fill: the engine hands its parked cells back to llama.cpp,
     which can place new cells below older ones; the next request into the idle engine then
     starts from a cleared cache (cells in order again) instead of reusing out-of-order cells."""
-    with RunnerEngine(str(starter_gguf), deterministic(num_ctx=256, num_parallel=4)) as engine:
+    with RunnerEngine(str(gemma_gguf), deterministic(num_ctx=256, num_parallel=4)) as engine:
         request = GenerateRequest(TARGET, seeded(42))
         alone = collect(engine.submit(request))
         # measured: with these rounds, the request kept only part of its text without the reset
@@ -160,10 +160,10 @@ def test_same_seed_same_text_after_the_cache_filled_up(starter_gguf: Path) -> No
         assert logprobs(after) == logprobs(alone)
 
 
-def test_fast_kernels_same_seed_same_text_when_repeated_alone(starter_gguf: Path) -> None:
+def test_fast_kernels_same_seed_same_text_when_repeated_alone(gemma_gguf: Path) -> None:
     """The default mode (llama.cpp's fastest kernels, an F16 cache): a seeded request run again on its
     own repeats its text, with its prompt from the prefix cache and the cache fuller each time."""
-    with RunnerEngine(str(starter_gguf), LoadOptions(num_ctx=1024, num_parallel=8)) as fast:
+    with RunnerEngine(str(gemma_gguf), LoadOptions(num_ctx=1024, num_parallel=8)) as fast:
         for seed in (42, 7):
             request = GenerateRequest(TARGET, SamplingOptions(seed=seed, num_predict=100, ignore_eos=True,
                                                               logprobs=True))

@@ -3,7 +3,9 @@
 Loaded inside a real runner process through the runner's ``factory`` seam. It follows the
 engine contract: ``submit`` returns an iterable handle with ``get``/``cancel``; one sequence slot
 per ``num_parallel``, extra requests wait. A prompt containing ``SLOW`` produces a token every
-20 ms until ``num_predict`` (default 10000) or cancel; other prompts echo 5 words.
+20 ms until ``num_predict`` (default 10000) or cancel; a prompt containing ``SAY:`` answers the
+rest of that line (after the last ``SAY:``, up to a newline or ``<|im_end|>``) in 3-character
+tokens, honouring ``num_predict`` and stop strings, then ends with STOP; other prompts echo 5 words.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 from typing import Any
 
 from localrun.engine.types import (
-    DoneEvent, DoneReason, EmbedResult, EngineStats, GenerateRequest, LoadOptions, TokenEvent,
+    DoneEvent, DoneReason, EmbedResult, EngineStats, GenerateRequest, LoadOptions, PrefixCacheLocation, TokenEvent,
 )
 from localrun.errors import OptionError
 
@@ -36,6 +38,9 @@ class Handle:
 
     def _generate(self) -> None:
         prompt = self.request.prompt if isinstance(self.request.prompt, str) else " ".join(map(str, self.request.prompt))
+        if "SAY:" in prompt:
+            self._say(prompt)
+            return
         slow = "SLOW" in prompt
         limit = self.request.sampling.num_predict or (10000 if slow else 5)
         n = 0
@@ -48,6 +53,23 @@ class Handle:
         self.engine.cancelled_total += int(self.cancelled.is_set())
         self.events.put(DoneEvent(done_reason=reason, prompt_eval_count=len(prompt.split()), cached_tokens=0,
                                   eval_count=n, prompt_eval_duration=1000, eval_duration=2000))
+
+    def _say(self, prompt: str) -> None:
+        text = prompt.rsplit("SAY:", 1)[1].split("<|im_end|>", 1)[0].split("\n", 1)[0]
+        matched = [(text.find(s), s) for s in self.request.sampling.stop if s and s in text]
+        stop_string = min(matched)[1] if matched else None
+        if stop_string is not None:
+            text = text[: text.find(stop_string)]
+        pieces = [text[i:i + 3] for i in range(0, len(text), 3)]
+        limit = self.request.sampling.num_predict
+        reason = DoneReason.STOP
+        if limit is not None and len(pieces) > limit:
+            pieces, reason, stop_string = pieces[:limit], DoneReason.LENGTH, None
+        for piece in pieces:
+            self.events.put(TokenEvent(text=piece))
+        self.events.put(DoneEvent(done_reason=reason, prompt_eval_count=len(prompt.split()), cached_tokens=0,
+                                  eval_count=len(pieces), prompt_eval_duration=1000, eval_duration=2000,
+                                  stop_string=stop_string))
 
     def get(self, timeout: float | None = None) -> Any:
         return self.events.get(timeout=timeout)
@@ -64,7 +86,8 @@ class Handle:
 
 
 class FakeEngine:
-    def __init__(self, model_path: str, options: LoadOptions, *, template: str | None = None) -> None:
+    def __init__(self, model_path: str, options: LoadOptions, *, template: str | None = None,
+                 prefix_cache: PrefixCacheLocation | None = None) -> None:
         self.options = options
         self.slots = threading.Semaphore(options.num_parallel)
         self.active = 0
@@ -76,8 +99,9 @@ class FakeEngine:
             raise OptionError("temperature is absurd")
         return Handle(self, request)
 
-    def embed(self, inputs: list[str], truncate: bool = True) -> EmbedResult:
-        return EmbedResult([[1.0, 0.0, 0.0] for _ in inputs], sum(len(i.split()) for i in inputs),
+    def embed(self, inputs: list[Any], truncate: bool = True) -> EmbedResult:
+        return EmbedResult([[1.0, 0.0, 0.0] for _ in inputs],
+                           sum(len(i.split()) if isinstance(i, str) else len(i) for i in inputs),
                            [False] * len(inputs))
 
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:

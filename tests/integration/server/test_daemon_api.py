@@ -141,7 +141,7 @@ async def test_a_killed_real_runner_fails_its_stream_and_the_next_request_reload
 
 @pytest.mark.starter
 @pytest.mark.slow
-async def test_starter_chat_uses_gemma_turns_and_stops(serve_app: Any, store: Any, starter_gguf: Path) -> None:
+async def test_starter_chat_uses_gemma_turns_and_stops(serve_app: Any, store: Any, gemma_gguf: Path) -> None:
     client = await serve_app(store, num_parallel=2)
     r = await client.post("/api/chat", json={
         "model": "gemma3:270m", "stream": False, "options": {"num_predict": 48, "temperature": 0},

@@ -112,7 +112,7 @@ async def test_bad_native_requests_get_a_4xx_with_a_message(
         ("/v1/chat/completions", {"model": "gone", "messages": [{"role": "user", "content": "x"}]}, 404, "not found"),
         ("/v1/completions", {"model": "a", "prompt": 3}, 400, "prompt"),
         ("/v1/completions", {"model": "a", "prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
-        ("/v1/embeddings", {"model": "a", "input": [[1, 2]]}, 400, "token-array"),
+        ("/v1/embeddings", {"model": "a", "input": [[1, -2]]}, 400, "token ids"),
         ("/v1/embeddings", {"model": "a", "input": "x", "encoding_format": "hex"}, 400, "encoding_format"),
     ],
 )

@@ -12,7 +12,7 @@ import pytest
 from fakehub import FakeHub
 from localrun.errors import DigestMismatch, InvalidModelFile, ModelNotFound, PullError
 from localrun.store import ModelStore, Progress, pull
-from localrun.store import curated, hf
+from localrun.store import curated, hfdownload
 
 REPO = "test-org/Tiny-GGUF"
 
@@ -85,7 +85,7 @@ def test_connection_cut_mid_file_resumes(store: ModelStore, hub: FakeHub, tiny_g
 def test_interrupted_pull_resumes_on_the_next_run(store: ModelStore, hub: FakeHub, tiny_gguf: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     size = _size(tiny_gguf)
-    monkeypatch.setattr(hf, "MAX_RETRIES", 0)
+    monkeypatch.setattr(hfdownload, "MAX_RETRIES", 0)
     hub.cut_after["tiny-Q4_K_M.gguf"] = [size // 2]
     with pytest.raises(PullError, match="run the same pull again to resume"):
         pull(store, f"hf.co/{REPO}:Q4_K_M")
@@ -129,7 +129,8 @@ def test_curated_name_resolves_through_modelfiles(store: ModelStore, hub: FakeHu
     assert [e.name for e in store.list()] == ["tinychat:1m"]  # no extra hf.co entry
     r = store.resolve(entry.name)
     assert r.parameters == {"stop": ["<|im_end|>"]} and "range .Messages" in (r.template or "")
-    with pytest.raises(ModelNotFound, match="not a curated model"):
+    # An uncurated tag of a curated family names the nearest known model (issue #16's suggestions).
+    with pytest.raises(ModelNotFound, match=r"'tinychat:2m' not found; did you mean 'tinychat:1m'\?"):
         pull(store, "tinychat:2m")
 
 

@@ -17,12 +17,13 @@ from localrun.engine.types import (
 from localrun.runtime import protocol
 from localrun.server import openai_compat as oc
 from localrun.server.options import MISSING, merge_options, parse_keep_alive
-from localrun.server.tools import ToolStreamFilter, forced_call_schema, parse_tool_calls
+from localrun.server.chatformat import ToolFormat
+from localrun.server.chatparse import Reply, ToolCall
+from localrun.server.tools import forced_call, forced_call_schema
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
     {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
-NAMES = {"get_weather", "add"}
 
 
 # --- protocol ---------------------------------------------------------------------------------
@@ -100,37 +101,6 @@ def test_keep_alive_values() -> None:
 # --- tools ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text", [
-    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
-    '{"name": "get_weather", "parameters": {"city": "Paris"}}',
-    '```json\n{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}\n```',
-    '[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
-])
-def test_tool_calls_are_parsed_from_the_common_shapes(text: str) -> None:
-    content, calls = parse_tool_calls(text, NAMES)
-    assert content == "" and [(c.name, c.arguments) for c in calls] == [("get_weather", {"city": "Paris"})]
-
-
-def test_text_and_unknown_functions_are_not_tool_calls() -> None:
-    assert parse_tool_calls("The weather is nice.", NAMES) == ("The weather is nice.", [])
-    text = '{"name": "rm_rf", "arguments": {}}'
-    assert parse_tool_calls(text, NAMES) == (text, [])
-
-
-def test_streamed_text_passes_through_but_a_call_is_held_back() -> None:
-    f = ToolStreamFilter(NAMES)
-    assert f.feed("Hello") == "Hello"
-    assert f.feed(" there <tool") == " there "
-    assert f.feed("_call>{\"name\": \"add\", \"arguments\": {}}</tool_call>") == ""
-    content, calls = f.finish()
-    assert content == "" and calls[0].name == "add"
-    g = ToolStreamFilter(NAMES)
-    assert g.feed("  {") == "" and g.feed('"name": "add", "arguments": {"a": 1}}') == ""
-    assert g.finish()[1][0].arguments == {"a": 1}
-    h = ToolStreamFilter(NAMES)
-    assert h.feed("<") == "" and h.feed("b>bold") == "<b>bold"
-
-
 def test_forced_tool_choice_builds_a_schema_for_the_named_function() -> None:
     schema = forced_call_schema(TOOLS, {"type": "function", "function": {"name": "get_weather"}})
     assert schema is not None
@@ -140,6 +110,16 @@ def test_forced_tool_choice_builds_a_schema_for_the_named_function() -> None:
     assert forced_call_schema(TOOLS, "auto") is None
     with pytest.raises(errors.InvalidRequest, match="nope"):
         forced_call_schema(TOOLS, {"type": "function", "function": {"name": "nope"}})
+
+
+def test_a_forced_call_takes_the_models_own_format() -> None:
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+    hermes = forced_call(TOOLS, choice, ToolFormat.HERMES)
+    assert hermes is not None and hermes.frame == ("<tool_call>\n", "\n</tool_call>")
+    llama = forced_call(TOOLS, choice, ToolFormat.LLAMA3)
+    assert llama is not None and llama.frame == ("", "") and "parameters" in llama.schema["properties"]
+    mistral = forced_call(TOOLS, "required", ToolFormat.MISTRAL)
+    assert mistral is not None and mistral.schema["type"] == "array"
 
 
 # --- OpenAI conversions -----------------------------------------------------------------------
@@ -168,10 +148,11 @@ def test_chat_request_conversion_keeps_unset_fields_unset() -> None:
 
 
 def test_response_shapes() -> None:
-    from localrun.server.tools import ToolCall
-
-    msg = oc.chat_message("", [ToolCall("add", {"a": 1})])
+    call = ToolCall("add", {"a": 1})
+    msg = oc.chat_message(Reply("", "why", (call,)))
     assert msg["content"] is None and msg["tool_calls"][0]["function"]["arguments"] == '{"a": 1}'
+    assert msg["tool_calls"][0]["id"] == call.id and msg["reasoning_content"] == "why"
+    assert oc.chat_delta(call)["tool_calls"][0]["index"] == 0
     assert oc.finish_reason(DoneReason.LENGTH, False) == "length"
     assert oc.finish_reason(DoneReason.STOP, True) == "tool_calls"
     u = oc.usage(10, 5, 4)

@@ -378,3 +378,51 @@ async def test_a_switch_for_the_model_count_loads_the_next_model_while_the_last_
         assert world.backends[0].closed
     finally:
         FakeBackend.close = world_close  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("where", ["geometry", "probe", "planning"])
+async def test_an_exception_while_planning_fails_that_request_and_the_queue_moves_on(
+        world: World, where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Was a wedge: "scheduler step failed" was logged, the request stayed at the head of the queue
+    # and every load behind it waited for ever (issue #13, context_length -1 in a GGUF).
+    broken = "/models/bad.gguf"
+    if where == "geometry":
+        real_geometry = world.geometry
+
+        def geometry(path: str) -> ModelGeometry:
+            if path == broken:
+                raise RuntimeError("injected: a header the planner cannot use")
+            return real_geometry(path)
+
+        monkeypatch.setattr(world, "geometry", geometry)
+    elif where == "probe":
+        real_probe = world.probe
+        calls = {"n": 0}
+
+        def probe() -> tuple[int, list[Device]]:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise OSError("injected: the memory probe failed")
+            return real_probe()
+
+        monkeypatch.setattr(world, "probe", probe)
+    s = world.scheduler()
+    if where == "planning":
+        real_plan = s._plan
+
+        def plan(est: Any, sp: LoadSpec, free_ram: int, gpus: list[Device]) -> Any:
+            if sp.name == "bad":
+                raise ValueError("injected: layer counts and sizes must not be negative")
+            return real_plan(est, sp, free_ram, gpus)
+
+        monkeypatch.setattr(s, "_plan", plan)
+    bad = asyncio.ensure_future(s.acquire(spec("bad")))
+    good = asyncio.ensure_future(s.acquire(spec("good")))
+    with pytest.raises(errors.LocalrunError, match="injected"):
+        await asyncio.wait_for(bad, 5)
+    lease = await asyncio.wait_for(good, 5)  # the request behind it is served
+    assert lease.model.name == "good"
+    lease.release()
+    again = await asyncio.wait_for(s.acquire(spec("good")), 5)
+    again.release()
+    await s.close()

@@ -88,3 +88,16 @@ def test_no_name_reaches_outside_the_store(text: str) -> None:
         assert part not in ("", ".", "..")
         assert "/" not in part and "\\" not in part and "\x00" not in part
         assert not part.startswith(".")
+
+
+@pytest.mark.parametrize("typed, expected", [
+    ("lama3.2", ["llama3.2:1b"]),
+    ("gemma3:27m", ["gemma3:270m"]),
+    ("qwen2.5:0.5", ["qwen2.5:0.5b"]),
+    ("mistral", []),
+])
+def test_near_names_suggest_what_the_user_meant(typed: str, expected: list[str]) -> None:
+    from localrun.store.names import near_names
+
+    known = ["llama3.2:1b", "gemma3:270m", "gemma3:1b", "qwen2.5:0.5b", "qwen2.5:1.5b", "smollm2:360m"]
+    assert near_names(typed, known)[:1] == expected

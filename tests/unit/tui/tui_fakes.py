@@ -1,6 +1,7 @@
 """A scriptable stand-in for the daemon, implementing localrun.tui.backend.Backend.
 
-Replies are the ``reply`` text split into word chunks; ``gate`` (an asyncio.Event) makes the
+Replies are the ``reply`` text split into word chunks (after ``thinking``, streamed as
+``message.thinking``, and before ``tool_calls``); ``gate`` (an asyncio.Event) makes the
 stream wait after the first chunk until set, so tests can stop a reply mid-way. ``down`` makes
 every call raise DaemonUnavailable, as a stopped daemon does.
 """
@@ -56,6 +57,9 @@ class FakeBackend:
         self.chats: list[dict[str, Any]] = []
         self.created: dict[str, str] = {}
         self.expires_at = "2099-01-01T00:04:00Z"
+        self.thinking = ""
+        self.tool_calls: list[dict[str, Any]] = []
+        self.base_models: set[str] = set()
 
     def _check(self) -> None:
         if self.down:
@@ -69,7 +73,12 @@ class FakeBackend:
         if self._full(model) not in self.models:
             raise ModelNotFound(f"model {model!r} not found, try pulling it first")
         self.chats.append({"model": model, "messages": messages, **fields})
+        for piece in re.findall(r"\S+\s*|\s+", self.thinking):
+            yield {"model": model, "message": {"role": "assistant", "content": "", "thinking": piece}, "done": False}
         pieces = re.findall(r"\S+\s*|\s+", self.reply)
+        for call in self.tool_calls:
+            yield {"model": model, "message": {"role": "assistant", "content": "", "tool_calls": [call]},
+                   "done": False}
         for i, piece in enumerate(pieces):
             yield {"model": model, "message": {"role": "assistant", "content": piece}, "done": False}
             if i == 0 and self.gate is not None:
@@ -91,7 +100,10 @@ class FakeBackend:
             raise ModelNotFound(f"model {model!r} not found")
         return {"modelfile": f"FROM {model}\nPARAMETER temperature 0.7\n", "parameters": "temperature 0.7",
                 "template": "{{ .Prompt }}", "system": "", "license": "MIT License",
-                "details": {"family": "llama", "parameter_size": "1M", "quantization_level": "F32"},
+                "details": {"family": "llama", "parameter_size": "1M", "quantization_level": "F32",
+                            **({"base_model": True} if self._full(model) in self.base_models else {})},
+                "defaults": {"temperature": 0.7, "top_k": 20, "top_p": 0.8, "num_ctx": 4096, "seed": None,
+                             "stop": []},
                 "model_info": {"general.architecture": "llama", "llama.context_length": 2048,
                                "llama.embedding_length": 64}}
 

@@ -1,0 +1,256 @@
+"""Run short pure-Python jobs from strangers' input in child processes bounded in CPU, memory and time.
+
+A thread cannot be stopped, and a long computation in C (Jinja folding ``9 ** 15000000`` while
+holding the GIL) stops every other thread with it. So work whose cost depends on untrusted input
+(chat templates) runs in a :class:`BoundedPool` of child processes (``python -m
+localrun.runtime.bounded_child``), each with
+
+- a CPU budget per job (``RLIMIT_CPU`` re-armed before every job: the kernel kills a worker that
+  spends more than ``Limits.cpu_seconds`` on one job),
+- a memory cap (``RLIMIT_AS``: an allocation past it is a MemoryError in the worker, not in the
+  daemon), and no core dumps,
+- a wall-clock deadline kept by the caller: a worker that has not answered in ``Limits.wall_seconds``
+  is killed (SIGKILL).
+
+A job that breaks a limit fails with the pool's ``error`` type (a LocalrunError, so the client
+gets a 4xx), its worker is replaced, and no other job notices. Jobs are named module-level
+functions of localrun and travel as JSON (arguments and results), never pickles: a worker that
+were somehow subverted could send nothing that runs code in the daemon.
+
+Thread-safe: :meth:`BoundedPool.run` blocks its calling thread (run it in an executor sized to the
+pool); at most ``size`` workers exist, callers beyond that wait for a free one. On platforms
+without ``resource`` (Windows) only the wall-clock deadline applies.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import IO, Any
+
+from .. import errors
+
+log = logging.getLogger(__name__)
+
+MAX_FRAME = 64 * 1024 * 1024
+_HEADER = struct.Struct(">I")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one job may use: CPU seconds, bytes of address space (the whole worker), wall seconds."""
+
+    cpu_seconds: int = 5
+    memory_bytes: int = 1 << 30
+    wall_seconds: float = 10.0
+
+
+def write_frame(out: IO[bytes], message: Any) -> None:
+    body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    if len(body) > MAX_FRAME:
+        raise ValueError(f"message of {len(body)} bytes is over the {MAX_FRAME}-byte frame limit")
+    out.write(_HEADER.pack(len(body)) + body)
+    out.flush()
+
+
+def read_frame(inp: IO[bytes]) -> Any | None:
+    """The next message, or None at end of stream (the other side is gone)."""
+    header = inp.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        return None
+    (n,) = _HEADER.unpack(header)
+    if n > MAX_FRAME:
+        raise ValueError(f"frame of {n} bytes is over the {MAX_FRAME}-byte limit")
+    body = inp.read(n)
+    if len(body) < n:
+        return None
+    return json.loads(body.decode("utf-8"))
+
+
+class _WorkerGone(Exception):
+    """The worker died or missed its deadline; it is never used again."""
+
+
+class _Worker:
+    """One child process; its replies are read by a thread into a queue so waits can time out."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "localrun.runtime.bounded_child", json.dumps(asdict(limits))],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        )
+        self.replies: queue.Queue[Any] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, name=f"bounded-reader-{self.proc.pid}", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        try:
+            while (message := read_frame(self.proc.stdout)) is not None:
+                self.replies.put(message)
+        except (OSError, ValueError):
+            pass
+        self.replies.put(None)
+
+    def call(self, request: dict[str, Any], timeout: float) -> Any:
+        assert self.proc.stdin is not None
+        try:
+            write_frame(self.proc.stdin, request)
+        except (OSError, ValueError) as exc:
+            raise _WorkerGone(f"could not send the job ({exc})") from None
+        try:
+            reply = self.replies.get(timeout=timeout)
+        except queue.Empty:
+            self.kill()
+            raise _WorkerGone(f"it took longer than {timeout:g}s") from None
+        if reply is None:
+            code = self.proc.wait()
+            raise _WorkerGone(_describe_exit(code))
+        return reply
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a zombie the kernel will reap
+            pass
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is not None and code < 0:
+        sig = -code
+        if sig in (getattr(signal, "SIGXCPU", -1), signal.SIGKILL):
+            return "it used up its CPU time"
+        try:
+            return f"it was stopped by {signal.Signals(sig).name}"
+        except ValueError:
+            return f"it was stopped by signal {sig}"
+    return f"it exited with status {code}"
+
+
+class BoundedPool:
+    """Up to ``size`` bounded workers; see the module docstring."""
+
+    def __init__(self, size: int, limits: Limits, *, error: type[errors.LocalrunError], what: str) -> None:
+        self.size = size
+        self.limits = limits
+        self._error = error
+        self._what = what  # e.g. "the chat template": error messages start with it
+        self._idle: list[_Worker] = []
+        self._spawned = 0
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def warm(self) -> None:
+        """Start one worker ahead of the first job (starting one takes a few hundred ms)."""
+        with self._cond:
+            if self._spawned or self._closed:
+                return
+            self._spawned += 1
+        try:
+            worker = _Worker(self.limits)
+        except OSError:
+            with self._cond:
+                self._spawned -= 1
+            raise
+        self._release(worker)
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in a worker; its JSON result, or the error it raised (a LocalrunError).
+
+        ``fn`` must be a module-level function of localrun taking and returning JSON values.
+        Raises the pool's error type when the job breaks a limit or its worker dies.
+        """
+        name = f"{fn.__module__}:{fn.__qualname__}"
+        if not fn.__module__.startswith("localrun.") or "<" in fn.__qualname__:
+            raise ValueError(f"{name} cannot run in a bounded worker")
+        worker = self._acquire()
+        started = time.monotonic()
+        try:
+            reply = worker.call({"fn": name, "args": list(args)}, self.limits.wall_seconds)
+        except _WorkerGone as exc:
+            self._discard(worker)
+            log.warning("%s was stopped after %.1fs: %s", self._what, time.monotonic() - started, exc)
+            raise self._error(f"{self._what} was stopped: {exc} (limits: {self.limits.cpu_seconds}s of CPU, "
+                              f"{self.limits.memory_bytes >> 20} MiB of memory, {self.limits.wall_seconds:g}s)") from None
+        self._release(worker)
+        if "ok" in reply:
+            return reply["ok"]
+        raise self._rebuild(reply.get("error") or {})
+
+    def _rebuild(self, error: dict[str, Any]) -> errors.LocalrunError:
+        kind = getattr(errors, str(error.get("type")), None)
+        message = str(error.get("message") or "failed")
+        if isinstance(kind, type) and issubclass(kind, errors.LocalrunError):
+            return kind(message)
+        return self._error(f"{self._what} failed: {message}")
+
+    def _acquire(self) -> _Worker:
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise self._error(f"{self._what} cannot run: the server is shutting down")
+                if self._idle:
+                    return self._idle.pop()
+                if self._spawned < self.size:
+                    self._spawned += 1
+                    break
+                self._cond.wait()
+        try:
+            return _Worker(self.limits)
+        except OSError as exc:
+            with self._cond:
+                self._spawned -= 1
+                self._cond.notify()
+            raise self._error(f"{self._what} cannot run: no worker process ({exc})") from None
+
+    def _release(self, worker: _Worker) -> None:
+        with self._cond:
+            if self._closed:
+                worker.kill()
+                return
+            self._idle.append(worker)
+            self._cond.notify()
+
+    def _discard(self, worker: _Worker) -> None:
+        worker.kill()
+        with self._cond:
+            self._spawned -= 1
+            self._cond.notify()
+
+    def close(self) -> None:
+        """Kill idle workers now and busy ones as they finish; later runs fail."""
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._cond.notify_all()
+        for worker in idle:
+            worker.kill()
+
+    @property
+    def pids(self) -> list[int]:
+        """The idle workers' process ids (tests check they are real, separate processes)."""
+        with self._cond:
+            return [w.proc.pid for w in self._idle]
+
+
+def default_size() -> int:
+    """Two workers, more on machines with more cores (at most four)."""
+    return max(2, min(4, (os.cpu_count() or 2) // 2))

@@ -1,0 +1,81 @@
+"""The child side of :mod:`localrun.runtime.bounded`: run jobs under CPU and memory limits.
+
+Started as ``python -m localrun.runtime.bounded_child '<limits as JSON>'``. It caps its address
+space and disables core dumps once, then serves frames from stdin: before each job it re-arms
+``RLIMIT_CPU`` so that job may use ``cpu_seconds`` more (the kernel kills the process past it),
+imports the named localrun function, calls it and writes ``{"ok": result}`` or ``{"error":
+{"type", "message"}}`` to stdout. A MemoryError is an error reply; the worker keeps serving.
+Anything printed goes to stderr, so stdout carries frames only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import sys
+from typing import Any
+
+from ..errors import LocalrunError
+from .bounded import read_frame, write_frame
+
+try:
+    import resource
+except ImportError:  # pragma: no cover - Windows: only the caller's wall-clock deadline applies
+    resource = None  # type: ignore[assignment]
+
+
+def _limit_memory(memory_bytes: int) -> None:
+    if resource is None:
+        return
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
+def _arm_cpu(cpu_seconds: int) -> None:
+    """Allow this job ``cpu_seconds`` more CPU time than the process has used so far."""
+    if resource is None:
+        return
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = math.ceil(usage.ru_utime + usage.ru_stime) + cpu_seconds
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def _execute(request: dict[str, Any]) -> dict[str, Any]:
+    module_name, _, qualname = str(request.get("fn", "")).partition(":")
+    if not module_name.startswith("localrun.") or not qualname.isidentifier():
+        return {"error": {"type": "ValueError", "message": f"not a job: {request.get('fn')!r}"}}
+    try:
+        fn = getattr(importlib.import_module(module_name), qualname)
+        return {"ok": fn(*request.get("args", []))}
+    except LocalrunError as exc:
+        return {"error": {"type": type(exc).__name__, "message": exc.message}}
+    except MemoryError:
+        return {"error": {"type": "MemoryError", "message": "it needed more memory than it may use"}}
+    except RecursionError:
+        return {"error": {"type": "Exception", "message": "it recursed too deeply"}}
+    except Exception as exc:  # noqa: BLE001 - a job's bug is the caller's error type, never a dead worker
+        return {"error": {"type": "Exception", "message": f"{type(exc).__name__}: {exc}"}}
+
+
+def main() -> None:
+    limits = json.loads(sys.argv[1])
+    _limit_memory(int(limits["memory_bytes"]))
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # a stray print must not corrupt the frames
+    while (request := read_frame(stdin)) is not None:
+        _arm_cpu(int(limits["cpu_seconds"]))
+        reply = _execute(request)
+        try:
+            write_frame(stdout, reply)
+        except (TypeError, ValueError) as exc:  # the result was not JSON, or too large
+            write_frame(stdout, {"error": {"type": "Exception", "message": f"unusable result: {exc}"}})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,300 @@
+"""Anthropic's Messages API (``POST /v1/messages``) as a pure conversion to a native chat call.
+
+A request holds ``model``, ``max_tokens`` (required, as Anthropic requires), ``messages`` (user and
+assistant turns, and the ``system`` turns Claude Code sends mid-conversation under Anthropic's
+``mid-conversation-system`` beta; content a string or blocks: ``text``, ``tool_use``, ``tool_result``, and
+``thinking`` blocks a client replays, which are dropped), ``system`` (a string or text blocks),
+``tools`` (``name``, ``description``, ``input_schema``), ``tool_choice`` (``auto``, ``any``,
+``tool`` + ``name``, ``none``), ``stop_sequences``, ``temperature`` (0-1), ``top_p``, ``top_k``,
+``metadata``, ``stream``, ``thinking`` and ``output_config`` (``format``: a JSON schema the
+answer must match, enforced by grammar; ``effort``). ``cache_control`` marks are accepted and ignored: the
+prefix cache reuses every shared prefix on its own. Images, documents, hosted (server) tools and
+other blocks a text model cannot take are a 400 that names them.
+
+``count_tokens`` takes the same body without ``max_tokens``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidRequest
+from .http import str_field
+from .openai_compat import NativeCall, options_from_openai
+from .options import parse_keep_alive
+
+_UNSUPPORTED_BLOCKS = {"image": "images", "document": "documents", "search_result": "search results",
+                       "container_upload": "container uploads"}
+_THINKING_BLOCKS = ("thinking", "redacted_thinking")
+MIN_THINKING_BUDGET = 1024  # Anthropic's own minimum
+_EFFORTS = ("low", "medium", "high", "xhigh", "max")
+_LOCALRUN_FIELDS = ("options", "num_ctx", "min_p", "typical_p", "repeat_penalty", "repeat_last_n", "num_batch",
+                    "num_gpu", "num_thread", "num_keep", "use_mmap", "seed")
+
+
+@dataclass(frozen=True, slots=True)
+class Thinking:
+    """The request's ``thinking``: True (``enabled``: a thinking model must think; a 400 on a model that
+    cannot), False (``disabled``), None (not given, or ``adaptive``: the model's own default, which
+    for a thinking model is to think). ``budget_tokens`` is checked, not enforced."""
+
+    enabled: bool | None
+    budget_tokens: int | None = None
+
+
+@dataclass(slots=True)
+class MessagesCall:
+    """A Messages request in native terms, plus what the reply needs from it."""
+
+    call: NativeCall
+    stop_sequences: tuple[str, ...]
+    thinking: Thinking
+
+
+def _number(body: dict[str, Any], name: str, low: float, high: float | None) -> float | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise InvalidRequest(f"{name}: must be a number")
+    if value < low or (high is not None and value > high):
+        raise InvalidRequest(f"{name}: must be between {low:g} and {high:g}" if high is not None
+                             else f"{name}: must be at least {low:g}")
+    return value
+
+
+def _whole(body: dict[str, Any], name: str, low: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(f"{name}: must be a whole number")
+    if value < low:
+        raise InvalidRequest(f"{name}: must be at least {low}")
+    return value
+
+
+def messages_to_native(body: dict[str, Any], *, count_only: bool = False) -> MessagesCall:
+    """Validate a ``/v1/messages`` body (or a count_tokens body) and convert it; InvalidRequest on bad input."""
+    max_tokens = _whole(body, "max_tokens", 1)
+    if max_tokens is None and not count_only:
+        raise InvalidRequest("max_tokens: field required")
+    options = options_from_openai({k: body[k] for k in _LOCALRUN_FIELDS if k in body})  # localrun's extras
+    for name, high in (("temperature", 1.0), ("top_p", 1.0)):
+        value = _number(body, name, 0.0, high)
+        if value is not None:
+            options[name] = value
+    top_k = _whole(body, "top_k", 0)
+    if top_k is not None:
+        options["top_k"] = top_k
+    stops = body.get("stop_sequences")
+    if stops is not None and (not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops)):
+        raise InvalidRequest("stop_sequences: must be a list of non-empty strings")
+    if stops:
+        options["stop"] = list(stops)
+    if max_tokens is not None:
+        options["num_predict"] = max_tokens
+    metadata = body.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidRequest("metadata: must be an object")
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidRequest("stream: must be true or false")
+    messages = system_messages(body.get("system")) + conversation(body.get("messages"))
+    call = NativeCall(model=body.get("model"), options=options, keep_alive=parse_keep_alive(body.get("keep_alive")),
+                      stream=bool(stream), messages=messages, tools=tools_to_native(body.get("tools")),
+                      tool_choice=tool_choice(body.get("tool_choice")), format=output_format(body.get("output_config")))
+    think = thinking(body.get("thinking"))
+    if think.budget_tokens is not None and max_tokens is not None and think.budget_tokens >= max_tokens:
+        raise InvalidRequest("thinking.budget_tokens: must be less than max_tokens")
+    call.think = think.enabled
+    return MessagesCall(call, tuple(stops or ()), think)
+
+
+def system_messages(value: Any, where: str = "system") -> list[dict[str, Any]]:
+    """A system prompt (a string or text blocks) as one native system message; none when empty."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        return [{"role": "system", "content": value}]
+    if isinstance(value, list):
+        texts = []
+        for i, block in enumerate(value):
+            if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
+                raise InvalidRequest(f"{where}.{i}: system blocks must be text blocks {{type: 'text', text}}")
+            texts.append(block["text"])
+        return [{"role": "system", "content": "\n\n".join(texts)}] if texts else []
+    raise InvalidRequest(f"{where}: must be a string or a list of text blocks")
+
+
+def conversation(value: Any) -> list[dict[str, Any]]:
+    """``messages`` -> native chat messages; tool results become ``tool`` messages before the user's text."""
+    if not isinstance(value, list) or not value:
+        raise InvalidRequest("messages: must be a non-empty list of {role, content} turns")
+    out: list[dict[str, Any]] = []
+    names: dict[str, str] = {}  # tool_use id -> tool name, for the results that answer them
+    for i, message in enumerate(value):
+        where = f"messages.{i}"
+        if not isinstance(message, dict):
+            raise InvalidRequest(f"{where}: must be an object with 'role' and 'content'")
+        role = str_field(message, "role")
+        if role not in ("user", "assistant", "system"):
+            raise InvalidRequest(f"{where}.role: must be 'user', 'assistant' or 'system'")
+        content = message.get("content")
+        if role == "system":
+            out.extend(system_messages(content, where=f"{where}.content"))
+            continue
+        if isinstance(content, str):
+            out.append({"role": role, "content": content})
+            continue
+        if not isinstance(content, list):
+            raise InvalidRequest(f"{where}.content: must be a string or a list of content blocks")
+        out.extend(_blocks(role, content, where, names))
+    return out
+
+
+def _blocks(role: str, blocks: list[Any], where: str, names: dict[str, str]) -> list[dict[str, Any]]:
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+    for j, block in enumerate(blocks):
+        at = f"{where}.content.{j}"
+        kind = str_field(block, "type")
+        if kind == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif kind == "tool_use" and role == "assistant":
+            call_id, name, args = block.get("id"), block.get("name"), block.get("input", {})
+            if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
+                raise InvalidRequest(f"{at}: tool_use blocks need an 'id' and a 'name'")
+            if not isinstance(args, dict):
+                raise InvalidRequest(f"{at}.input: must be an object")
+            names[call_id] = name
+            calls.append({"id": call_id, "function": {"name": name, "arguments": args}})
+        elif kind == "tool_result" and role == "user":
+            results.append(_tool_result(block, at, names))
+        elif kind in _THINKING_BLOCKS and role == "assistant":
+            continue  # earlier reasoning a client replays; the model does not need to read it again
+        elif kind in _UNSUPPORTED_BLOCKS:
+            raise InvalidRequest(f"{at}: this model does not support {_UNSUPPORTED_BLOCKS[kind]} ({kind} blocks)")
+        elif kind in ("tool_use", "tool_result", *_THINKING_BLOCKS):
+            raise InvalidRequest(f"{at}: {kind} blocks belong in {'assistant' if kind != 'tool_result' else 'user'} "
+                                 "messages")
+        else:
+            raise InvalidRequest(f"{at}: unsupported content block {kind!r} (text, tool_use, tool_result)")
+    out = list(results)
+    if texts or calls or not results:
+        message: dict[str, Any] = {"role": role, "content": "".join(texts)}
+        if calls:
+            message["tool_calls"] = calls
+        out.append(message)
+    return out
+
+
+def _tool_result(block: dict[str, Any], at: str, names: dict[str, str]) -> dict[str, Any]:
+    call_id = block.get("tool_use_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise InvalidRequest(f"{at}: tool_result blocks need the 'tool_use_id' they answer")
+    content = block.get("content", "")
+    if isinstance(content, list):
+        parts = []
+        for k, part in enumerate(content):
+            kind = str_field(part, "type")
+            if kind == "text" and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif kind in _UNSUPPORTED_BLOCKS:
+                raise InvalidRequest(f"{at}.content.{k}: this model does not support {_UNSUPPORTED_BLOCKS[kind]}")
+            else:
+                raise InvalidRequest(f"{at}.content.{k}: tool results hold text blocks")
+        content = "\n".join(parts)
+    elif not isinstance(content, str):
+        raise InvalidRequest(f"{at}.content: must be a string or a list of text blocks")
+    if block.get("is_error") is True:
+        content = f"Error: {content}"
+    message = {"role": "tool", "content": content, "tool_call_id": call_id}
+    if call_id in names:
+        message["tool_name"] = names[call_id]
+    return message
+
+
+def tools_to_native(value: Any) -> list[dict[str, Any]] | None:
+    """Client tools (``name``, ``description``, ``input_schema``) -> chat-completions function tools."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise InvalidRequest("tools: must be a list of {name, description, input_schema} objects")
+    out = []
+    for i, tool in enumerate(value):
+        if not isinstance(tool, dict):
+            raise InvalidRequest(f"tools.{i}: must be an object")
+        kind = tool.get("type")
+        if kind not in (None, "custom"):
+            raise InvalidRequest(f"tools.{i}: server tools ({kind}) are not available here; define the tool "
+                                 "with name, description and input_schema")
+        name, schema, description = tool.get("name"), tool.get("input_schema"), tool.get("description")
+        if not isinstance(name, str) or not name:
+            raise InvalidRequest(f"tools.{i}.name: must be a non-empty string")
+        if not isinstance(schema, dict):
+            raise InvalidRequest(f"tools.{i}.input_schema: must be a JSON schema object")
+        if description is not None and not isinstance(description, str):
+            raise InvalidRequest(f"tools.{i}.description: must be a string")
+        fn: dict[str, Any] = {"name": name, "parameters": schema}
+        if description:
+            fn["description"] = description
+        out.append({"type": "function", "function": fn})
+    return out or None
+
+
+def tool_choice(value: Any) -> Any:
+    """Anthropic's ``tool_choice`` -> the chat-completions form (``any`` is ``required``)."""
+    if value is None:
+        return None
+    kind = str_field(value, "type")
+    if isinstance(value, dict) and not isinstance(value.get("disable_parallel_tool_use", False), bool):
+        raise InvalidRequest("tool_choice.disable_parallel_tool_use: must be true or false")
+    if kind in ("auto", "none"):
+        return kind
+    if kind == "any":
+        return "required"
+    if kind == "tool" and isinstance(value.get("name"), str) and value["name"]:
+        return {"type": "function", "function": {"name": value["name"]}}
+    raise InvalidRequest("tool_choice: must be {type: 'auto' | 'any' | 'none'} or {type: 'tool', name}")
+
+
+def thinking(value: Any) -> Thinking:
+    if value is None:
+        return Thinking(None)
+    kind = str_field(value, "type")
+    if kind == "disabled":
+        return Thinking(False)
+    if kind in ("adaptive", "between_tools"):
+        return Thinking(None)
+    if kind == "enabled":
+        budget = value.get("budget_tokens")
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_THINKING_BUDGET:
+            raise InvalidRequest(f"thinking.budget_tokens: must be a whole number of at least {MIN_THINKING_BUDGET}")
+        return Thinking(True, budget)
+    raise InvalidRequest("thinking: must be {type: 'enabled', budget_tokens}, {type: 'adaptive'}, "
+                         "{type: 'between_tools'} or {type: 'disabled'}")
+
+
+def output_format(value: Any) -> dict[str, Any] | None:
+    """``output_config``: its ``format`` (``{"type": "json_schema", "schema"}``) as the native format."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidRequest("output_config: must be an object")
+    if value.get("effort") not in (None, *_EFFORTS):
+        raise InvalidRequest(f"output_config.effort: must be one of {', '.join(_EFFORTS)}")
+    fmt = value.get("format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+        raise InvalidRequest("output_config.format: must be {type: 'json_schema', schema: {...}}")
+    schema: dict[str, Any] = fmt["schema"]
+    return schema
+
+
+def tool_use_id(call_id: str) -> str:
+    """A parsed call's id (``call_<hex>``) in Anthropic's form (``toolu_<hex>``), as stable as the id."""
+    return "toolu_" + call_id.removeprefix("call_")

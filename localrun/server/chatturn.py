@@ -1,0 +1,82 @@
+"""One chat turn made ready for the engine, the same for every API.
+
+A handler turns its API's request into native messages (Ollama's shape), then::
+
+    turn = await chatturn.prepare(target, messages, tools=tools, tool_choice=choice, think=think)
+    gen = await service.generate(target, turn.request(sampling, fmt, cut), endpoint,
+                                 system_prefix=turn.system_prefix)
+    parser = turn.parser()         # model text -> ContentDelta / ThinkingDelta / ToolCall (chatparse)
+
+:func:`prepare` checks what the model can do (400 "MODEL does not support tools / thinking"),
+renders the prompt with the model's template (its BOS/EOS texts, ``think``), and decides how the
+reply is parsed: which tools count, whether reasoning is split, whether the prompt left a
+reasoning block open, and the grammar that forces a call (``tool_choice`` required or named).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine.types import GenerateRequest, SamplingOptions, Truncation
+from . import prompts
+from .chatformat import ChatFormat, describe, require_tools, resolve_think
+from .chatparse import ChatStreamParser
+from .prompts import TemplateInputs
+from .service import Target
+from .tools import ForcedCall, check_tool_choice, forced_call, tool_names
+
+
+@dataclass(frozen=True, slots=True)
+class ChatTurn:
+    """A rendered prompt and how to read the reply to it."""
+
+    prompt: str
+    system_prefix: str | None
+    format: ChatFormat
+    tools: frozenset[str] | None   # names of the offered tools; None: replies are not parsed for calls
+    think: bool                    # split reasoning from the answer
+    in_thinking: bool              # the prompt ends inside an open reasoning block
+    forced: ForcedCall | None      # the grammar-forced call (tool_choice required / named)
+
+    def parser(self) -> ChatStreamParser:
+        """A fresh parser for one reply to this turn (one per generation)."""
+        return ChatStreamParser(self.format, tools=self.tools, think=self.think, in_thinking=self.in_thinking)
+
+    def request(self, sampling: SamplingOptions, format: str | dict[str, Any] | None = None,
+                truncation: Truncation = Truncation.FRONT) -> GenerateRequest:
+        """The engine request; a forced call's grammar replaces ``format``."""
+        if self.forced is not None:
+            return GenerateRequest(prompt=self.prompt, sampling=sampling, format=self.forced.schema,
+                                   format_frame=self.forced.frame, truncation=truncation)
+        return GenerateRequest(prompt=self.prompt, sampling=sampling, format=format, truncation=truncation)
+
+
+def template_inputs(target: Target, think: bool | None) -> TemplateInputs:
+    """The model's BOS/EOS texts (and whether its tokenizer adds BOS) plus ``think`` for its template."""
+    facts = target.geometry.tokenizer
+    return TemplateInputs(bos_token=facts.bos, eos_token=facts.eos, strip_bos=facts.add_bos, think=think)
+
+
+async def prepare(target: Target, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+                  tool_choice: Any = None, think: bool | None = None) -> ChatTurn:
+    """Check, render and plan one turn; ``messages`` are native (see ``prompts.check_messages``).
+
+    ``tool_choice`` "none" drops the tools (they are not rendered; nothing is parsed as a call).
+    Raises UnsupportedCapability, InvalidRequest or TemplateError (all 400) before any generation.
+    """
+    fmt = describe(target.template)
+    check_tool_choice(tool_choice, tools)
+    if tool_choice == "none":
+        tools = None
+    if tools:
+        require_tools(fmt, target.name)
+    split = resolve_think(fmt, think, target.name)
+    forced = forced_call(tools, tool_choice, fmt.tools) if tools else None
+    if forced is not None and fmt.thinking is not None and fmt.thinking.toggle:
+        think, split = False, False  # the grammar starts at the first token: no room for a reasoning block
+    full = prompts.with_defaults(messages, target.system, target.messages)
+    prompt, prefix = await prompts.render_async(target.template, full, tools,
+                                                inputs=template_inputs(target, think if fmt.thinking else None))
+    return ChatTurn(prompt=prompt, system_prefix=prefix, format=fmt, tools=tool_names(tools), think=split,
+                    in_thinking=split and fmt.starts_in_thinking(prompt), forced=forced)

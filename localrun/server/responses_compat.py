@@ -1,0 +1,282 @@
+"""OpenAI's Responses API (``POST /v1/responses``) as a pure conversion to a native chat call.
+
+Stateless, as Ollama serves it: ``store`` is accepted but nothing is kept, so
+``previous_response_id`` and ``conversation`` are a 400 that says so (send the whole history
+in ``input`` instead). What a request may hold:
+
+- ``input``: a string (one user message) or a list of items: messages (``role`` + ``content``
+  as a string or ``input_text`` / ``output_text`` parts), ``function_call`` items (the model's
+  earlier calls, with ``call_id``) and ``function_call_output`` items (their results).
+  ``reasoning`` items a client replays are dropped: the model reads its own history as text.
+- ``instructions``: a system message put first.
+- ``tools``: flat function tools (``{"type": "function", "name", "parameters", ...}``), and
+  ``namespace`` tools (a group of functions, as Codex sends): each member is offered to the model
+  as ``NAMESPACE.NAME`` and its calls come back as ``function_call`` items with ``namespace`` and
+  ``name`` apart; ``tool_choice`` (``auto`` / ``none`` / ``required`` / ``{"type": "function", "name"}``).
+  A ``web_search`` tool is not offered to the model (nothing here searches the web; Codex sends
+  one with ``external_web_access: false``); other hosted tools (file search...) are a 400.
+- ``text.format``: ``text``, ``json_object`` or ``json_schema`` (with ``schema``; enforced by grammar).
+- ``max_output_tokens``, ``temperature``, ``top_p``, ``stream``, ``metadata``, ``truncation``,
+  plus localrun's extra fields as on the other /v1 routes (``keep_alive``, ``options``, ``num_ctx``...).
+
+Images, files and audio are a 400 (text models).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.types import Truncation
+from ..errors import InvalidRequest
+from .http import get, str_field
+from .openai_compat import NativeCall, options_from_openai
+from .options import parse_keep_alive
+
+_PASSED_OPTIONS = ("temperature", "top_p", "seed", "options", "num_ctx", "top_k", "min_p", "typical_p",
+                   "repeat_penalty", "repeat_last_n", "num_batch", "num_gpu", "num_thread", "num_keep", "use_mmap",
+                   "presence_penalty", "frequency_penalty")
+_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
+_UNSUPPORTED_PARTS = {"input_image": "images", "input_file": "files", "input_audio": "audio"}
+
+
+@dataclass(slots=True)
+class ResponsesCall:
+    """A Responses request in native terms, plus what the reply echoes back."""
+
+    call: NativeCall
+    truncation: Truncation
+    echo: dict[str, Any] = field(default_factory=dict)  # request fields the response object repeats
+    namespaces: dict[str, tuple[str, str]] = field(default_factory=dict)  # "ns.name" -> (ns, name)
+
+    def split_name(self, offered: str) -> tuple[str | None, str]:
+        """A called tool's (namespace, name): a namespaced member was offered as ``NAMESPACE.NAME``."""
+        namespace, name = self.namespaces.get(offered, (None, offered))
+        return namespace, name
+
+
+def responses_to_native(body: dict[str, Any]) -> ResponsesCall:
+    """Validate a ``/v1/responses`` body and convert it; raises InvalidRequest (400) on bad input."""
+    for name in ("previous_response_id", "conversation"):
+        if body.get(name) is not None:
+            raise InvalidRequest(f"'{name}' is not supported: this server keeps no responses (the API is "
+                                 "stateless here); send the whole conversation in 'input'")
+    if body.get("background"):
+        raise InvalidRequest("'background' responses are not supported: this server keeps no responses")
+    for name in ("store", "parallel_tool_calls"):
+        get(body, name, bool)
+    instructions = get(body, "instructions", str)
+    metadata = get(body, "metadata", dict)
+    max_output = get(body, "max_output_tokens", int)
+    if max_output is not None and max_output < 1:
+        raise InvalidRequest("'max_output_tokens' must be at least 1")
+    truncation = get(body, "truncation", str)
+    if truncation not in (None, "auto", "disabled"):
+        raise InvalidRequest("'truncation' must be 'auto' or 'disabled'")
+    options = options_from_openai({k: body[k] for k in _PASSED_OPTIONS if k in body})
+    if max_output is not None:
+        options["num_predict"] = max_output
+    messages = ([{"role": "system", "content": instructions}] if instructions else []) + input_messages(
+        body.get("input"))
+    tools, namespaces = function_tools(body.get("tools"))
+    choice = tool_choice(body.get("tool_choice"))
+    call = NativeCall(model=body.get("model"), options=options, keep_alive=parse_keep_alive(body.get("keep_alive")),
+                      stream=get(body, "stream", bool, False), messages=messages,
+                      tools=tools, tool_choice=choice, format=text_format(body.get("text")),
+                      think=reasoning_think(body.get("reasoning")))
+    echo = {
+        "instructions": instructions, "max_output_tokens": max_output, "metadata": metadata or {},
+        "parallel_tool_calls": body.get("parallel_tool_calls", True) is not False,
+        "temperature": body.get("temperature"), "top_p": body.get("top_p"),
+        "tool_choice": body.get("tool_choice") or "auto", "tools": body.get("tools") or [],
+        "text": body.get("text") or {"format": {"type": "text"}}, "truncation": truncation or "disabled",
+        "user": body.get("user") if isinstance(body.get("user"), str) else None,
+        "reasoning": {"effort": (body.get("reasoning") or {}).get("effort"), "summary": None},
+    }
+    return ResponsesCall(call, Truncation.REJECT if truncation == "disabled" else Truncation.FRONT, echo,
+                         namespaces)
+
+
+def _text_parts(content: Any, where: str) -> str:
+    """A message's content (a string or text parts) as one string."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise InvalidRequest(f"{where}.content must be a string or a list of content parts")
+    texts = []
+    for j, part in enumerate(content):
+        kind = str_field(part, "type")
+        if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text") \
+                and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            texts.append(part["refusal"])
+        elif kind in _UNSUPPORTED_PARTS:
+            raise InvalidRequest(f"{where}.content[{j}]: this model does not support {_UNSUPPORTED_PARTS[kind]} "
+                                 f"({kind})")
+        else:
+            raise InvalidRequest(f"{where}.content[{j}] must be a text part like "
+                                 "{\"type\": \"input_text\", \"text\": \"...\"}")
+    return "".join(texts)
+
+
+def _arguments(value: Any, where: str) -> dict[str, Any]:
+    if value is None or value == "":
+        return {}
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{where}.arguments must be a JSON string")
+    try:
+        args = json.loads(value)
+    except json.JSONDecodeError:
+        raise InvalidRequest(f"{where}.arguments is not valid JSON") from None
+    if not isinstance(args, dict):
+        raise InvalidRequest(f"{where}.arguments must be a JSON object")
+    return args
+
+
+def input_messages(value: Any) -> list[dict[str, Any]]:
+    """``input`` as native chat messages (Ollama shape, tool calls as ``{"function": ...}``)."""
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if not isinstance(value, list) or not value:
+        raise InvalidRequest("'input' must be a string or a non-empty list of input items")
+    out: list[dict[str, Any]] = []
+    names: dict[str, str] = {}  # call_id -> function name, for the results that answer them
+    for i, item in enumerate(value):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise InvalidRequest(f"{where} must be an object")
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind == "message":
+            role = _ROLES.get(str_field(item, "role") or "")
+            if role is None:
+                raise InvalidRequest(f"{where}.role must be user, system, developer or assistant")
+            out.append({"role": role, "content": _text_parts(item.get("content"), where)})
+        elif kind == "function_call":
+            name, call_id, namespace = item.get("name"), item.get("call_id"), item.get("namespace")
+            if not isinstance(name, str) or not name or not isinstance(call_id, str) or not call_id:
+                raise InvalidRequest(f"{where} must have a 'name' and a 'call_id'")
+            if namespace is not None:
+                if not isinstance(namespace, str) or not namespace:
+                    raise InvalidRequest(f"{where}.namespace must be a non-empty string")
+                name = f"{namespace}.{name}"
+            names[call_id] = name
+            call = {"id": call_id, "function": {"name": name, "arguments": _arguments(item.get("arguments"), where)}}
+            if out and out[-1]["role"] == "assistant":  # calls of one turn share one assistant message
+                out[-1].setdefault("tool_calls", []).append(call)
+            else:
+                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise InvalidRequest(f"{where} must have the 'call_id' of the call it answers")
+            output = item.get("output")
+            text = output if isinstance(output, str) else _text_parts(output, where)
+            message = {"role": "tool", "content": text, "tool_call_id": call_id}
+            if call_id in names:
+                message["tool_name"] = names[call_id]
+            out.append(message)
+        elif kind == "reasoning":
+            continue
+        else:
+            raise InvalidRequest(f"{where}: input items of type {kind!r} are not supported (message, "
+                                 "function_call, function_call_output)")
+    if not out:
+        raise InvalidRequest("'input' holds no message")
+    return out
+
+
+_NOT_OFFERED = ("web_search", "web_search_preview")  # hosted tools dropped rather than refused (see above)
+
+
+def function_tools(value: Any) -> tuple[list[dict[str, Any]] | None, dict[str, tuple[str, str]]]:
+    """Responses tools -> chat-completions tools (``{"type", "function": {...}}``), and the namespaced
+    members among them (offered name -> (namespace, name))."""
+    if value is None:
+        return None, {}
+    if not isinstance(value, list):
+        raise InvalidRequest("'tools' must be a list of {type: 'function', name, parameters} objects")
+    tools: list[dict[str, Any]] = []
+    namespaces: dict[str, tuple[str, str]] = {}
+    for i, tool in enumerate(value):
+        kind = str_field(tool, "type")
+        if kind == "function":
+            tools.append(_function(tool, f"tools[{i}]", ""))
+        elif kind == "namespace":
+            prefix = tool.get("name")
+            members = tool.get("tools")
+            if not isinstance(prefix, str) or not prefix or not isinstance(members, list):
+                raise InvalidRequest(f"tools[{i}]: a namespace needs a 'name' and a list of function 'tools'")
+            for j, member in enumerate(members):
+                if str_field(member, "type") != "function":
+                    raise InvalidRequest(f"tools[{i}].tools[{j}]: a namespace holds function tools")
+                fn = _function(member, f"tools[{i}].tools[{j}]", prefix + ".")
+                namespaces[fn["function"]["name"]] = (prefix, member["name"])
+                tools.append(fn)
+        elif kind not in _NOT_OFFERED:
+            raise InvalidRequest(f"tools[{i}]: only function tools are supported here, got type {kind!r}")
+    return tools or None, namespaces
+
+
+def _function(tool: dict[str, Any], where: str, prefix: str) -> dict[str, Any]:
+    name, params = tool.get("name"), tool.get("parameters")
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest(f"{where}.name must be a non-empty string")
+    if params is not None and not isinstance(params, dict):
+        raise InvalidRequest(f"{where}.parameters must be a JSON schema object")
+    description = tool.get("description")
+    if description is not None and not isinstance(description, str):
+        raise InvalidRequest(f"{where}.description must be a string")
+    fn: dict[str, Any] = {"name": prefix + name, "parameters": params or {"type": "object", "properties": {}}}
+    if description:
+        fn["description"] = description
+    return {"type": "function", "function": fn}
+
+
+def tool_choice(value: Any) -> Any:
+    """Responses ``tool_choice`` -> the chat-completions form :func:`~.tools.forced_call_schema` reads."""
+    if value is None or value in ("auto", "none", "required"):
+        return value
+    if isinstance(value, dict) and value.get("type") == "function" and isinstance(value.get("name"), str):
+        return {"type": "function", "function": {"name": value["name"]}}
+    raise InvalidRequest("'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", \"name\": ...}")
+
+
+_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+
+def reasoning_think(value: Any) -> bool | None:
+    """``reasoning.effort`` -> think: none / minimal = no, any other level = yes, unset = the model's default."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidRequest("'reasoning' must be an object like {\"effort\": \"low\"}")
+    effort = value.get("effort")
+    if effort is None:
+        return None
+    if effort not in _EFFORTS:
+        raise InvalidRequest(f"reasoning.effort must be one of {', '.join(_EFFORTS)}")
+    return effort not in ("none", "minimal")
+
+
+def text_format(value: Any) -> str | dict[str, Any] | None:
+    """``text.format`` -> the native format: None (text), "json" or a JSON schema."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidRequest("'text' must be an object like {\"format\": {\"type\": \"json_object\"}}")
+    fmt = value.get("format")
+    if fmt is None:
+        return None
+    kind = str_field(fmt, "type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return "json"
+    if kind == "json_schema":
+        schema = fmt.get("schema")
+        if not isinstance(schema, dict):
+            raise InvalidRequest("text.format.schema must be a JSON schema object")
+        return schema
+    raise InvalidRequest("text.format.type must be text, json_object or json_schema")

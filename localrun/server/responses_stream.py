@@ -1,0 +1,165 @@
+"""The Responses API's reply: the ``response`` object and the typed stream events that build it.
+
+:class:`ResponsesEncoder` is pure state (no I/O). The route feeds it what the model produced, in
+order (``text`` deltas, ``tool_call``s), then ``finish`` (or ``fail``); each call returns the
+events to send, each ``(event name, data)`` with its ``sequence_number`` counting from 0:
+
+    response.created, response.in_progress
+    response.output_item.added (reasoning), response.content_part.added (reasoning_text),
+    response.reasoning_text.delta ..., response.reasoning_text.done, response.content_part.done,
+    response.output_item.done                                                 (when the model thinks)
+    response.output_item.added (message), response.content_part.added (output_text)
+    response.output_text.delta ...
+    response.output_text.done, response.content_part.done, response.output_item.done
+    response.output_item.added (function_call), response.function_call_arguments.delta,
+    response.function_call_arguments.done, response.output_item.done          (per call)
+    response.completed | response.incomplete (max_output_tokens) | error + response.failed
+
+A non-streamed reply is the same encoder's final :attr:`ResponsesEncoder.response`, so both
+modes give the same object.
+"""
+
+from __future__ import annotations
+
+import copy
+import secrets
+import time
+from typing import Any
+
+from .chat import TokenUsage
+
+Event = tuple[str, dict[str, Any]]
+
+
+def new_id(prefix: str) -> str:
+    """An id in OpenAI's style: ``resp_...``, ``msg_...``, ``fc_...``, ``call_...``."""
+    return f"{prefix}_{secrets.token_hex(12)}"
+
+
+class ResponsesEncoder:
+    """Builds one ``response`` object and its stream events. Not thread-safe; one per request."""
+
+    def __init__(self, model: str, echo: dict[str, Any]) -> None:
+        now = int(time.time())
+        self.response: dict[str, Any] = {
+            "id": new_id("resp"), "object": "response", "created_at": now, "status": "in_progress",
+            "completed_at": None, "error": None, "incomplete_details": None, "model": model, "output": [],
+            "previous_response_id": None, "reasoning": {"effort": None, "summary": None}, "store": False,
+            "usage": None, **echo,
+        }
+        self._seq = 0
+        self._open: dict[str, Any] | None = None  # the message or reasoning item being written, if any
+        self._text: list[str] = []
+
+    def _event(self, kind: str, **fields: Any) -> Event:
+        data = {"type": kind, "sequence_number": self._seq, **fields}
+        self._seq += 1
+        return kind, data
+
+    def _snapshot(self, kind: str) -> Event:
+        return self._event(kind, response=copy.deepcopy(self.response))
+
+    def start(self) -> list[Event]:
+        return [self._snapshot("response.created"), self._snapshot("response.in_progress")]
+
+    def text(self, delta: str) -> list[Event]:
+        """Output text; the first piece opens the message item and its output_text part."""
+        return self._stream(delta, "message", "response.output_text")
+
+    def reasoning(self, delta: str) -> list[Event]:
+        """The model's reasoning, as a ``reasoning`` item with one ``reasoning_text`` part."""
+        return self._stream(delta, "reasoning", "response.reasoning_text")
+
+    def _stream(self, delta: str, kind: str, event_prefix: str) -> list[Event]:
+        if not delta:
+            return []
+        events = []
+        if self._open is not None and self._open["type"] != kind:
+            events += self._close("completed")
+        if self._open is None:
+            if kind == "message":
+                item = {"id": new_id("msg"), "type": "message", "status": "in_progress", "role": "assistant",
+                        "content": []}
+            else:
+                item = {"id": new_id("rs"), "type": "reasoning", "status": "in_progress", "summary": [],
+                        "content": []}
+            self._open = item
+            self.response["output"].append(item)
+            index = len(self.response["output"]) - 1
+            events.append(self._event("response.output_item.added", output_index=index, item=copy.deepcopy(item)))
+            events.append(self._event("response.content_part.added", output_index=index, item_id=item["id"],
+                                      content_index=0, part=_part(kind, "")))
+        self._text.append(delta)
+        fields: dict[str, Any] = {"logprobs": []} if kind == "message" else {}
+        events.append(self._event(f"{event_prefix}.delta", output_index=len(self.response["output"]) - 1,
+                                  item_id=self._open["id"], content_index=0, delta=delta, **fields))
+        return events
+
+    def _close(self, status: str) -> list[Event]:
+        item, self._open = self._open, None
+        if item is None:
+            return []
+        index = self.response["output"].index(item)
+        text, self._text = "".join(self._text), []
+        part = _part(item["type"], text)
+        item["content"] = [part]
+        item["status"] = status
+        if item["type"] == "message":
+            done = self._event("response.output_text.done", output_index=index, item_id=item["id"], content_index=0,
+                               text=text, logprobs=[])
+        else:
+            done = self._event("response.reasoning_text.done", output_index=index, item_id=item["id"],
+                               content_index=0, text=text)
+        return [
+            done,
+            self._event("response.content_part.done", output_index=index, item_id=item["id"], content_index=0,
+                        part=copy.deepcopy(part)),
+            self._event("response.output_item.done", output_index=index, item=copy.deepcopy(item)),
+        ]
+
+    def tool_call(self, call_id: str, name: str, arguments: str, namespace: str | None = None) -> list[Event]:
+        """One complete function call (``arguments`` is its JSON text); closes open message text first."""
+        events = self._close("completed")
+        item = {"id": new_id("fc"), "type": "function_call", "status": "in_progress", "call_id": call_id,
+                "name": name, "arguments": ""}
+        if namespace is not None:
+            item["namespace"] = namespace
+        self.response["output"].append(item)
+        index = len(self.response["output"]) - 1
+        events.append(self._event("response.output_item.added", output_index=index, item=copy.deepcopy(item)))
+        events.append(self._event("response.function_call_arguments.delta", output_index=index, item_id=item["id"],
+                                  delta=arguments))
+        item["arguments"], item["status"] = arguments, "completed"
+        events.append(self._event("response.function_call_arguments.done", output_index=index, item_id=item["id"],
+                                  name=name, arguments=arguments))
+        events.append(self._event("response.output_item.done", output_index=index, item=copy.deepcopy(item)))
+        return events
+
+    def finish(self, usage: TokenUsage, hit_limit: bool) -> list[Event]:
+        """The last events: ``response.incomplete`` when ``max_output_tokens`` cut the output, else completed."""
+        events = self._close("incomplete" if hit_limit else "completed")
+        self.response["usage"] = {
+            "input_tokens": usage.prompt, "input_tokens_details": {"cached_tokens": usage.cached},
+            "output_tokens": usage.output, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": usage.prompt + usage.output,
+        }
+        self.response["completed_at"] = int(time.time())
+        if hit_limit:
+            self.response["status"] = "incomplete"
+            self.response["incomplete_details"] = {"reason": "max_output_tokens"}
+            return [*events, self._snapshot("response.incomplete")]
+        self.response["status"] = "completed"
+        return [*events, self._snapshot("response.completed")]
+
+    def fail(self, code: str, message: str) -> list[Event]:
+        """The stream broke after it started: an ``error`` event, then ``response.failed``."""
+        self.response["status"] = "failed"
+        self.response["error"] = {"code": code, "message": message}
+        return [self._event("error", code=code, message=message, param=None), self._snapshot("response.failed")]
+
+
+def _part(kind: str, text: str) -> dict[str, Any]:
+    """The content part of a message (``output_text``) or of a reasoning item (``reasoning_text``)."""
+    if kind == "message":
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return {"type": "reasoning_text", "text": text}

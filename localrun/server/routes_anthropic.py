@@ -1,0 +1,89 @@
+"""Anthropic's Messages API: ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``.
+
+Thin: :mod:`.anthropic_compat` converts the request, :func:`.chat.start_chat` runs it, and
+:class:`.anthropic_stream.MessageEncoder` turns the model's output events into the reply:
+Anthropic's SSE events when ``stream`` is true (with a ``ping`` every PING_INTERVAL seconds
+while a long prompt is still being read), else the final ``message``. The ``anthropic-version``
+and ``anthropic-beta`` headers are accepted and not needed; errors come in Anthropic's shape
+(the error middleware renders every error under /v1/messages that way).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from .. import errors
+from .anthropic_compat import messages_to_native, tool_use_id
+from .anthropic_stream import Event, MessageEncoder, error_event, ping
+from .chat import ChatRun, TokenUsage, count_prompt_tokens, hit_length_limit, output_events, start_chat, with_heartbeat
+from .chatparse import ContentDelta, ThinkingDelta
+from .http import EventStream, read_json
+from .keys import SERVICE
+from .middleware import anthropic_error_type
+
+PING_INTERVAL = 10.0  # seconds without output before a keep-alive ping (prefill of a long prompt)
+
+Emit = Callable[[list[Event]], Awaitable[None]]
+
+
+async def _drive(run: ChatRun, encoder: MessageEncoder, stops: tuple[str, ...], prompt_tokens: int,
+                 emit: Emit) -> None:
+    """Run the generation to its end, handing each batch of events to ``emit``."""
+    gen = run.gens[0]
+    await emit(encoder.start(prompt_tokens))
+    async for item in with_heartbeat(output_events(gen, run.turn), PING_INTERVAL):
+        if item is None:
+            await emit([ping()])
+        elif isinstance(item, ContentDelta):
+            await emit(encoder.text(item.text))
+        elif isinstance(item, ThinkingDelta):
+            await emit(encoder.thinking(item.text))
+        else:  # the parser's stable call id, in Anthropic's toolu_ form
+            await emit(encoder.tool_use(tool_use_id(item.id), item.name, item.arguments_json(), item.arguments))
+    done = gen.done
+    await emit(encoder.finish(TokenUsage.of(done), hit_length_limit(done), done.stop_string if done else None, stops))
+
+
+async def messages(request: web.Request) -> web.StreamResponse:
+    body = await read_json(request)
+    converted = messages_to_native(body)
+    service = request.app[SERVICE]
+    run = await start_chat(service, converted.call, "/v1/messages")
+    encoder = MessageEncoder(run.target.name)
+    try:
+        if not converted.call.stream:
+            async def keep(events: list[Event]) -> None:
+                return None
+
+            await _drive(run, encoder, converted.stop_sequences, 0, keep)
+            return web.json_response(encoder.message)
+        # message_start carries the prompt's size; the model is loaded now, so this is quick.
+        prompt_tokens = len(await service.tokenize(run.target, run.turn.prompt, add_special=True))
+        out = EventStream(request)
+
+        async def send(events: list[Event]) -> None:
+            for name, data in events:
+                await out.write(name, data)
+
+        try:
+            await _drive(run, encoder, converted.stop_sequences, prompt_tokens, send)
+        except errors.LocalrunError as exc:
+            run.gens[0].status = "error"
+            await send([error_event(anthropic_error_type(exc.status), exc.message)])
+        return await out.finish()
+    finally:
+        await run.close()
+
+
+async def count_tokens(request: web.Request) -> web.Response:
+    """``{"input_tokens": N}``: the size of the prompt the request would send, tools and system included."""
+    body = await read_json(request)
+    converted = messages_to_native(body, count_only=True)
+    return web.json_response({"input_tokens": await count_prompt_tokens(request.app[SERVICE], converted.call)})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/messages", messages)
+    app.router.add_post("/v1/messages/count_tokens", count_tokens)
