@@ -22,7 +22,7 @@
 #
 # Settings (environment): PY (python with localrun installed; default .venv/bin/python, else python3),
 # OUT (results folder), MODELS ("gemma qwen"), REQUESTS (per level, default 32; QUICK=1: 8),
-# SHARED (the shared folder with bench/ceiling.py and bench/build_llama_server.sh; default ../shared),
+# LCP (1: also llama-cpp-python's server; 0: only localrun and llama-server), SHARED (the shared folder with bench/ceiling.py and bench/build_llama_server.sh; default ../shared),
 # LLAMA_SERVER (binary; default: built or reused by $SHARED/bench/build_llama_server.sh, 15-25 min once).
 # Every server runs in its own process group and is stopped on exit, on error and on Ctrl-C.
 set -euo pipefail
@@ -35,6 +35,7 @@ MODELS=${MODELS:-gemma qwen}
 QUICK=${QUICK:-0}
 REQUESTS=${REQUESTS:-$([ "$QUICK" = 1 ] && echo 8 || echo 32)}
 PREFIX_REQUESTS=${PREFIX_REQUESTS:-$([ "$QUICK" = 1 ] && echo 8 || echo 16)}
+LCP=${LCP:-1}  # 0: leave out llama-cpp-python's server (no target of issue #15 is a ratio to it)
 SHARED=${SHARED:-$ROOT/../shared}
 THREADS=$(nproc)
 mkdir -p "$OUT"
@@ -45,8 +46,8 @@ if [ -z "${LLAMA_SERVER:-}" ]; then
     LLAMA_SERVER=$(bash "$SHARED/bench/build_llama_server.sh" | tail -1)/llama-server
 fi
 BIN_DIR=$(dirname "$LLAMA_SERVER")
-"$PY" -c 'import uvicorn, fastapi, sse_starlette, starlette_context, pydantic_settings' 2>/dev/null ||
-    "$PY" -m pip install -q uvicorn fastapi sse-starlette starlette-context pydantic-settings  # the [bench] extra
+[ "$LCP" = 1 ] && { "$PY" -c 'import uvicorn, fastapi, sse_starlette, starlette_context, pydantic_settings' 2>/dev/null ||
+    "$PY" -m pip install -q uvicorn fastapi sse-starlette starlette-context pydantic-settings; }  # the [bench] extra
 
 PIDS=()
 stop_servers() {  # each server runs in its own process group (setsid): stop it with its children
@@ -113,18 +114,20 @@ for MODEL_KEY in $MODELS; do
     LD_LIBRARY_PATH=$BIN_DIR setsid "$LLAMA_SERVER" -m "$MODEL_PATH" -t "$THREADS" --no-repack --host 127.0.0.1 \
         --port "$LSO_PORT" -np 1 -c 4096 >"$DIR/llama_server_np1.log" 2>&1 &
     LSO_PID=$!; PIDS+=("$LSO_PID")
-    setsid "$PY" bench/launch_llama_cpp_server.py --model "$MODEL_PATH" --host 127.0.0.1 --port "$LCP_PORT" \
-        --n_threads "$THREADS" --n_threads_batch "$THREADS" --n_ctx 4096 --interrupt_requests False \
-        >"$DIR/llama_cpp_server.log" 2>&1 &
-    LCP_PID=$!; PIDS+=("$LCP_PID")
+    if [ "$LCP" = 1 ]; then
+        setsid "$PY" bench/launch_llama_cpp_server.py --model "$MODEL_PATH" --host 127.0.0.1 --port "$LCP_PORT" \
+            --n_threads "$THREADS" --n_threads_batch "$THREADS" --n_ctx 4096 --interrupt_requests False \
+            >"$DIR/llama_cpp_server.log" 2>&1 &
+        LCP_PID=$!; PIDS+=("$LCP_PID")
+        wait_ready "http://127.0.0.1:$LCP_PORT" llama-cpp-python "$LCP_PID" "$DIR/llama_cpp_server.log"
+    fi
     wait_ready "http://127.0.0.1:$LSO_PORT" "llama-server (np=1)" "$LSO_PID" "$DIR/llama_server_np1.log"
-    wait_ready "http://127.0.0.1:$LCP_PORT" llama-cpp-python "$LCP_PID" "$DIR/llama_cpp_server.log"
 
     COMMON=(--base-url "127.0.0.1:$LR_PORT" --model "$LR_MODEL" --label localrun
             --tokenizer-url "127.0.0.1:$LR_PORT" --output-tokens 64 --timeout 600 --pause 1)
     TUNED=(--compare "127.0.0.1:$LST_PORT" --compare-label llama-server)
-    OTHERS=(--compare "127.0.0.1:$LSO_PORT" --compare-label "llama-server np=1"
-            --compare "127.0.0.1:$LCP_PORT" --compare-label llama-cpp-python)
+    OTHERS=(--compare "127.0.0.1:$LSO_PORT" --compare-label "llama-server np=1")
+    [ "$LCP" = 1 ] && OTHERS+=(--compare "127.0.0.1:$LCP_PORT" --compare-label llama-cpp-python)
     run_bench() {  # NAME ARGS...: an error or timeout makes bench exit 1; its results are still written
         local name=$1; shift
         echo "== $MODEL_KEY: $name" >&2
