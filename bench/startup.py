@@ -76,7 +76,7 @@ class Env:
     def daemon_pid(self) -> int | None:
         for proc in psutil.process_iter(["cmdline"]):
             cmd = proc.info["cmdline"] or []
-            if cmd[-2:] == ["localrun", "serve"]:
+            if cmd[1:4] == ["-m", "localrun", "serve"]:  # also the one `localrun run` starts (--log-file ...)
                 try:
                     if proc.environ().get("LOCALRUN_HOST") == self.env["LOCALRUN_HOST"]:
                         return int(proc.pid)
@@ -198,8 +198,6 @@ def main() -> int:
         switches = [localrun_switch(env) for _ in range(args.runs)]
         out["localrun switch s"] = {k: [s[k] for s in switches] for k in switches[0]}
         time.sleep(2.0)
-        # by the pid it was started with: a lookup by command line can also match the daemon's
-        # forked helper processes, and found none here once they existed
         out["daemon RSS idle after switching MB"] = rss_mb(daemon.pid)
     finally:
         env.close()
