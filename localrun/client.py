@@ -231,6 +231,10 @@ class AsyncClient:
         """Downloads under way in the daemon (whoever started them): model, status, completed, total."""
         return list((await self._request("GET", "/api/ps")).get("pulls", []))
 
+    async def upstreams(self) -> _Rows:
+        """Each upstream member's state: upstream, url, state, in_flight, requests, errors, latency_ms..."""
+        return list((await self._request("GET", "/api/ps")).get("upstreams", []))
+
     async def stop(self, model: str) -> None:
         """Unload ``model`` now (after its in-flight requests finish)."""
         await self._request("POST", "/api/generate", {"model": model, "prompt": "", "keep_alive": 0})
@@ -348,6 +352,9 @@ class Client:
 
     def pulls(self) -> _Rows:
         return list(self._request("GET", "/api/ps").get("pulls", []))
+
+    def upstreams(self) -> _Rows:
+        return list(self._request("GET", "/api/ps").get("upstreams", []))
 
     def stop(self, model: str) -> None:
         self._request("POST", "/api/generate", {"model": model, "prompt": "", "keep_alive": 0})

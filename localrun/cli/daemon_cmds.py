@@ -95,7 +95,30 @@ def ps(args: argparse.Namespace) -> int:
         except LocalrunError:  # a daemon older than /api/status
             print(f"localrun daemon at {client.base_url}")
         print(ps_table(client.ps()))
+        members = client.upstreams()
+        if members:
+            print()
+            print(upstream_table(members))
     return 0
+
+
+def upstream_table(members: list[dict[str, Any]]) -> str:
+    """One line per upstream member: its state, requests in flight, errors and time to first token."""
+    rows = [("UPSTREAM", "MEMBER", "STATE", "IN FLIGHT", "REQUESTS", "ERRORS", "FIRST TOKEN", "MODELS")]
+    for m in members:
+        latency = m.get("latency_ms")
+        state = str(m.get("state", ""))
+        if state == "cooling" and m.get("cooling_s"):
+            state = f"cooling ({m['cooling_s']:.0f} s)"
+        rows.append((str(m.get("upstream", "")), str(m.get("url", "")), state, str(m.get("in_flight", 0)),
+                     str(m.get("requests", 0)), str(m.get("errors", 0)),
+                     f"{latency:.0f} ms" if isinstance(latency, (int, float)) else "-", str(m.get("models", 0))))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["    ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    for m in members:
+        if m.get("state") == "cooling" and m.get("last_error"):
+            lines.append(f"  {m.get('url')}: {m['last_error']}")
+    return "\n".join(lines)
 
 
 def stop(args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "localrun.cli.info_cmd",
     "localrun.cli.service_cmd",
     "localrun.cli.launch_cmd",
+    "localrun.cli.upstream_cmd",
 )
 
 

@@ -193,13 +193,19 @@ def format_table(headers: list[str], rows: list[list[str]], gap: int = 4) -> str
 BASE_NOTE = "base model: completion only"
 
 
+def _upstream_row(m: dict[str, Any]) -> list[str]:
+    """A model an upstream serves (``localrun upstream``): no size or date here, where it is served instead."""
+    return [str(m["name"]), "-", "-", "-", f"upstream: {m.get('remote_host')}"]
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     """Ollama's table; a base (completion-only) model gets a note after its row's last column."""
     now = time.time()
     daemon = _daemon()
     if daemon is not None:
         with daemon:
-            rows = [[m["name"], str(m.get("digest", "")).removeprefix("sha256:")[:12], human_size(int(m.get("size", 0))),
+            rows = [_upstream_row(m) if m.get("remote_host") else
+                    [m["name"], str(m.get("digest", "")).removeprefix("sha256:")[:12], human_size(int(m.get("size", 0))),
                      human_ago(_timestamp(m.get("modified_at")), now),
                      BASE_NOTE if (m.get("details") or {}).get("base_model") else ""] for m in daemon.list()]
     else:

@@ -18,12 +18,13 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import __version__
+from .. import __version__, config
 from ..config import Settings
 from ..runtime import memory
 from ..runtime.memory import Placement
 from ..runtime.process import RunnerProcess
 from ..runtime.scheduler import Backend, LoadFn, LoadSpec, Scheduler
+from ..upstream.router import Upstreams
 from . import (routes_anthropic, routes_api, routes_daemon, routes_openai, routes_responses, routes_status,
                routes_tokens, templating)
 from .executors import Executors, run_in
@@ -91,8 +92,10 @@ def create_app(
     load_fn: LoadFn | None = None,
     scheduler: Scheduler | None = None,
     daemon: DaemonInfo | None = None,
+    upstreams: Upstreams | None = None,
 ) -> web.Application:
-    """The daemon's application; ``daemon`` describes the process serving it (default: this one, no log file)."""
+    """The daemon's application; ``daemon`` describes the process serving it (default: this one, no log file);
+    ``upstreams`` (default: LOCALRUN_UPSTREAMS and the upstreams file) the servers behind ``NAME/model``."""
     app = web.Application(middlewares=MIDDLEWARES, client_max_size=JSON_BODY_LIMIT)
     metrics = Metrics()
     executors = Executors()
@@ -120,8 +123,11 @@ def create_app(
     app[PULLS] = {}
     app[SCHEDULER] = scheduler
     app[METRICS] = metrics
+    upstreams = upstreams if upstreams is not None else Upstreams(settings.upstreams, config.upstreams_file(),
+                                                                  api_key=config.upstream_api_key)
+    metrics.watch_upstreams(upstreams.snapshot)
     app[SERVICE] = Service(store, scheduler, metrics, num_parallel=settings.num_parallel,
-                           geometry=memory.read_geometry, executors=executors)
+                           geometry=memory.read_geometry, executors=executors, upstreams=upstreams)
     app[STARTED_AT] = 0.0
     app[DAEMON] = daemon or DaemonInfo(pid=os.getpid(), started_at=time.time())
     app[SHUTDOWN] = Shutdown()
@@ -147,8 +153,10 @@ def create_app(
         templating.renderer().warm()
         await _remove_orphans(app[STORE], executors)
         app[SCHEDULER].start()
+        upstreams.start()
 
     async def on_cleanup(app: web.Application) -> None:
+        await upstreams.close()
         await app[SCHEDULER].close()
         templating.close()
         executors.shutdown()

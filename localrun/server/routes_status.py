@@ -12,7 +12,8 @@ from .. import __version__
 from ..runtime.memory import ModelGeometry
 from ..runtime.scheduler import ResidentModel, Scheduler
 from .http import iso
-from .keys import METRICS, PULLS, SCHEDULER, STARTED_AT
+from . import remote
+from .keys import METRICS, PULLS, SCHEDULER, SERVICE, STARTED_AT
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,11 @@ async def ps(request: web.Request) -> web.Response:
     scheduler = request.app[SCHEDULER]
     models = sorted(scheduler.models.values(), key=lambda m: m.name)
     pulls = sorted(request.app[PULLS].values(), key=lambda p: str(p["model"]))  # a localrun extension
-    return web.json_response({"models": [ps_entry(scheduler, m) for m in models], "pulls": pulls})
+    out: dict[str, Any] = {"models": [ps_entry(scheduler, m) for m in models], "pulls": pulls}
+    upstreams = request.app[SERVICE].upstreams
+    if upstreams is not None:  # a localrun extension: each upstream member's state
+        out["upstreams"] = [remote.ps_row(s) for s in upstreams.snapshot()]
+    return web.json_response(out)
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -22,6 +22,7 @@ from ..engine.types import DoneEvent, EmbedInput, EmbedResult, ErrorEvent, Gener
 from ..runtime.memory import ModelGeometry
 from ..runtime.resident import Phase
 from ..runtime.scheduler import DEFAULT, LoadSpec, Scheduler
+from ..upstream.router import Upstreams
 from . import templating
 from .executors import Executors, run_in
 from .metrics import Metrics
@@ -142,8 +143,11 @@ class Service:
         num_parallel: int,
         geometry: Any,
         executors: Executors | None = None,
+        upstreams: Upstreams | None = None,
     ) -> None:
+        """``upstreams``: the configured upstream servers (``NAME/model`` names), routed by ``.chat``."""
         self.store = store
+        self.upstreams = upstreams
         self.scheduler = scheduler
         self.metrics = metrics
         self.num_parallel = num_parallel
