@@ -12,7 +12,7 @@ Several URLs under one NAME form a pool.
     ollama_api.py the same for ``/api`` (pure)
     transport.py  httpx with explicit timeouts, bounded lines and bodies, redacted errors
     pool.py       members' state and the choice: healthy, affinity, least-loaded, cool-down (pure)
-    service.py    Upstreams: routing ``NAME/model``, failover before the first event, health checks
+    router.py     Upstreams: routing ``NAME/model``, failover before the first event, health checks
 
 Nothing here imports aiohttp: the server's seam (``localrun/server/remote.py``) drives it.
 Replies are the server's chat events (``ContentDelta``, ``ThinkingDelta``, ``ToolCall`` of

@@ -140,11 +140,12 @@ class StreamDecoder:
                 continue
             args = fn.get("arguments")
             if isinstance(args, str):
+                raw = args
                 try:
-                    args = json.loads(args) if args.strip() else {}
+                    args = json.loads(raw) if raw.strip() else {}
                 except ValueError:
-                    raise UpstreamError(f"the upstream's call to {fn['name']!r} has arguments that are not "
-                                        "JSON") from None
+                    events.append(ContentDelta(raw))  # a broken call is content, as chatparse has it
+                    continue
             cid = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else new_call_id()
             events.append(ToolCall(name=fn["name"], arguments=args if isinstance(args, dict) else {},
                                    index=self._calls, id=str(cid)))

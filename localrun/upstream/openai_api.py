@@ -53,6 +53,17 @@ def response_format(fmt: Format) -> dict[str, object] | None:
     return None
 
 
+def legacy_schema_body(body: Mapping[str, object]) -> dict[str, object] | None:
+    """``body`` with a ``json_schema`` response_format in the older ``{"type": "json_object", "schema": ...}``
+    form (llama-cpp-python's server knows only that one), or None when it has no schema."""
+    fmt = body.get("response_format")
+    if not isinstance(fmt, Mapping) or fmt.get("type") != "json_schema":
+        return None
+    spec = fmt.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, Mapping) else None
+    return {**body, "response_format": {"type": "json_object", "schema": schema}}
+
+
 def _arguments_text(args: object) -> str:
     return args if isinstance(args, str) else json.dumps(args if args is not None else {}, ensure_ascii=False)
 
@@ -235,9 +246,13 @@ class StreamDecoder:
                     slot["arguments"] = json.dumps(fn["arguments"])
         return events
 
-    def _flush_calls(self, below: int | None = None) -> list[ToolCall]:
-        """The calls collected so far (those with an index below ``below``), as ToolCall events."""
-        out: list[ToolCall] = []
+    def _flush_calls(self, below: int | None = None) -> list[ChatEvent]:
+        """The calls collected so far (those with an index below ``below``), as ToolCall events.
+
+        A call whose arguments are not a JSON object (cut by max_tokens) comes out as content,
+        as a local model's broken call does (chatparse).
+        """
+        out: list[ChatEvent] = []
         for index in sorted(self._calls):
             if below is not None and index >= below:
                 continue
@@ -245,10 +260,10 @@ class StreamDecoder:
             try:
                 args = json.loads(slot["arguments"]) if slot["arguments"].strip() else {}
             except ValueError:
-                raise UpstreamError(f"the upstream's call to {slot['name']!r} has arguments that are not "
-                                    "JSON") from None
+                args = None
             if not isinstance(args, dict):
-                args = {"value": args}
+                out.append(ContentDelta(slot["arguments"]))
+                continue
             out.append(ToolCall(name=slot["name"], arguments=args, index=self._emitted,
                                 id=slot["id"] or new_call_id()))
             self._emitted += 1

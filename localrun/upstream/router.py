@@ -297,7 +297,7 @@ class Upstreams:
             member.begin()
             started = self.clock()
             try:
-                reply = await self._open(pool, member, path, body, decoder, started)
+                reply = await self._open_any(pool, member, path, body, decoder, started)
             except _Retry as exc:
                 member.end()
                 self._retry(member, exc, failures)
@@ -398,6 +398,20 @@ class Upstreams:
         if status == 413:
             raise errors.PayloadTooLarge(f"{where}: {message or 'request too large'}")
         raise errors.InvalidRequest(f"{where}: {message or f'HTTP {status}'}")
+
+    async def _open_any(self, pool: Pool, member: Member, path: str, body: dict[str, object], decoder: _Decoder,
+                        started: float) -> UpstreamReply:
+        """:meth:`_open`, and once more with the older structured-output form when a /v1 server
+        refuses OpenAI's ``json_schema`` response_format (llama-cpp-python's server does)."""
+        legacy = openai_api.legacy_schema_body(body) if member.api is Api.OPENAI else None
+        try:
+            return await self._open(pool, member, path, body, decoder, started)
+        except (_Retry, errors.InvalidRequest) as exc:
+            if legacy is None or "response_format" not in str(exc):
+                raise
+            log.info("upstream %s (%s) refused a json_schema response_format; sending the schema as "
+                     "json_object's", member.spec.name, member.url)
+        return await self._open(pool, member, path, legacy, decoder, started)
 
     async def _open(self, pool: Pool, member: Member, path: str, body: dict[str, object], decoder: _Decoder,
                     started: float) -> UpstreamReply:

@@ -90,16 +90,18 @@ def check_url(raw: object) -> tuple[str, Api | None]:
     text = raw.strip()
     try:
         parts = urlsplit(text)
+        shown = f"{parts.scheme}://{parts.hostname or ''}"  # never the whole URL: it may hold a secret
         port = parts.port
     except ValueError as exc:
-        raise InvalidRequest(f"upstream URL {text!r}: {exc}") from None
+        raise InvalidRequest(f"upstream URL: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidRequest(f"upstream URL {text!r}: expected http://host[:port][/path] or https://...")
+        raise InvalidRequest(f"upstream URL {shown}...: expected http://host[:port][/path] or https://...")
     if parts.username is not None or parts.password is not None:
         raise InvalidRequest("upstream URL must not hold a user or password: put the key in an environment "
                              "variable and pass --api-key-env VAR")
     if parts.query or parts.fragment:
-        raise InvalidRequest(f"upstream URL {text!r}: no query string or fragment, please")
+        raise InvalidRequest(f"upstream URL {shown}...: no query string or fragment (a key goes in "
+                             "--api-key-env VAR)")
     path = parts.path.rstrip("/")
     api: Api | None = None
     if path.endswith("/v1"):
