@@ -25,7 +25,7 @@ from ..runtime.memory import Placement
 from ..runtime.process import RunnerProcess
 from ..runtime.scheduler import Backend, LoadFn, LoadSpec, Scheduler
 from ..upstream.router import Upstreams
-from . import (routes_anthropic, routes_api, routes_daemon, routes_openai, routes_responses, routes_status,
+from . import (remote, routes_anthropic, routes_api, routes_daemon, routes_openai, routes_responses, routes_status,
                routes_tokens, templating)
 from .executors import Executors, run_in
 from .http import JSON_BODY_LIMIT
@@ -96,7 +96,7 @@ def create_app(
 ) -> web.Application:
     """The daemon's application; ``daemon`` describes the process serving it (default: this one, no log file);
     ``upstreams`` (default: LOCALRUN_UPSTREAMS and the upstreams file) the servers behind ``NAME/model``."""
-    app = web.Application(middlewares=MIDDLEWARES, client_max_size=JSON_BODY_LIMIT)
+    app = web.Application(middlewares=[*MIDDLEWARES, remote.peer_middleware], client_max_size=JSON_BODY_LIMIT)
     metrics = Metrics()
     executors = Executors()
     if store is None:

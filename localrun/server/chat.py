@@ -64,8 +64,10 @@ class ChatRun:
 
 
 def upstream_route(service: Service, model: object) -> Route | None:
-    """The upstream ``model`` names (``NAME/model`` with NAME configured), else None: a local model."""
-    return service.upstreams.route(model) if service.upstreams is not None else None
+    """The upstream ``model`` names (``NAME/model`` with NAME configured), else None: a local model
+    (always, for a request another localrun daemon sent: :func:`.remote.upstreams_for`)."""
+    upstreams = remote.upstreams_for(service.upstreams)
+    return upstreams.route(model) if upstreams is not None else None
 
 
 async def _no_count() -> int:

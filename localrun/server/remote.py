@@ -20,21 +20,43 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any
+
+from aiohttp import web
 
 from .. import errors
 from ..engine.types import DoneEvent, EmbedInput, EmbedResult
 from ..upstream.pool import prefix_keys, text_segments
 from ..upstream.requests import ChatRequest, CompletionRequest, EmbedRequest, Format, sampling_from_options
 from ..upstream.router import MemberSnapshot, Route, Upstreams, UpstreamReply
+from ..upstream.transport import PEER_HEADER
 from .chatparse import ContentDelta
 from .metrics import Metrics
+from .middleware import Handler
 from .openai_compat import NativeCall
 from .output import Output, Piece
 from .tools import check_tool_choice
 
 log = logging.getLogger("localrun.requests")
+
+# Whether the request being handled came from another localrun daemon (transport.PEER_HEADER): then
+# this daemon's own upstreams are neither listed nor used (no loops between daemons listing each other).
+_from_peer: ContextVar[bool] = ContextVar("localrun_from_peer", default=False)
+
+
+@web.middleware
+async def peer_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Mark a request that another localrun daemon sent as one (see ``_from_peer``)."""
+    if request.headers.get(PEER_HEADER):
+        _from_peer.set(True)
+    return await handler(request)
+
+
+def upstreams_for(upstreams: Upstreams | None) -> Upstreams | None:
+    """``upstreams``, or None while handling a request another daemon sent."""
+    return None if _from_peer.get() else upstreams
 
 
 class UpstreamOutput:
@@ -107,6 +129,15 @@ async def _open_all(n: int, start: Callable[[], Awaitable[UpstreamReply]]) -> li
     return replies
 
 
+def _segments(route: Route, call: NativeCall) -> list[str]:
+    """The prefix-affinity segments of a chat: one per message, the tools (rendered into the prompt's
+    start) and the model joined to the first, so only a real shared prefix (a system prompt, an
+    earlier turn) sends a request where another one went."""
+    texts = [json.dumps(m, sort_keys=True, default=str) for m in call.messages] or [""]
+    texts[0] = json.dumps([route.model, call.tools], sort_keys=True, default=str) + texts[0]
+    return texts
+
+
 async def chat_outputs(upstreams: Upstreams, metrics: Metrics, route: Route, call: NativeCall,
                        endpoint: str) -> list[Output]:
     """Start ``call.n`` chat replies on the upstream pool of ``route``."""
@@ -115,9 +146,7 @@ async def chat_outputs(upstreams: Upstreams, metrics: Metrics, route: Route, cal
     sampling = replace(sampling_from_options(call.options), ignore_eos=call.ignore_eos, min_tokens=call.min_tokens)
     req = ChatRequest(model=route.model, messages=call.messages, tools=call.tools, tool_choice=call.tool_choice,
                       format=call.format, think=call.think, sampling=sampling)
-    segments = [json.dumps([route.model, call.tools], sort_keys=True, default=str)]
-    segments += [json.dumps(m, sort_keys=True, default=str) for m in call.messages]
-    keys = prefix_keys(segments)
+    keys = prefix_keys(_segments(route, call))
     started = time.perf_counter_ns()
     replies = await _open_all(call.n, lambda: upstreams.chat(route, req, keys))
     return [UpstreamOutput(r, route, endpoint, metrics, started) for r in replies]
@@ -134,7 +163,8 @@ async def completion_outputs(upstreams: Upstreams, metrics: Metrics, route: Rout
     try:
         for prompt in call.prompts:
             req = CompletionRequest(model=route.model, prompt=prompt, suffix=suffix, format=fmt, sampling=sampling)
-            keys = prefix_keys([route.model, *text_segments(prompt)])
+            pieces = text_segments(prompt)
+            keys = prefix_keys([route.model + pieces[0], *pieces[1:]])
             replies = await _open_all(call.n, functools.partial(upstreams.complete, route, req, keys))
             outputs.extend(UpstreamOutput(r, route, endpoint, metrics, started) for r in replies)
     except BaseException:

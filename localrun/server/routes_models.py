@@ -86,7 +86,7 @@ async def tags(request: web.Request) -> web.Response:
         return [tag_entry(i, store) for i in store.list()]
 
     models = await run_in(request.app[EXECUTORS].store, listing)
-    upstreams = request.app[SERVICE].upstreams
+    upstreams = remote.upstreams_for(request.app[SERVICE].upstreams)
     if upstreams is not None:  # NAME/model rows, with Ollama's remote_model / remote_host fields
         models += await remote.tag_entries(upstreams)
     return web.json_response({"models": models})

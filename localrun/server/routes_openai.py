@@ -218,7 +218,7 @@ def _store_models(request: web.Request) -> list[tuple[str, int]]:
 
 async def models(request: web.Request) -> web.Response:
     data = [oc.model_object(name, ts) for name, ts in _store_models(request)]
-    upstreams = request.app[SERVICE].upstreams
+    upstreams = remote.upstreams_for(request.app[SERVICE].upstreams)
     if upstreams is not None:
         data += [oc.model_object(row["name"], 0) for row in await remote.tag_entries(upstreams)]
     return web.json_response({"object": "list", "data": data})

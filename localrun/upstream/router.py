@@ -24,7 +24,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -226,8 +226,6 @@ class Upstreams:
         """Start a chat reply on the best member serving ``route.model`` (failover before its first event)."""
 
         def build(member: Member, model: str) -> tuple[str, dict[str, object], _Decoder]:
-            from dataclasses import replace
-
             r = replace(req, model=model)
             if member.api is Api.OLLAMA:
                 return ollama_api.CHAT_PATH, ollama_api.chat_body(r), ollama_api.StreamDecoder()
@@ -239,8 +237,6 @@ class Upstreams:
         """Start a raw-prompt completion (``/v1/completions`` or ``/api/generate`` with raw)."""
 
         def build(member: Member, model: str) -> tuple[str, dict[str, object], _Decoder]:
-            from dataclasses import replace
-
             r = replace(req, model=model)
             if member.api is Api.OLLAMA:
                 return ollama_api.GENERATE_PATH, ollama_api.generate_body(r), ollama_api.StreamDecoder()
@@ -252,16 +248,11 @@ class Upstreams:
         """Embeddings from the best member (failover on connection errors and 5xx, like replies)."""
         pool = self._pool(route)
         failures: list[str] = []
-        for member in self._candidates(pool, route):
-            if not await self._ready(member, failures):
-                continue
-            model = member.serves(route.model) or route.model
-            from dataclasses import replace
-
-            r = replace(req, model=model)
+        tried: set[str] = set()
+        while (member := await self._next(pool, route, (), tried, failures)) is not None:
+            r = replace(req, model=member.serves(route.model) or route.model)
             path, body = ((ollama_api.EMBED_PATH, ollama_api.embed_body(r)) if member.api is Api.OLLAMA
                           else (openai_api.EMBED_PATH, openai_api.embed_body(r)))
-            member.begin()
             started = self.clock()
             try:
                 response = await self._send(member, path, body)
@@ -275,9 +266,7 @@ class Upstreams:
                 self._retry(member, exc, failures)
                 continue
             except (httpx.HTTPError, errors.UpstreamError) as exc:
-                reason = self.describe(member, exc)
-                member.failed(self.clock(), reason)
-                failures.append(f"{member.url}: {reason}")
+                self._retry(member, _Retry(self.describe(member, exc)), failures)
                 continue
             finally:
                 member.end()
@@ -289,12 +278,9 @@ class Upstreams:
                      keys: Sequence[bytes]) -> UpstreamReply:
         pool = self._pool(route)
         failures: list[str] = []
-        for member in self._candidates(pool, route, keys):
-            if not await self._ready(member, failures):
-                continue
-            model = member.serves(route.model) or route.model
-            path, body, decoder = build(member, model)
-            member.begin()
+        tried: set[str] = set()
+        while (member := await self._next(pool, route, keys, tried, failures)) is not None:
+            path, body, decoder = build(member, member.serves(route.model) or route.model)
             started = self.clock()
             try:
                 reply = await self._open_any(pool, member, path, body, decoder, started)
@@ -316,23 +302,28 @@ class Upstreams:
             raise errors.ModelNotFound(f"no upstream named {route.upstream!r} is configured")
         return pool
 
-    def _candidates(self, pool: Pool, route: Route, keys: Sequence[bytes] = ()) -> list[Member]:
-        ranked = pool.order(route.model, self.clock(), keys)
-        if not ranked:
+    async def _next(self, pool: Pool, route: Route, keys: Sequence[bytes], tried: set[str],
+                    failures: list[str]) -> Member | None:
+        """The best member not tried yet, already counted in flight (``begin``); None when every
+        member was tried. Members whose API is not known yet are checked first, so that choosing
+        and ``begin`` happen with no await between them (concurrent requests see each other's load)."""
+        if not pool.serving(route.model):
             served = ", ".join(pool.models()[:20]) or "nothing listed yet"
             raise errors.ModelNotFound(f"model {route.model!r} is not served by upstream {pool.name} "
                                        f"(it serves: {served})")
-        return ranked
-
-    async def _ready(self, member: Member, failures: list[str]) -> bool:
-        """Whether ``member`` may be asked: its API is known (checked now when it is not)."""
-        if member.api is not None:
-            return True
-        await self.check(member)
-        if member.api is None:
-            failures.append(f"{member.url}: {member.last_error or 'no answer'}")
-            return False
-        return True
+        unknown = [m for m in pool.serving(route.model) if m.api is None and m.url not in tried]
+        if unknown:
+            await asyncio.gather(*(self.check(m) for m in unknown))
+            for m in unknown:
+                if m.api is None:
+                    tried.add(m.url)
+                    failures.append(f"{m.url}: {m.last_error or 'no answer'}")
+        for member in pool.order(route.model, self.clock(), keys):
+            if member.url not in tried and member.api is not None:
+                tried.add(member.url)
+                member.begin()
+                return member
+        return None
 
     def _retry(self, member: Member, exc: _Retry, failures: list[str]) -> None:
         failures.append(f"{member.url}: {exc.reason}")

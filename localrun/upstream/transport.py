@@ -21,7 +21,7 @@ from ..errors import UpstreamError
 # (a long prompt's prefill on a busy server comes before the first one); pool: waiting for a
 # connection slot of our own client.
 REQUEST_TIMEOUT = httpx.Timeout(connect=5.0, read=300.0, write=30.0, pool=30.0)
-PROBE_TIMEOUT = httpx.Timeout(3.0)  # health checks and model lists
+PROBE_TIMEOUT = httpx.Timeout(10.0, connect=3.0)  # health checks and model lists (a busy server answers late)
 MAX_LINE_BYTES = 4 << 20
 MAX_REPLY_BYTES = 64 << 20
 MAX_JSON_BYTES = 64 << 20
@@ -36,8 +36,15 @@ def new_client(transport: httpx.AsyncBaseTransport | None = None) -> httpx.Async
                              follow_redirects=False)
 
 
+# Sent with every request to an upstream. A localrun daemon receiving it serves that request from its
+# own models only (no upstream of its own is listed or used): two daemons that list each other, or
+# one that lists itself, cannot send a request around in a loop.
+PEER_HEADER = "X-Localrun-Peer"
+
+
 def request_headers(api_key: str | None) -> dict[str, str]:
-    headers = {"User-Agent": f"localrun/{__version__}", "Accept": "application/json, text/event-stream"}
+    headers = {"User-Agent": f"localrun/{__version__}", "Accept": "application/json, text/event-stream",
+               PEER_HEADER: "1"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     return headers
