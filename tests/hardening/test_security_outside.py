@@ -50,7 +50,8 @@ BAD_AUTH: list[dict[str, str]] = [
     {}, {"Authorization": "Bearer wrong"}, {"Authorization": "Bearer"}, {"Authorization": "Bearer  x"},
     {"Authorization": KEY}, {"Authorization": f"Basic {KEY}"}, {"Authorization": f"Bearer {KEY.upper()}"},
     {"Authorization": f"Bearer {KEY[:-1]}"}, {"Authorization": f"Bearer {KEY}x"},
-    {"Authorization": f"Bearer {KEY} {KEY}"}, {"X-Api-Key": KEY}, {"Cookie": f"key={KEY}"},
+    # x-api-key: KEY is a valid credential (Anthropic's SDKs send it, issue #14); a wrong one is not.
+    {"Authorization": f"Bearer {KEY} {KEY}"}, {"X-Api-Key": "wrong"}, {"X-Api-Key": KEY[:-1]}, {"Cookie": f"key={KEY}"},
 ]
 
 
