@@ -119,6 +119,7 @@ class BuildInfo:
     supports_gpu_offload: bool
     backends: tuple[str, ...]
     lib_dir: str
+    supports_rpc: bool = False  # built with -DGGML_RPC=on (LOCALRUN_RPC_SERVERS can work)
 
     @property
     def gpu_backends(self) -> tuple[str, ...]:
@@ -267,6 +268,7 @@ class _Ggml:
             supports_gpu_offload=bool(lc.llama_supports_gpu_offload()),
             backends=tuple(self.backends()),
             lib_dir=str(self.lib_dir),
+            supports_rpc=bool(lc.llama_supports_rpc()),
         )
 
 

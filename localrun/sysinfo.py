@@ -109,7 +109,7 @@ def _settings(errors: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, get in (("host", lambda: config.host().url), ("num_parallel", config.num_parallel),
                      ("max_loaded_models", config.max_loaded_models), ("keep_alive_s", config.keep_alive),
-                     ("log_dir", lambda: str(config.log_dir()))):
+                     ("log_dir", lambda: str(config.log_dir())), ("rpc_servers", lambda: list(config.rpc_servers()))):
         try:
             out[key] = get()
         except LocalrunError as exc:
@@ -160,6 +160,7 @@ def collect_info(
             "gpu_backends": list(gpu_backends),
             "registered_backends": list(build.backends) if build else [],
             "supports_gpu_offload": build.supports_gpu_offload if build else False,
+            "supports_rpc": build.supports_rpc if build else False,
         },
         "devices": [d.to_dict() for d in devices],
         "host_gpus": [g.to_dict() for g in gpus],

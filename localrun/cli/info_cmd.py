@@ -32,6 +32,14 @@ def _size(n: int | None) -> str:
     return f"{n:.1f} GiB"
 
 
+def _rpc(build: dict[str, Any], settings: dict[str, Any]) -> str:
+    """Whether this build has llama.cpp's RPC backend, and the workers LOCALRUN_RPC_SERVERS names."""
+    workers = ", ".join(settings.get("rpc_servers") or [])
+    if not build.get("supports_rpc"):
+        return "not in this build" + (f" (LOCALRUN_RPC_SERVERS={workers} cannot work)" if workers else "")
+    return f"yes; layers split over {workers} (LOCALRUN_RPC_SERVERS)" if workers else "yes; no workers set"
+
+
 def render(info: dict[str, Any]) -> str:
     """The human-readable report (sections of aligned ``key: value`` lines)."""
     lines: list[str] = []
@@ -53,6 +61,7 @@ def render(info: dict[str, Any]) -> str:
         ("build backend", build.get("backend") or "unknown"),
         ("registered", ", ".join(build.get("registered_backends") or []) or "-"),
         ("GPU offload", "yes" if build.get("supports_gpu_offload") else "no"),
+        ("RPC", _rpc(build, info.get("settings") or {})),
     ])
     rows = [(d["name"], f"{d['kind'].upper():5} {_size(d['free_bytes'])} free of {_size(d['total_bytes'])}"
              f"  {d.get('description', '')}") for d in info["devices"]]

@@ -130,6 +130,7 @@ class Engine:
             n_swa=n_swa, generation=generation, prefix_cache=generation and not recurrent,
             gpu_layers=report.gpu_layers, offload_layers=report.total_layers,
             gpu_buffer_bytes=report.gpu_bytes, cpu_buffer_bytes=report.cpu_bytes,
+            buffer_bytes=dict(report.buffers), rpc_servers=options.rpc_servers,
         )
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         if generation:

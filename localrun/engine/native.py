@@ -25,6 +25,7 @@ import llama_cpp as lc
 import numpy as np
 
 from ..errors import EngineError, InvalidModelFile
+from . import rpc
 from .types import LoadOptions
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,7 @@ def load_model(path: str, options: LoadOptions) -> lc.llama_model_p:
     """
     check_gguf(path)
     init_backend()
+    rpc.add_servers(options.rpc_servers)  # before the load: devices are chosen from those registered
     params = lc.llama_model_default_params()
     params.use_extra_bufts = False  # AMX repacked buffers SIGSEGV under this VM (ENGINE_NOTES.md)
     params.use_mmap = options.use_mmap

@@ -25,6 +25,9 @@ class LoadOptions:
     num_parallel: int = 4        # sequence slots (LOCALRUN_NUM_PARALLEL)
     adapter: str | None = None   # path to a LoRA adapter GGUF
     embedding: bool = False      # load for embeddings (pooling) instead of generation
+    # llama.cpp RPC workers (host:port) the layers are spread over: LOCALRUN_RPC_SERVERS, set by the
+    # daemon for every load, never by a request (engine/rpc.py)
+    rpc_servers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,3 +183,5 @@ class ModelInfo:
     offload_layers: int = 0        # offloadable layers in all (n_layer + 1 for the output layer)
     gpu_buffer_bytes: int = 0      # weights in GPU buffers
     cpu_buffer_bytes: int = 0      # weights in host buffers
+    buffer_bytes: dict[str, int] = field(default_factory=dict)  # weights per llama.cpp buffer (CPU_Mapped, RPC0[h:p]...)
+    rpc_servers: tuple[str, ...] = ()  # RPC workers the model was loaded with

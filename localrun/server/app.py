@@ -38,16 +38,23 @@ from .service import Service
 log = logging.getLogger(__name__)
 
 
-def runner_load_fn(factory: str | None = None, env: Mapping[str, str] | None = None) -> LoadFn:
+def runner_load_fn(factory: str | None = None, env: Mapping[str, str] | None = None,
+                   rpc_servers: tuple[str, ...] = ()) -> LoadFn:
     """A scheduler ``load_fn`` that starts one runner process per model.
 
     ``factory`` ("module:callable") replaces the engine class inside the runner (tests).
+    ``rpc_servers`` (LOCALRUN_RPC_SERVERS) go with every load; with them, and no ``num_gpu`` asked
+    for, every layer is offloaded: llama.cpp spreads them over the RPC workers (and local GPUs).
     """
 
     async def load(spec: LoadSpec, placement: Placement) -> Backend:
         from dataclasses import replace
 
         options = spec.options
+        if rpc_servers:
+            options = replace(options, rpc_servers=rpc_servers)
+            if options.num_gpu is None:
+                options = replace(options, num_gpu=placement.total_layers)
         if options.num_gpu is None:
             options = replace(options, num_gpu=placement.gpu_layers)
         return await RunnerProcess.start(
@@ -104,7 +111,8 @@ def create_app(
     if scheduler is None:
         scheduler = Scheduler(
             # LOCALRUN_RUNNER_FACTORY ("module:callable") swaps the engine inside runners: a test seam.
-            load_fn or runner_load_fn(os.environ.get("LOCALRUN_RUNNER_FACTORY") or None),
+            load_fn or runner_load_fn(os.environ.get("LOCALRUN_RUNNER_FACTORY") or None,
+                                      rpc_servers=settings.rpc_servers),
             probe=_probe_devices(executors),
             geometry=memory.read_geometry,
             max_loaded=settings.max_loaded_models,
