@@ -7,6 +7,7 @@ ollama, openai and anthropic clients talk to the real app in front of them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -18,13 +19,12 @@ import openai
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from daemon_helpers import DictStore
 
+from localrun.config import load_settings
 from localrun.server.app import create_app
 from localrun.upstream.router import Upstreams
 from localrun.upstream.spec import make_spec
-
-from conftest import make_settings
-from daemon_helpers import DictStore
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -111,7 +111,7 @@ async def front(tiny_gguf: Any, monkeypatch: pytest.MonkeyPatch) -> AsyncIterato
     specs = [make_spec("gpu", str(servers[0].make_url("/v1")), api_key_env="GPU_KEY"),
              make_spec("old", str(servers[1].make_url("/")).rstrip("/"))]
     upstreams = Upstreams(specs, None)
-    app = create_app(make_settings(api_key=CLIENT_KEY), store=DictStore({"tiny": tiny_gguf}), upstreams=upstreams)
+    app = create_app(dataclasses.replace(load_settings(), api_key=CLIENT_KEY), store=DictStore({"tiny": tiny_gguf}), upstreams=upstreams)
     client = TestClient(TestServer(app, host="127.0.0.1", handler_cancellation=True))
     await client.start_server()
     yield client, v1, api
