@@ -15,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..sysinfo import collect_info
+    from ..hardware.sysinfo import collect_info
 
     info = collect_info()
     print(json.dumps(info, indent=2) if args.json else render(info))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..engine.types import LoadOptions
-from .memory import Device, MemoryEstimate, Placement
+from ..hardware.memory import Device, MemoryEstimate, Placement
 
 DEFAULT: Any = object()
 """Sentinel for ``acquire(keep_alive=DEFAULT)``: use the server's default keep-alive."""

@@ -37,7 +37,7 @@ from typing import Any
 
 from .. import errors
 from ..engine.types import LoadOptions
-from .memory import Device, MemoryEstimate, ModelGeometry, Placement, estimate, human_bytes, place, reconcile
+from ..hardware.memory import Device, MemoryEstimate, ModelGeometry, Placement, estimate, human_bytes, place, reconcile
 from .resident import (  # re-exported: the scheduler's public vocabulary
     DEFAULT,
     Backend,

@@ -20,8 +20,8 @@ from aiohttp import web
 
 from .. import __version__
 from ..config import Settings
-from ..runtime import memory
-from ..runtime.memory import Placement
+from ..hardware import memory
+from ..hardware.memory import Placement
 from ..runtime.process import RunnerProcess
 from ..runtime.scheduler import Backend, LoadFn, LoadSpec, Scheduler
 from . import (routes_anthropic, routes_api, routes_daemon, routes_openai, routes_responses, routes_status,

@@ -1,7 +1,7 @@
 """Partial offload: the layers llama.cpp places on the GPU are the ones plan_offload said it would.
 
 The model is loaded with llama.cpp's low-level API and its load log (the ``load_tensors:`` lines,
-some at DEBUG level) is read back with :func:`localrun.offload.parse_load_report`: the same path the
+some at DEBUG level) is read back with :func:`localrun.hardware.placement.parse_load_report`: the same path the
 engine uses to report the processor split in ``/api/ps``.
 
 ``@pytest.mark.gpu`` tests need a GPU build of llama-cpp-python and a GPU; they are skipped
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from localrun import devices
-from localrun.devices import LoadReport, parse_load_report, plan_offload
+from localrun.hardware import devices
+from localrun.hardware.devices import LoadReport, parse_load_report, plan_offload
 from tinymodel import write_tiny_gguf
 
 llama_cpp = pytest.importorskip("llama_cpp")

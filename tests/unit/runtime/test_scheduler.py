@@ -9,7 +9,7 @@ import pytest
 
 from localrun import errors
 from localrun.engine.types import LoadOptions
-from localrun.runtime.memory import GiB, MiB, Device, ModelGeometry, Placement
+from localrun.hardware.memory import GiB, MiB, Device, ModelGeometry, Placement
 from localrun.runtime.scheduler import LoadSpec, Scheduler
 
 

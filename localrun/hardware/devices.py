@@ -38,8 +38,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from .errors import EngineError
-from .offload import LoadReport, OffloadPlan, parse_load_report, plan_offload, processor_split
+from ..errors import EngineError
+from .placement import LoadReport, OffloadPlan, parse_load_report, plan_offload, processor_split
 
 __all__ = [
     "BuildInfo", "Device", "DeviceKind", "DeviceProbe", "FakeProbe", "GgmlProbe", "LoadReport",
@@ -89,7 +89,7 @@ class Device:
     def is_igpu(self) -> bool:
         return self.kind is DeviceKind.IGPU
 
-    # Short names used by runtime.memory.system_devices.
+    # Short names used by hardware.memory.system_devices.
     @property
     def total(self) -> int:
         return self.total_bytes
@@ -296,7 +296,7 @@ def _native_report_in_process() -> NativeReport:
     return NativeReport(build=native.build(), devices=tuple(native.devices()))
 
 
-_CHILD = "from localrun.devices import _print_report; _print_report()"
+_CHILD = "from localrun.hardware.devices import _print_report; _print_report()"
 _MARK = "LOCALRUN_DEVICES "
 
 

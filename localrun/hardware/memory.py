@@ -92,7 +92,7 @@ class Placement:
 
     def processor(self) -> str:
         """Ollama's PROCESSOR column: ``100% CPU``, ``100% GPU`` or ``48%/52% CPU/GPU``."""
-        from ..offload import processor_split
+        from .placement import processor_split
 
         return processor_split(self.ram, self.vram, self.gpu_layers, self.total_layers)
 
@@ -151,7 +151,7 @@ def place(est: MemoryEstimate, options: LoadOptions, gpus: list[Device]) -> Plac
     """Choose how many layers to offload with :func:`localrun.offload.plan_offload` (llama.cpp's rules):
     ``num_gpu`` when given, else as many as fit in each GPU's free memory (minus a reserve).
     """
-    from ..offload import plan_offload
+    from .placement import plan_offload
 
     n = max(1, est.n_layer)
     per_layer = est.weights // (n + 2)  # n blocks + token embeddings (CPU) + output layer
@@ -176,7 +176,7 @@ def system_devices() -> tuple[int, list[Device]]:
     free_ram = int(psutil.virtual_memory().available)
     gpus: list[Device] = []
     try:
-        from .. import devices as devmod
+        from . import devices as devmod
     except ImportError:
         return free_ram, gpus
     try:
@@ -197,7 +197,7 @@ def system_devices() -> tuple[int, list[Device]]:
 def devices_changed() -> None:
     """Tell the device probe that free memory changed (a model loaded or unloaded)."""
     try:
-        from .. import devices as devmod
+        from . import devices as devmod
     except ImportError:
         return
     invalidate = getattr(devmod, "invalidate", None)

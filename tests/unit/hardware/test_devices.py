@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from localrun import devices
-from localrun.devices import (
+from localrun.hardware import devices
+from localrun.hardware.devices import (
     Device, DeviceKind, FakeProbe, SubprocessProbe, cpu_device, fake_gpu, parse_load_report, plan_offload,
 )
 from localrun.errors import EngineError
-from localrun.offload import DEFAULT_RESERVE
+from localrun.hardware.placement import DEFAULT_RESERVE
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -31,7 +31,7 @@ def test_device_round_trips_through_json_dict() -> None:
     gpu = fake_gpu(8, free_gib=6)
     assert Device.from_dict(gpu.to_dict()) == gpu
     assert gpu.to_dict()["kind"] == "gpu"
-    assert (gpu.total, gpu.free) == (8 * GiB, 6 * GiB)  # the short names runtime.memory reads
+    assert (gpu.total, gpu.free) == (8 * GiB, 6 * GiB)  # the short names hardware.memory reads
     assert gpu.is_gpu and not gpu.is_igpu and not cpu_device().is_gpu
 
 
