@@ -1,6 +1,6 @@
 """What the terminal UI needs from the daemon, and the adapter onto :mod:`localrun.client`.
 
-The UI is written against :class:`Backend` (a Protocol), so tests drive it with a fake and the
+The UI is written against :class:`DaemonApi` (a Protocol), so tests drive it with a fake and the
 real thing is :class:`ClientBackend`, a thin adapter over :class:`localrun.client.AsyncClient`.
 Streams yield the daemon's NDJSON chunks as dicts (Ollama's shapes): chat chunks carry
 ``message.content``; the last one has ``done: true`` and the timing fields in nanoseconds.
@@ -20,7 +20,7 @@ from ..client import AsyncClient
 Rows = list[dict[str, Any]]
 
 
-class Backend(Protocol):
+class DaemonApi(Protocol):
     base_url: str
 
     def chat(self, model: str, messages: Rows, **fields: Any) -> AsyncIterator[dict[str, Any]]:
@@ -53,7 +53,7 @@ class Backend(Protocol):
 
 
 class ClientBackend:
-    """:class:`Backend` over :class:`localrun.client.AsyncClient` (created lazily, on the UI's loop)."""
+    """:class:`DaemonApi` over :class:`localrun.client.AsyncClient` (created lazily, on the UI's loop)."""
 
     def __init__(self, client: AsyncClient | None = None, base_url: str | None = None) -> None:
         self._client = client if client is not None else AsyncClient(base_url)
