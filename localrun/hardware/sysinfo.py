@@ -3,7 +3,7 @@
 :func:`collect_info` returns a plain JSON-ready dict (the daemon serves it as is; the CLI prints it).
 It never raises for a missing or broken llama.cpp: problems go into ``errors`` and the rest is still
 reported. It takes about 0.3 s on a CPU-only machine (a child process probes the devices, see
-:mod:`localrun.devices`), longer the first time a GPU driver initialises; callers in the daemon should
+:mod:`localrun.hardware.devices`), longer the first time a GPU driver initialises; callers in the daemon should
 run it in a thread.
 
 Keys: ``localrun`` (version, python, platform), ``llama_cpp`` (versions, commit, system_info, library

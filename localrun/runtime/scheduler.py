@@ -37,7 +37,9 @@ from typing import Any
 
 from .. import errors
 from ..engine.types import LoadOptions
-from ..hardware.memory import Device, MemoryEstimate, ModelGeometry, Placement, estimate, human_bytes, place, reconcile
+from ..hardware.devices import Device
+from ..hardware.memory import MemoryEstimate, ModelGeometry, estimate, human_bytes, place, reconcile
+from ..hardware.placement import Placement
 from .resident import (  # re-exported: the scheduler's public vocabulary
     DEFAULT,
     Backend,
@@ -357,7 +359,7 @@ class Scheduler:
         for m in evict:
             for name, size in m.placement.vram_by_device:
                 freed_vram[name] = freed_vram.get(name, 0) + size
-        gpus = [dataclasses.replace(g, free=g.free + freed_vram.get(g.name, 0)) for g in gpus]
+        gpus = [dataclasses.replace(g, free_bytes=g.free_bytes + freed_vram.get(g.name, 0)) for g in gpus]
         placement = place(est, spec.options, gpus)
         if placement.ram > free_ram:
             return None

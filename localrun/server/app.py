@@ -21,7 +21,8 @@ from aiohttp import web
 from .. import __version__
 from ..config import Settings
 from ..hardware import memory
-from ..hardware.memory import Placement
+from ..hardware.devices import Device
+from ..hardware.placement import Placement
 from ..runtime.process import RunnerProcess
 from ..runtime.scheduler import Backend, LoadFn, LoadSpec, Scheduler
 from . import (routes_anthropic, routes_api, routes_daemon, routes_openai, routes_responses, routes_status,
@@ -57,7 +58,7 @@ def runner_load_fn(factory: str | None = None, env: Mapping[str, str] | None = N
 
 
 def _probe_devices(executors: Executors) -> Any:
-    async def probe() -> tuple[int, list[memory.Device]]:
+    async def probe() -> tuple[int, list[Device]]:
         # May start a probe process: off the loop, on its own thread so a slow probe delays no store call.
         return await run_in(executors.probe, memory.system_devices)
 
