@@ -134,12 +134,3 @@ def system_devices() -> tuple[int, list[Device]]:
 def devices_changed() -> None:
     """Tell the device probe that free memory changed (a model loaded or unloaded)."""
     devices.invalidate()
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"
-

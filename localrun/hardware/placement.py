@@ -35,6 +35,7 @@ import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ..fmt import processor_split
 from .devices import Device
 
 MiB = 1024 * 1024
@@ -70,19 +71,6 @@ class Placement:
     def processor(self) -> str:
         """Ollama's PROCESSOR column: ``100% CPU``, ``100% GPU`` or ``48%/52% CPU/GPU`` (by bytes)."""
         return processor_split(self.ram, self.vram, self.gpu_layers, self.total_layers)
-
-
-def processor_split(cpu_bytes: int, gpu_bytes: int, gpu_layers: int, total_layers: int) -> str:
-    """``100% CPU`` when nothing is offloaded, ``100% GPU`` when every layer is, else the byte split.
-
-    A partial offload never reads ``100%/0%``: the shares are kept between 1% and 99%.
-    """
-    if gpu_layers <= 0 or gpu_bytes <= 0:
-        return "100% CPU"
-    if gpu_layers >= total_layers:
-        return "100% GPU"
-    gpu_pct = min(99, max(1, round(100 * gpu_bytes / max(1, cpu_bytes + gpu_bytes))))
-    return f"{100 - gpu_pct}%/{gpu_pct}% CPU/GPU"
 
 
 def offload_targets(devices: Iterable[Device]) -> list[Device]:

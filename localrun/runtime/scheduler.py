@@ -38,7 +38,8 @@ from typing import Any
 from .. import errors
 from ..engine.types import LoadOptions
 from ..hardware.devices import Device
-from ..hardware.memory import MemoryEstimate, ModelGeometry, estimate, human_bytes, place, reconcile
+from ..fmt import human_bytes
+from ..hardware.memory import MemoryEstimate, ModelGeometry, estimate, place, reconcile
 from ..hardware.placement import Placement
 from .resident import (  # re-exported: the scheduler's public vocabulary
     DEFAULT,

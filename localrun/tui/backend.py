@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..client import AsyncClient
+from ..fmt import format_seconds
 
 # The daemon's JSON objects, as the client returns them (``list`` is a method name below).
 Rows = list[dict[str, Any]]
@@ -174,15 +175,3 @@ class ReplyStats:
         if self.ttft_s is not None:
             rows.insert(1, ("time to first token", format_seconds(self.ttft_s)))
         return [f"{name + ':':<22}{value}" for name, value in rows]
-
-
-def format_seconds(seconds: float) -> str:
-    """``850µs``, ``120ms``, ``1.53s``, ``2m05s``: compact, like Go's durations."""
-    if seconds < 0.001:
-        return f"{seconds * 1e6:.0f}µs"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.2f}s"
-    minutes, rest = divmod(int(seconds), 60)
-    return f"{minutes}m{rest:02d}s"

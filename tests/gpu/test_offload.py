@@ -20,7 +20,8 @@ import pytest
 
 from localrun.hardware import devices
 from localrun.engine.load_report import LoadReport, parse_load_report
-from localrun.hardware.placement import Placement, plan_offload, processor_split
+from localrun.fmt import processor_split
+from localrun.hardware.placement import Placement, plan_offload
 from tinymodel import write_tiny_gguf
 
 llama_cpp = pytest.importorskip("llama_cpp")
