@@ -111,7 +111,6 @@ class Scheduler:
         self._expired: deque[tuple[ResidentModel, str]] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.loading: str | None = None
         # Busy models the head of the queue waits to evict: new requests for them queue behind it
         # instead of taking the fast path, so a waiting load is not starved by a steady stream.
         self._blocked_by: set[str] = set()
@@ -370,7 +369,6 @@ class Scheduler:
 
     async def _load(self, req: _Pending, est: MemoryEstimate, placement: Placement, reason: str) -> None:
         spec = req.spec
-        self.loading = spec.name
         started = time.perf_counter_ns()
         log.info(
             "loading %s: num_ctx=%d num_parallel=%d size=%s processor=%s",
@@ -392,8 +390,6 @@ class Scheduler:
             if not req.future.done():
                 req.future.set_exception(exc if isinstance(exc, errors.LocalrunError) else errors.EngineError(str(exc)))
             return
-        finally:
-            self.loading = None
         load_ns = time.perf_counter_ns() - started
         reported = reconcile(placement, getattr(backend, "info", None))
         if reported != placement:

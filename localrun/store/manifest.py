@@ -40,7 +40,6 @@ SYSTEM = _PREFIX + "system"
 PARAMS = _PREFIX + "params"
 LICENSE = _PREFIX + "license"
 MESSAGES = _PREFIX + "messages"
-LAYER_TYPES = (MODEL, ADAPTER, TEMPLATE, SYSTEM, PARAMS, LICENSE, MESSAGES)
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,6 +75,3 @@ def full_name(name: str) -> str:
     """``tiny`` -> ``tiny:latest`` (the tag Ollama adds), lower-cased: names that mean the same model."""
     return (name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest").lower()
 
-
-def model_names(models: list[dict[str, Any]]) -> list[str]:
-    return sorted(str(m.get("name") or m.get("model") or "") for m in models if m.get("name") or m.get("model"))

@@ -29,7 +29,6 @@ class MetricsSnapshot:
     kv_used: dict[str, float] = field(default_factory=dict)
     kv_total: dict[str, float] = field(default_factory=dict)
     active: dict[str, float] = field(default_factory=dict)
-    generated_by_model: dict[str, float] = field(default_factory=dict)
     # Tokens streamed so far, counted as they go out (first-token + inter-token histogram
     # counts): live during a long reply, where the generated-tokens counter moves only at the end.
     streamed_tokens: float = 0.0
@@ -62,8 +61,6 @@ def parse_metrics(text: str, at: float) -> MetricsSnapshot:
             elif base in ("localrun_generated_tokens", "localrun_prompt_tokens",
                           "localrun_prefix_cache_hit_tokens") and name.endswith("_total"):
                 counters[base] += value
-                if base == "localrun_generated_tokens" and "model" in labels:
-                    by_model["generated"][labels["model"]] = by_model["generated"].get(labels["model"], 0) + value
             elif name in ("localrun_time_to_first_token_seconds_count",
                           "localrun_inter_token_latency_seconds_count"):
                 counters["streamed"] += value
@@ -81,7 +78,6 @@ def parse_metrics(text: str, at: float) -> MetricsSnapshot:
         kv_used=dict(by_model["localrun_kv_cache_used_cells"]),
         kv_total=dict(by_model["localrun_kv_cache_cells"]),
         active=dict(by_model["localrun_active_requests"]),
-        generated_by_model=dict(by_model["generated"]),
         streamed_tokens=counters["streamed"],
     )
 
