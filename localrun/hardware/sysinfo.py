@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__, config
+from ..errors import LocalrunError
 from . import hostgpu
 from .devices import NativeReport, probe_native, with_current_ram
-from ..errors import LocalrunError
 
 # CPU flags worth showing (Linux /proc/cpuinfo names); AMX is the one with a workaround.
 _FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16",
