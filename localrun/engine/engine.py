@@ -19,7 +19,7 @@ import llama_cpp as lc
 
 from .. import config
 from ..errors import ContextOverflow, EngineError, InvalidRequest, OptionError, TemplateError
-from ..offload import parse_load_report
+from .load_report import parse_load_report
 from . import native
 from .batcher import Batcher
 from .detok import TextStream

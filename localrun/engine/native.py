@@ -57,7 +57,7 @@ T = TypeVar("T")
 FLASH_ATTN = lc.LLAMA_FLASH_ATTN_TYPE_AUTO
 GGML_TYPE_F16 = 1  # ggml.h enum ggml_type (llama_cpp does not export these names)
 GGML_TYPE_BF16 = 30
-# LOCALRUN_KV_CACHE_TYPE -> (K type, V type); 2 bytes per value either way (runtime/memory.py)
+# LOCALRUN_KV_CACHE_TYPE -> (K type, V type); 2 bytes per value either way (hardware/memory.py)
 KV_TYPES = {"f16": (GGML_TYPE_F16, GGML_TYPE_F16), "bf16": (GGML_TYPE_BF16, GGML_TYPE_F16)}
 
 

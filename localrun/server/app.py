@@ -20,8 +20,9 @@ from aiohttp import web
 
 from .. import __version__, config
 from ..config import Settings
-from ..runtime import memory
-from ..runtime.memory import Placement
+from ..hardware import memory
+from ..hardware.devices import Device
+from ..hardware.placement import Placement
 from ..runtime.process import RunnerProcess
 from ..runtime.scheduler import Backend, LoadFn, LoadSpec, Scheduler
 from ..upstream.router import Upstreams
@@ -65,7 +66,7 @@ def runner_load_fn(factory: str | None = None, env: Mapping[str, str] | None = N
 
 
 def _probe_devices(executors: Executors) -> Any:
-    async def probe() -> tuple[int, list[memory.Device]]:
+    async def probe() -> tuple[int, list[Device]]:
         # May start a probe process: off the loop, on its own thread so a slow probe delays no store call.
         return await run_in(executors.probe, memory.system_devices)
 

@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from ..errors import InvalidRequest
+from ..fmt import FOREVER_ISO
 
 JSON_BODY_LIMIT = 64 * 1024 * 1024  # aiohttp's client_max_size: bodies over it get 413
 
@@ -69,16 +70,13 @@ def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-FOREVER = "2318-11-22T00:00:00Z"  # how Ollama shows "never expires"
-
-
 def iso(ts: float | None) -> str:
     if ts is None:
-        return FOREVER
+        return FOREVER_ISO
     try:
         return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     except (OverflowError, ValueError, OSError):
-        return FOREVER
+        return FOREVER_ISO
 
 
 class NDJSONStream:

@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from .. import errors
-from ..runtime.memory import read_geometry
+from ..hardware.memory import read_geometry
 from ..store.modelfile import quote as _quote
 from . import remote
 from .chat import upstream_route

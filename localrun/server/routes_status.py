@@ -9,7 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from .. import __version__
-from ..runtime.memory import ModelGeometry
+from ..hardware.memory import ModelGeometry
 from ..runtime.scheduler import ResidentModel, Scheduler
 from .http import iso
 from . import remote
@@ -58,7 +58,7 @@ async def health(request: web.Request) -> web.Response:
 
 
 def ps_entry(scheduler: Scheduler, model: ResidentModel) -> dict[str, Any]:
-    from ..runtime.memory import read_geometry
+    from ..hardware.memory import read_geometry
 
     try:
         geometry: ModelGeometry | None = read_geometry(model.spec.model_path)

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from .. import errors
 from ..engine.types import DoneEvent, EmbedInput, EmbedResult, ErrorEvent, GenerateRequest, SamplingOptions, TokenEvent
-from ..runtime.memory import ModelGeometry
+from ..hardware.memory import ModelGeometry
 from ..runtime.resident import Phase
 from ..runtime.scheduler import DEFAULT, LoadSpec, Scheduler
 from ..upstream.router import Upstreams

@@ -169,13 +169,6 @@ class Pool:
                 return by_url[url]
         return None
 
-    def affine_url(self, keys: Sequence[bytes]) -> str | None:
-        """The member URL remembered for the longest of ``keys`` (tests and ps)."""
-        for key in reversed(keys):
-            if key in self._affinity:
-                return self._affinity[key]
-        return None
-
     def remember(self, keys: Sequence[bytes], member: Member) -> None:
         """``member`` served a request whose prefixes are ``keys``."""
         for key in keys:

@@ -544,5 +544,7 @@ async def _batches(source: AsyncIterator[str], decoder: _Decoder) -> AsyncIterat
 
 
 async def _empty() -> AsyncIterator[list[ChatEvent]]:
-    return
-    yield  # an async generator that yields nothing
+    """An async generator that yields nothing."""
+    nothing: tuple[list[ChatEvent], ...] = ()
+    for batch in nothing:
+        yield batch

@@ -118,16 +118,6 @@ async def read_json(response: httpx.Response, limit: int = MAX_JSON_BYTES) -> ob
         raise UpstreamError(f"the reply is not JSON ({exc})") from None
 
 
-def parse_json_line(text: str) -> dict[str, object]:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise UpstreamError(f"a streamed chunk is not JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise UpstreamError("a streamed chunk is not a JSON object")
-    return value
-
-
 async def error_text(response: httpx.Response) -> str:
     """The upstream's own error message (OpenAI's ``error.message``, Ollama's ``error``), short."""
     try:

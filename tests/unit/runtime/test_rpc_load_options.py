@@ -9,7 +9,7 @@ import pytest
 
 from localrun.engine.types import LoadOptions
 from localrun.runtime import protocol
-from localrun.runtime.memory import Placement
+from localrun.hardware.placement import Placement
 from localrun.runtime.resident import LoadSpec
 from localrun.server import app as app_module
 
