@@ -1,10 +1,11 @@
 """The HTTP client of the daemon, used by the CLI and the TUI (they never import ``server/``).
 
-:class:`AsyncClient` (httpx.AsyncClient) and :class:`Client` (httpx.Client, for the CLI) have the
-same methods. Streaming calls (``generate``, ``chat``, ``pull``, ``create``) return iterators of
-the daemon's NDJSON chunks (dicts); the rest return parsed JSON, except ``status()`` (a
-:class:`DaemonStatus`). Errors come back as the :mod:`localrun.errors` class the daemon raised
-(matched by its ``code``), and a daemon that does not answer raises DaemonUnavailable; so does
+:class:`AsyncClient` (httpx.AsyncClient) is the one definition of every call; :class:`Client`
+(httpx.Client, for the CLI) is generated from it by ``scripts/render_sync_client.py``, so the two
+have the same methods, bodies and docstrings. Streaming calls (``generate``, ``chat``, ``pull``,
+``create``) return iterators of the daemon's NDJSON chunks (dicts); the rest return parsed JSON,
+except ``status()`` (a :class:`DaemonStatus`). Errors come back as the :mod:`localrun.errors` class
+the daemon raised (matched by its ``code``), and a daemon that does not answer raises DaemonUnavailable; so does
 one that accepts the connection but does not answer ``/health`` within :data:`PROBE_TIMEOUT_S`.
 :func:`ensure_daemon` starts ``localrun serve`` in the background (detached, logging to a file of
 its own, see :mod:`localrun.daemon_logs`) when none answers.
@@ -39,7 +40,8 @@ _BY_STATUS = {400: errors.InvalidRequest, 401: errors.Unauthorized, 403: errors.
               413: errors.PayloadTooLarge, 502: errors.RunnerCrashed, 503: errors.Busy, 507: errors.ModelTooLarge}
 
 
-_Rows = list[dict[str, Any]]  # an alias: inside the clients, "list" is a method name
+_Rows = list[dict[str, Any]]  # aliases: inside the clients, "list" is a method name
+_Tokens = list[int]
 
 
 def error_from(status: int, body: Any, headers: Any = None) -> errors.LocalrunError:
@@ -126,11 +128,15 @@ def _shutdown_body(grace: float | None) -> dict[str, Any]:
 class AsyncClient:
     """Async client of one daemon (default ``LOCALRUN_HOST``)."""
 
-    def __init__(self, base_url: str | None = None, *, api_key: str | None = None, timeout: float | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self, base_url: str | None = None, *, api_key: str | None = None, timeout: float | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self.base_url = base_url or config.host().url
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=_headers(api_key),
-                                       timeout=httpx.Timeout(timeout, connect=5.0), transport=transport)
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, headers=_headers(api_key), timeout=httpx.Timeout(timeout, connect=5.0),
+            transport=transport,
+        )
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -141,8 +147,9 @@ class AsyncClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None,
-                       timeout: float | None = None) -> Any:
+    async def _request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, timeout: float | None = None,
+    ) -> Any:
         extra: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
         try:
             response = await self._http.request(method, path, json=body, **extra)
@@ -235,28 +242,39 @@ class AsyncClient:
         """Downloads under way in the daemon (whoever started them): model, status, completed, total."""
         return list((await self._request("GET", "/api/ps")).get("pulls", []))
 
+    async def upstreams(self) -> _Rows:
+        """Each upstream member's state: upstream, url, state, in_flight, requests, errors, latency_ms..."""
+        return list((await self._request("GET", "/api/ps")).get("upstreams", []))
+
     async def stop(self, model: str) -> None:
         """Unload ``model`` now (after its in-flight requests finish)."""
         await self._request("POST", "/api/generate", {"model": model, "prompt": "", "keep_alive": 0})
 
-    async def tokenize(self, model: str, content: str, add_special: bool = True) -> list[int]:
+    async def tokenize(self, model: str, content: str, add_special: bool = True) -> _Tokens:
         """``content`` as ``model``'s token ids (``add_special``: with the BOS a prompt gets)."""
         body = {"model": model, "content": content, "add_special": add_special}
         return [int(t) for t in (await self._request("POST", "/api/tokenize", body))["tokens"]]
 
-    async def detokenize(self, model: str, tokens: list[int]) -> str:
+    async def detokenize(self, model: str, tokens: _Tokens) -> str:
         """Token ids of ``model`` as text (special tokens print nothing)."""
         return str((await self._request("POST", "/api/detokenize", {"model": model, "tokens": tokens}))["content"])
 
 
-class Client:
-    """Blocking twin of :class:`AsyncClient`, for the CLI."""
+# --- BEGIN GENERATED by scripts/render_sync_client.py from AsyncClient: do not edit ---
 
-    def __init__(self, base_url: str | None = None, *, api_key: str | None = None, timeout: float | None = None,
-                 transport: httpx.BaseTransport | None = None) -> None:
+
+class Client:
+    """Blocking twin of :class:`AsyncClient` (generated from it), for the CLI."""
+
+    def __init__(
+        self, base_url: str | None = None, *, api_key: str | None = None, timeout: float | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.base_url = base_url or config.host().url
-        self._http = httpx.Client(base_url=self.base_url, headers=_headers(api_key),
-                                  timeout=httpx.Timeout(timeout, connect=5.0), transport=transport)
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=_headers(api_key), timeout=httpx.Timeout(timeout, connect=5.0),
+            transport=transport,
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -267,8 +285,9 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _request(self, method: str, path: str, body: dict[str, Any] | None = None,
-                 timeout: float | None = None) -> Any:
+    def _request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, timeout: float | None = None,
+    ) -> Any:
         extra: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
         try:
             response = self._http.request(method, path, json=body, **extra)
@@ -305,13 +324,18 @@ class Client:
         return self._request("GET", "/health")  # type: ignore[no-any-return]
 
     def status(self) -> DaemonStatus:
+        """The daemon process: version, pid, start, log file, effective settings."""
         return DaemonStatus.from_json(self._request("GET", "/api/status"))
 
     def shutdown(self, grace: float | None = None) -> float:
-        return float(self._request("POST", "/api/shutdown", _shutdown_body(grace))["grace_seconds"])
+        """Ask the daemon to stop gracefully; returns at once, with the grace requests in flight get.
+
+        ``grace`` None: the daemon's default. Only a client on the daemon's machine may ask (Forbidden).
+        """
+        return float((self._request("POST", "/api/shutdown", _shutdown_body(grace)))["grace_seconds"])
 
     def version(self) -> str:
-        return str(self._request("GET", "/api/version")["version"])
+        return str((self._request("GET", "/api/version"))["version"])
 
     def metrics(self) -> str:
         """The Prometheus text of ``/metrics``."""
@@ -324,13 +348,14 @@ class Client:
         return response.text
 
     def generate(self, model: str, prompt: str, **fields: Any) -> Iterator[dict[str, Any]]:
+        """Stream /api/generate chunks; extra fields (system, options, keep_alive, format...) pass through."""
         return self._stream("/api/generate", _payload(model=model, prompt=prompt, stream=True, **fields))
 
     def chat(self, model: str, messages: list[dict[str, Any]], **fields: Any) -> Iterator[dict[str, Any]]:
         return self._stream("/api/chat", _payload(model=model, messages=messages, stream=True, **fields))
 
     def list(self) -> _Rows:
-        return list(self._request("GET", "/api/tags")["models"])
+        return list((self._request("GET", "/api/tags"))["models"])
 
     def show(self, model: str, verbose: bool = False) -> dict[str, Any]:
         return self._request("POST", "/api/show", _payload(model=model, verbose=verbose or None))  # type: ignore[no-any-return]
@@ -339,6 +364,7 @@ class Client:
         return self._stream("/api/pull", {"model": model, "stream": True})
 
     def create(self, model: str, modelfile: str, base_dir: str | None = None) -> Iterator[dict[str, Any]]:
+        """Create ``model`` from Modelfile text; relative FROM paths resolve against ``base_dir``."""
         return self._stream("/api/create", _create_body(model, modelfile, base_dir))
 
     def copy(self, source: str, destination: str) -> None:
@@ -348,20 +374,31 @@ class Client:
         self._request("DELETE", "/api/delete", {"model": model})
 
     def ps(self) -> _Rows:
-        return list(self._request("GET", "/api/ps")["models"])
+        return list((self._request("GET", "/api/ps"))["models"])
 
     def pulls(self) -> _Rows:
-        return list(self._request("GET", "/api/ps").get("pulls", []))
+        """Downloads under way in the daemon (whoever started them): model, status, completed, total."""
+        return list((self._request("GET", "/api/ps")).get("pulls", []))
+
+    def upstreams(self) -> _Rows:
+        """Each upstream member's state: upstream, url, state, in_flight, requests, errors, latency_ms..."""
+        return list((self._request("GET", "/api/ps")).get("upstreams", []))
 
     def stop(self, model: str) -> None:
+        """Unload ``model`` now (after its in-flight requests finish)."""
         self._request("POST", "/api/generate", {"model": model, "prompt": "", "keep_alive": 0})
 
-    def tokenize(self, model: str, content: str, add_special: bool = True) -> list[int]:
+    def tokenize(self, model: str, content: str, add_special: bool = True) -> _Tokens:
+        """``content`` as ``model``'s token ids (``add_special``: with the BOS a prompt gets)."""
         body = {"model": model, "content": content, "add_special": add_special}
-        return [int(t) for t in self._request("POST", "/api/tokenize", body)["tokens"]]
+        return [int(t) for t in (self._request("POST", "/api/tokenize", body))["tokens"]]
 
-    def detokenize(self, model: str, tokens: list[int]) -> str:
-        return str(self._request("POST", "/api/detokenize", {"model": model, "tokens": tokens})["content"])
+    def detokenize(self, model: str, tokens: _Tokens) -> str:
+        """Token ids of ``model`` as text (special tokens print nothing)."""
+        return str((self._request("POST", "/api/detokenize", {"model": model, "tokens": tokens}))["content"])
+
+
+# --- END GENERATED ---
 
 
 def ensure_daemon(timeout: float = 30.0, *, on_start: Callable[[Path], None] | None = None) -> Client:

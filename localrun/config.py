@@ -11,10 +11,14 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import platformdirs
 
-from .errors import ConfigError
+from .errors import ConfigError, InvalidRequest
+
+if TYPE_CHECKING:
+    from .upstream.spec import UpstreamSpec
 
 APP_NAME = "localrun"
 DEFAULT_PORT = 11435
@@ -135,6 +139,67 @@ def data_dir() -> Path:
     return Path(platformdirs.user_data_dir(APP_NAME))
 
 
+def config_dir() -> Path:
+    """Per-user configuration (the upstreams file): the platformdirs user config dir."""
+    return Path(platformdirs.user_config_dir(APP_NAME))
+
+
+def upstreams_file() -> Path:
+    """Where ``localrun upstream add`` keeps the upstreams: ``upstreams.json`` in :func:`config_dir`."""
+    return config_dir() / "upstreams.json"
+
+
+def upstreams() -> tuple[UpstreamSpec, ...]:
+    """``LOCALRUN_UPSTREAMS``: upstream servers besides those ``localrun upstream add`` saved. Default none.
+
+    ``NAME=URL,NAME=URL`` (the same NAME twice makes a pool; a URL ending in ``/v1`` is OpenAI's
+    API, ``/api`` Ollama's, otherwise the server is asked), or a JSON list of objects with
+    ``name``, ``url`` and optionally ``api_key_env`` (the NAME of a variable holding the key),
+    ``models`` and ``api``. Models appear as ``NAME/model``.
+    """
+    raw = _env("LOCALRUN_UPSTREAMS")
+    if raw is None:
+        return ()
+    from .upstream.spec import parse_env
+
+    try:
+        return parse_env(raw)
+    except InvalidRequest as exc:
+        raise ConfigError(f"LOCALRUN_UPSTREAMS: {exc}") from None
+
+
+def upstream_api_key(variable: str) -> str | None:
+    """The API key of an upstream: the value of the environment variable its config names, or None.
+
+    Read when a request goes out (a key exported later reaches a running daemon only through its
+    environment, i.e. after a restart). Never logged or shown.
+    """
+    return _env(variable)
+
+
+_RPC_RE = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$")
+
+
+def rpc_servers() -> tuple[str, ...]:
+    """``LOCALRUN_RPC_SERVERS``: llama.cpp RPC workers (``host:port,host:port``) a model's layers are
+    split across when it loads. Default none (the model loads on this machine).
+
+    Needs llama-cpp-python built with ``-DGGML_RPC=on`` and ``rpc-server`` running on each host
+    (packaging/README.md). RPC traffic is unauthenticated and unencrypted: private networks only.
+    """
+    raw = _env("LOCALRUN_RPC_SERVERS")
+    if raw is None:
+        return ()
+    items = tuple(dict.fromkeys(i.strip() for i in raw.split(",") if i.strip()))
+    for item in items:
+        m = _RPC_RE.match(item)
+        if m is None or not 0 < int(m.group(2)) < 65536:
+            raise ConfigError(f"LOCALRUN_RPC_SERVERS: {item!r} is not host:port (e.g. 192.168.1.20:50052)")
+    if not items:
+        raise ConfigError("LOCALRUN_RPC_SERVERS: expected host:port[,host:port...]")
+    return items
+
+
 def log_dir() -> Path:
     """Where the background daemon writes its log: the platformdirs user log dir."""
     return Path(platformdirs.user_log_dir(APP_NAME))
@@ -158,7 +223,7 @@ def num_parallel() -> int | None:
     """``LOCALRUN_NUM_PARALLEL``: sequence slots per loaded model.
 
     Default (unset or ``auto``): ``None``, sized per model when it loads, from free memory and the model's KV cache
-    bytes per token (``runtime.memory.default_slots``: up to 16, since batched decode on CPU keeps
+    bytes per token (``hardware.memory.default_slots``: up to 16, since batched decode on CPU keeps
     gaining throughput up to about 16 sequences). ``localrun ps`` shows the number chosen.
     """
     raw = _env("LOCALRUN_NUM_PARALLEL")
@@ -323,6 +388,8 @@ class Settings:
     api_key: str | None
     prefix_cache_dir: Path | None = None
     log_level: str = "INFO"
+    upstreams: tuple[UpstreamSpec, ...] = ()
+    rpc_servers: tuple[str, ...] = ()
 
     def report(self) -> dict[str, str]:
         """Each setting as the variable a user would set for it, with its value written back in that form.
@@ -344,6 +411,8 @@ class Settings:
             "LOCALRUN_API_KEY": "(set)" if self.api_key else "",
             "LOCALRUN_LOG_LEVEL": self.log_level,
             "LOCALRUN_PREFIX_CACHE": "off" if self.prefix_cache_dir is None else str(self.prefix_cache_dir),
+            "LOCALRUN_UPSTREAMS": ",".join(f"{u.name}={u.display_url}" for u in self.upstreams),
+            "LOCALRUN_RPC_SERVERS": ",".join(self.rpc_servers),
         }
 
 
@@ -351,7 +420,7 @@ class Settings:
 SETTING_VARIABLES = (
     "LOCALRUN_HOST", "LOCALRUN_MODELS", "LOCALRUN_KEEP_ALIVE", "LOCALRUN_MAX_LOADED_MODELS", "LOCALRUN_NUM_PARALLEL",
     "LOCALRUN_KV_CACHE_TYPE", "LOCALRUN_BATCH_INVARIANT", "LOCALRUN_MAX_QUEUE", "LOCALRUN_ORIGINS", "LOCALRUN_API_KEY",
-    "LOCALRUN_LOG_LEVEL", "LOCALRUN_PREFIX_CACHE",
+    "LOCALRUN_LOG_LEVEL", "LOCALRUN_PREFIX_CACHE", "LOCALRUN_UPSTREAMS", "LOCALRUN_RPC_SERVERS",
 )
 _SEAMS = ("LOCALRUN_RUNNER_FACTORY", "LOCALRUN_RUNNER_DEBUG", "LOCALRUN_TRACE")
 
@@ -394,5 +463,7 @@ def load_settings() -> Settings:
         api_key=api_key(),
         prefix_cache_dir=prefix_cache_dir(),
         log_level=log_level(),
+        upstreams=upstreams(),
+        rpc_servers=rpc_servers(),
     )
 

@@ -31,6 +31,8 @@ the CLI prints ``Error: msg`` and exits non-zero.
     │   └── DigestMismatch             downloaded bytes do not match the advertised hash
     ├── EngineError                    500 llama.cpp returned an error
     ├── RunnerCrashed                  502 the model's runner process died
+    ├── UpstreamError                  502 an upstream server failed, or answered what localrun cannot read
+    │   └── UpstreamUnavailable        503 no member of an upstream pool answers (all failed or cooling down)
     ├── DaemonUnavailable              503 no daemon answers at LOCALRUN_HOST (client side)
     └── BenchError                     `localrun bench` cannot measure a target (unreachable, rejects requests)
 """
@@ -180,6 +182,23 @@ class EngineError(LocalrunError):
 class RunnerCrashed(LocalrunError):
     status = 502
     code = "runner_crashed"
+
+
+class UpstreamError(LocalrunError):
+    """An upstream (``localrun upstream``) failed: connection lost, 5xx, or a reply localrun cannot read.
+
+    Messages name the upstream and never hold its API key (``upstream.transport.redact``).
+    """
+
+    status = 502
+    code = "upstream_error"
+
+
+class UpstreamUnavailable(UpstreamError):
+    """Every member of the pool serving the model failed before answering, or is cooling down."""
+
+    status = 503
+    code = "upstream_unavailable"
 
 
 class DaemonUnavailable(LocalrunError):

@@ -1,4 +1,4 @@
-"""Regenerate the service templates in packaging/ from localrun.service (the code `localrun service
+"""Regenerate the service templates in packaging/ from localrun.autostart (the code `localrun service
 install` uses), with placeholders instead of this machine's paths:
 
     @PYTHON@   the interpreter that has localrun installed (pythonw.exe on Windows)
@@ -6,13 +6,13 @@ install` uses), with placeholders instead of this machine's paths:
     @HOME@     the user's home directory
 
 Run from the repository root: ``.venv/bin/python packaging/render_service_templates.py``.
-tests/unit/test_service.py fails when the templates and the code disagree.
+tests/unit/test_autostart.py fails when the templates and the code disagree.
 """
 
 from pathlib import Path
 
-from localrun import service
-from localrun.service import ServiceKind, ServiceSpec
+from localrun import autostart
+from localrun.autostart import ServiceKind, ServiceSpec
 
 PLACEHOLDERS = ServiceSpec(python="@PYTHON@", log_dir=Path("@LOG_DIR@"), working_dir=Path("@HOME@"))
 TARGETS = {

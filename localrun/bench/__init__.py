@@ -9,7 +9,7 @@ server or the engine: the bench talks to targets over HTTP only.
 
 from __future__ import annotations
 
-from .loadgen import LoadPlan, Target
+from .loadgen import LoadPlan, Endpoint
 from .runner import BenchConfig, BenchResult, run_bench
 from .stats import LevelStats, RequestRecord, Window, percentile, summarize
 
@@ -19,7 +19,7 @@ __all__ = [
     "LevelStats",
     "LoadPlan",
     "RequestRecord",
-    "Target",
+    "Endpoint",
     "Window",
     "percentile",
     "run_bench",

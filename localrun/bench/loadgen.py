@@ -25,7 +25,7 @@ now = time.perf_counter
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
+class Endpoint:
     """An OpenAI-compatible endpoint to measure."""
 
     label: str
@@ -85,7 +85,7 @@ def _chunk_text(choice: dict[str, Any]) -> str:
     return "".join(p for p in parts if isinstance(p, str))
 
 
-async def _stream(client: httpx.AsyncClient, target: Target, path: str, payload: dict[str, Any], rec: RequestRecord) -> None:
+async def _stream(client: httpx.AsyncClient, target: Endpoint, path: str, payload: dict[str, Any], rec: RequestRecord) -> None:
     """Send one streaming request, filling ``rec``; raises nothing for server-side failures."""
     async with client.stream("POST", target.base_url + path, json=payload, headers=target.headers) as resp:
         if resp.status_code != 200:
@@ -133,7 +133,7 @@ async def _stream(client: httpx.AsyncClient, target: Target, path: str, payload:
 
 
 async def send_one(
-    client: httpx.AsyncClient, target: Target, plan: LoadPlan, prompt: str, client_id: int = 0,
+    client: httpx.AsyncClient, target: Endpoint, plan: LoadPlan, prompt: str, client_id: int = 0,
     max_tokens: int | None = None,
 ) -> RequestRecord:
     """One measured request: never raises for server or network failures, records them instead."""
@@ -158,7 +158,7 @@ async def send_one(
 
 async def run_level(
     client: httpx.AsyncClient,
-    target: Target,
+    target: Endpoint,
     plan: LoadPlan,
     concurrency: int,
     next_prompt: Callable[[], str],

@@ -24,7 +24,7 @@ import httpx
 
 from ..errors import BenchError
 from .cpu import CpuMeter, CpuUsage, find_server, is_local, warnings_for
-from .loadgen import LevelRun, LoadPlan, Target, send_one, run_level
+from .loadgen import LevelRun, LoadPlan, Endpoint, send_one, run_level
 from .prompts import CountFn, PromptBuilder, TokenizerInfo, calibrate, find_tokenizer
 from .stats import LevelStats, Outcome, RequestRecord, summarize
 
@@ -38,7 +38,7 @@ EXTRA_FIELDS: tuple[tuple[str, Callable[[int], Any]], ...] = (
 
 @dataclass(frozen=True, slots=True)
 class BenchConfig:
-    targets: tuple[Target, ...]  # --base-url first, then each --compare; model may be ""
+    targets: tuple[Endpoint, ...]  # --base-url first, then each --compare; model may be ""
     concurrency: tuple[int, ...]
     api: str = "completions"
     input_tokens: int = 128
@@ -136,7 +136,7 @@ def requests_for(config: BenchConfig, concurrency: int) -> int | None:
     return max(config.requests, concurrency)
 
 
-async def _resolve_model(client: httpx.AsyncClient, target: Target) -> Target:
+async def _resolve_model(client: httpx.AsyncClient, target: Endpoint) -> Endpoint:
     if target.model:
         return target
     try:
@@ -166,14 +166,14 @@ async def _shared_tokenizer(client: httpx.AsyncClient, config: BenchConfig) -> t
     found = await find_tokenizer(client, url, None, {})
     if found is None:
         try:
-            listed = await _resolve_model(client, Target("--tokenizer-url", url, ""))
+            listed = await _resolve_model(client, Endpoint("--tokenizer-url", url, ""))
         except BenchError:
             return None
         found = await find_tokenizer(client, url, listed.model, {})
     return found
 
 
-async def _prime(client: httpx.AsyncClient, target: Target, plan: LoadPlan, prompt: str) -> LoadPlan:
+async def _prime(client: httpx.AsyncClient, target: Endpoint, plan: LoadPlan, prompt: str) -> LoadPlan:
     """Send one short request, dropping optional fields the server rejects; returns the plan to use."""
     candidates = [plan]
     if plan.extras:
@@ -191,8 +191,8 @@ async def _prime(client: httpx.AsyncClient, target: Target, plan: LoadPlan, prom
 
 
 async def _prepare(
-    client: httpx.AsyncClient, config: BenchConfig, target: Target, base_plan: LoadPlan
-) -> tuple[Target, TargetInfo, LoadPlan, PromptBuilder]:
+    client: httpx.AsyncClient, config: BenchConfig, target: Endpoint, base_plan: LoadPlan
+) -> tuple[Endpoint, TargetInfo, LoadPlan, PromptBuilder]:
     target = await _resolve_model(client, target)
     if config.tokenizer_url:
         found = await _shared_tokenizer(client, config)
@@ -267,7 +267,7 @@ async def run_bench(config: BenchConfig, progress: Callable[[str], None] | None 
 
 
 async def _measure_level(
-    client: httpx.AsyncClient, config: BenchConfig, result: BenchResult, c: int, target: Target,
+    client: httpx.AsyncClient, config: BenchConfig, result: BenchResult, c: int, target: Endpoint,
     info: TargetInfo, plan: LoadPlan, builder: PromptBuilder, numbers: Iterator[int], say: Callable[[str], None],
 ) -> None:
     """Run one level for one target and append its result and warnings to ``result``."""

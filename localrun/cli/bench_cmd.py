@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import config
 from ..bench.baseline import BASELINE_THRESHOLD, compare, print_changes, read_baseline
 from ..bench.chart import to_html
-from ..bench.loadgen import Target
+from ..bench.loadgen import Endpoint
 from ..bench.report import print_table, to_json, to_markdown
 from ..bench.runner import BenchConfig, BenchResult, run_bench
 from ..client import Client
@@ -147,7 +147,7 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         base = config.host().url
         key = args.api_key or config.api_key()
         label = args.label or "localrun"
-    targets = [Target(label, base, args.model, key)]
+    targets = [Endpoint(label, base, args.model, key)]
     for flag in ("compare_model", "compare_label", "compare_api_key"):
         if len(getattr(args, flag)) > len(args.compare):
             raise OptionError(f"--{flag.replace('_', '-')} given {len(getattr(args, flag))} times but --compare "
@@ -161,7 +161,7 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
             while f"{other_label} ({n})" in taken:
                 n += 1
             other_label = f"{other_label} ({n})"
-        targets.append(Target(other_label, other, _nth(args.compare_model, i) or "", _nth(args.compare_api_key, i)))
+        targets.append(Endpoint(other_label, other, _nth(args.compare_model, i) or "", _nth(args.compare_api_key, i)))
     return BenchConfig(
         targets=tuple(targets), concurrency=args.concurrency, api=args.endpoint,
         input_tokens=args.input_tokens, output_tokens=args.output_tokens, shared_prefix=args.shared_prefix,

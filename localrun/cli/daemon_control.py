@@ -23,7 +23,7 @@ import psutil
 from .. import config, daemon_logs
 from ..errors import DaemonUnavailable, LocalrunError
 from .connect import not_running, require_daemon, running_daemon, settings_differences
-from .daemon_cmds import human_duration, until
+from ..fmt import human_duration, until
 
 _EXIT_WAIT_S = 30.0  # after the grace: unloading models and closing connections
 

@@ -7,6 +7,8 @@ import json
 import textwrap
 from typing import Any
 
+from ..fmt import binary_bytes
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser("info", help="show versions, the llama.cpp build, devices, CPU features and the store")
@@ -15,21 +17,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..sysinfo import collect_info
+    from ..hardware.sysinfo import collect_info
 
     info = collect_info()
     print(json.dumps(info, indent=2) if args.json else render(info))
     return 0
 
 
-def _size(n: int | None) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n:.1f} GiB"
+def _rpc(build: dict[str, Any], settings: dict[str, Any]) -> str:
+    """Whether this build has llama.cpp's RPC backend, and the workers LOCALRUN_RPC_SERVERS names."""
+    workers = ", ".join(settings.get("rpc_servers") or [])
+    if not build.get("supports_rpc"):
+        return "not in this build" + (f" (LOCALRUN_RPC_SERVERS={workers} cannot work)" if workers else "")
+    return f"yes; layers split over {workers} (LOCALRUN_RPC_SERVERS)" if workers else "yes; no workers set"
 
 
 def render(info: dict[str, Any]) -> str:
@@ -53,8 +53,9 @@ def render(info: dict[str, Any]) -> str:
         ("build backend", build.get("backend") or "unknown"),
         ("registered", ", ".join(build.get("registered_backends") or []) or "-"),
         ("GPU offload", "yes" if build.get("supports_gpu_offload") else "no"),
+        ("RPC", _rpc(build, info.get("settings") or {})),
     ])
-    rows = [(d["name"], f"{d['kind'].upper():5} {_size(d['free_bytes'])} free of {_size(d['total_bytes'])}"
+    rows = [(d["name"], f"{d['kind'].upper():5} {binary_bytes(d['free_bytes'])} free of {binary_bytes(d['total_bytes'])}"
              f"  {d.get('description', '')}") for d in info["devices"]]
     section("devices", rows or [("none", "the device probe failed (see errors)")])
     if info["host_gpus"]:
@@ -66,7 +67,7 @@ def render(info: dict[str, Any]) -> str:
         ("cores", f"{cpu.get('cores_physical') or '?'} physical, {cpu.get('cores_logical') or '?'} logical"),
         ("llama.cpp uses", " ".join(features) or "?"),
         ("CPU flags", " ".join(cpu["flags"]) or "-"),
-        ("memory", f"{_size(info['memory']['available_bytes'])} available of {_size(info['memory']['total_bytes'])}"),
+        ("memory", f"{binary_bytes(info['memory']['available_bytes'])} available of {binary_bytes(info['memory']['total_bytes'])}"),
     ])
     for w in info["workarounds"]:
         state = "active" if w["active"] else "off"
@@ -75,9 +76,9 @@ def render(info: dict[str, Any]) -> str:
         lines.append("")
     m = info["models"]
     if m:
-        free = f", {_size(m['disk_free_bytes'])} free on disk" if m.get("disk_free_bytes") is not None else ""
+        free = f", {binary_bytes(m['disk_free_bytes'])} free on disk" if m.get("disk_free_bytes") is not None else ""
         where = m["dir"] if m["exists"] else f"{m['dir']} (not created yet)"
-        section("models", [("dir", where), ("used", f"{_size(m['used_bytes'])}{free}")])
+        section("models", [("dir", where), ("used", f"{binary_bytes(m['used_bytes'])}{free}")])
     settings = info.get("settings") or {}
     if settings:
         section("settings", list(settings.items()))

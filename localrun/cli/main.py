@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "localrun.cli.info_cmd",
     "localrun.cli.service_cmd",
     "localrun.cli.launch_cmd",
+    "localrun.cli.upstream_cmd",
 )
 # The module that registers each command: running one command imports only its module, so
 # `localrun serve` (the daemon, which stays in memory) and `localrun run` start without importing
@@ -41,7 +42,7 @@ COMMANDS = {
     "serve": "localrun.cli.serve_cmd", "run": "localrun.cli.run_cmd", "ps": "localrun.cli.daemon_cmds",
     "stop": "localrun.cli.daemon_cmds", "top": "localrun.cli.top_cmd", "bench": "localrun.cli.bench_cmd",
     "info": "localrun.cli.info_cmd", "service": "localrun.cli.service_cmd", "daemon": "localrun.cli.daemon_control",
-    "launch": "localrun.cli.launch_cmd",
+    "launch": "localrun.cli.launch_cmd", "upstream": "localrun.cli.upstream_cmd",
     **{name: "localrun.cli.store_cmds" for name in ("pull", "create", "list", "ls", "show", "cp", "rm", "verify",
                                                      "import-ollama")},
 }

@@ -34,6 +34,7 @@ def setup_logging(level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream request or health check
 
 
 def redirect_output(path: Path) -> int:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import service
-from ..service import ServiceKind, ServiceManager, ServiceSpec
+from .. import autostart
+from ..autostart import ServiceKind, ServiceManager, ServiceSpec
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -33,7 +33,7 @@ def _manager(args: argparse.Namespace) -> ServiceManager:
 def run(args: argparse.Namespace) -> int:
     manager = _manager(args)
     if args.action == "show":
-        sys.stdout.write(service.render(manager.kind, ServiceSpec.current()).decode())
+        sys.stdout.write(autostart.render(manager.kind, ServiceSpec.current()).decode())
         return 0
     if args.action == "install":
         spec = ServiceSpec.current()

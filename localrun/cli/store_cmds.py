@@ -28,6 +28,7 @@ from rich.progress import (
 
 from .. import config
 from ..errors import InvalidRequest, LocalrunError
+from ..fmt import human_ago, human_bytes
 
 _SHOW_FLAGS = ("modelfile", "parameters", "template", "system", "license")
 
@@ -53,31 +54,6 @@ def _progress(chunk: dict[str, Any]) -> Any:
 
 def _console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=True)
-
-
-def human_size(n: int) -> str:
-    """Decimal units like Ollama: ``253 MB``, ``1.3 GB``."""
-    if n >= 1_000_000_000:
-        return f"{n / 1e9:.1f} GB"
-    if n >= 1_000_000:
-        return f"{n / 1e6:.0f} MB"
-    if n >= 1_000:
-        return f"{n / 1e3:.0f} KB"
-    return f"{n} B"
-
-
-def human_ago(ts: float, now: float | None = None) -> str:
-    delta = max(0.0, (now if now is not None else time.time()) - ts)
-    for unit, seconds in (("year", 31_536_000), ("month", 2_592_000), ("week", 604_800), ("day", 86_400),
-                          ("hour", 3600), ("minute", 60)):
-        if delta >= seconds:
-            count = int(delta // seconds)
-            if count == 1:
-                return f"{'An' if unit == 'hour' else 'A'} {unit} ago" if unit != "minute" else "About a minute ago"
-            return f"{count} {unit}s ago"
-    if delta < 1:
-        return "Less than a second ago"
-    return "1 second ago" if int(delta) == 1 else f"{int(delta)} seconds ago"
 
 
 class ProgressView:
@@ -111,10 +87,10 @@ class ProgressView:
             label = _label(p)
             if p.status != self.last_status:
                 self.last_status = p.status
-                self.console.print(f"{label}: {human_size(p.total)}")
+                self.console.print(f"{label}: {human_bytes(p.total)}")
             elif p.completed >= p.total and label not in self.tasks:
                 self.tasks[label] = TaskID(0)
-                self.console.print(f"{label}: {human_size(p.total)} done")
+                self.console.print(f"{label}: {human_bytes(p.total)} done")
             return
         if p.total and p.completed is not None:
             key = f"{p.status}:{p.digest or ''}"
@@ -193,17 +169,23 @@ def format_table(headers: list[str], rows: list[list[str]], gap: int = 4) -> str
 BASE_NOTE = "base model: completion only"
 
 
+def _upstream_row(m: dict[str, Any]) -> list[str]:
+    """A model an upstream serves (``localrun upstream``): no size or date here, where it is served instead."""
+    return [str(m["name"]), "-", "-", "-", f"upstream: {m.get('remote_host')}"]
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     """Ollama's table; a base (completion-only) model gets a note after its row's last column."""
     now = time.time()
     daemon = _daemon()
     if daemon is not None:
         with daemon:
-            rows = [[m["name"], str(m.get("digest", "")).removeprefix("sha256:")[:12], human_size(int(m.get("size", 0))),
+            rows = [_upstream_row(m) if m.get("remote_host") else
+                    [m["name"], str(m.get("digest", "")).removeprefix("sha256:")[:12], human_bytes(int(m.get("size", 0))),
                      human_ago(_timestamp(m.get("modified_at")), now),
                      BASE_NOTE if (m.get("details") or {}).get("base_model") else ""] for m in daemon.list()]
     else:
-        rows = [[e.name, e.id, human_size(e.size), human_ago(e.modified, now), BASE_NOTE if e.base_model else ""]
+        rows = [[e.name, e.id, human_bytes(e.size), human_ago(e.modified, now), BASE_NOTE if e.base_model else ""]
                 for e in _store().list()]
     sys.stdout.write(format_table(["NAME", "ID", "SIZE", "MODIFIED", ""], rows))
     return 0

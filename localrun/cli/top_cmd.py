@@ -45,15 +45,16 @@ async def _snapshot() -> tuple[list[dict[str, Any]], dict[str, Any], str | None]
 
 
 def snapshot_text(models: list[dict[str, Any]], health: dict[str, Any], metrics: str | None) -> str:
+    from .. import fmt
     from ..tui import stats as st
 
     snap = st.parse_metrics(metrics, time.monotonic()) if metrics else None
     rows = [("NAME", "PROCESSOR", "RAM", "VRAM", "CONTEXT", "ACTIVE", "QUEUED", "UNTIL")]
     for m in models:
         size, vram = float(m.get("size") or 0), float(m.get("size_vram") or 0)
-        rows.append((str(m.get("name", "")), st.processor(m), st.human_bytes(max(size - vram, 0)),
-                     st.human_bytes(vram), str(m.get("context_length", "")), str(m.get("active", "")),
-                     str(m.get("queued", "")), st.countdown(m.get("expires_at"))))
+        rows.append((str(m.get("name", "")), fmt.processor_column(m), fmt.human_bytes(max(size - vram, 0)),
+                     fmt.human_bytes(vram), str(m.get("context_length", "")), str(m.get("active", "")),
+                     str(m.get("queued", "")), fmt.countdown(m.get("expires_at"))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["    ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.append("")

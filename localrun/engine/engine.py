@@ -20,15 +20,9 @@ from pathlib import Path
 
 import llama_cpp as lc
 
-from ..errors import (
-    ContextOverflow,
-    EngineError,
-    InvalidRequest,
-    OptionError,
-    TemplateError,
-)
-from ..offload import parse_load_report
+from ..errors import ContextOverflow, EngineError, InvalidRequest, OptionError, TemplateError
 from . import native, prefix_store
+from .load_report import parse_load_report
 from .batcher import Batcher
 from .detok import TextStream
 from .embedding import Embedder
@@ -160,6 +154,7 @@ class Engine:
             n_swa=n_swa, generation=generation, prefix_cache=generation and not recurrent,
             gpu_layers=report.gpu_layers, offload_layers=report.total_layers,
             gpu_buffer_bytes=report.gpu_bytes, cpu_buffer_bytes=report.cpu_bytes,
+            buffer_bytes=dict(report.buffers), rpc_servers=options.rpc_servers,
         )
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         if generation:

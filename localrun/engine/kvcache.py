@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
-class Lease:
+class SeqLease:
     """An active sequence's hold on the cache: its id, shared prefix length and locked node."""
 
     seq_id: int
@@ -70,23 +70,23 @@ class KVCache:
         self._active: set[int] = set()
 
     # -- sequences ---------------------------------------------------------------------
-    def acquire(self, prompt: list[int]) -> Lease:
+    def acquire(self, prompt: list[int]) -> SeqLease:
         """Take a sequence id for a new request and give it the longest cached prefix of
         ``prompt`` (never the whole prompt: its last token must be decoded for fresh logits)."""
         seq = self._take_id()
         self._active.add(seq)
         if not self.enabled or len(prompt) < 2:
-            return Lease(seq, 0, 0)
+            return SeqLease(seq, 0, 0)
         match = self.tree.match_prefix(prompt[:-1])
         if match.length == 0:
-            return Lease(seq, 0, 0)
+            return SeqLease(seq, 0, 0)
         owner = self.tree.path_owner(match.node)
         assert owner is not None and owner != seq
         lc.llama_memory_seq_cp(self.mem, owner, seq, 0, match.length)
         self.tree.lock(match.node)
-        return Lease(seq, match.length, match.length, match.node)
+        return SeqLease(seq, match.length, match.length, match.node)
 
-    def register(self, lease: Lease, tokens: list[int]) -> None:
+    def register(self, lease: SeqLease, tokens: list[int]) -> None:
         """Make the KV of ``tokens`` (positions 0..len-1, computed by this active sequence)
         part of the shared cache, so other requests can reuse it."""
         if not self.enabled or len(tokens) <= lease.shared_len:
@@ -115,7 +115,7 @@ class KVCache:
             self.tree.unlock(lease.node)
         lease.node, lease.shared_len = node, len(tokens)
 
-    def release(self, lease: Lease, tokens: list[int], keep: bool) -> None:
+    def release(self, lease: SeqLease, tokens: list[int], keep: bool) -> None:
         """A request ended; with ``keep`` its KV (``tokens`` = those with KV) stays as cache."""
         seq = lease.seq_id
         if keep:

@@ -25,6 +25,7 @@ import llama_cpp as lc
 import numpy as np
 
 from ..errors import EngineError, InvalidModelFile
+from . import rpc
 from .types import LoadOptions
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ T = TypeVar("T")
 FLASH_ATTN = lc.LLAMA_FLASH_ATTN_TYPE_AUTO
 GGML_TYPE_F16 = 1  # ggml.h enum ggml_type (llama_cpp does not export these names)
 GGML_TYPE_BF16 = 30
-# LoadOptions.kv_cache_type -> (K type, V type); 2 bytes per value either way (runtime/memory.py)
+# LoadOptions.kv_cache_type -> (K type, V type); 2 bytes per value either way (hardware/memory.py)
 KV_TYPES = {"f16": (GGML_TYPE_F16, GGML_TYPE_F16), "bf16": (GGML_TYPE_BF16, GGML_TYPE_F16)}
 KV_CACHE_TYPES = ("auto", *KV_TYPES)
 
@@ -134,6 +135,7 @@ def load_model(path: str, options: LoadOptions) -> lc.llama_model_p:
     """
     check_gguf(path)
     init_backend()
+    rpc.add_servers(options.rpc_servers)  # before the load: devices are chosen from those registered
     params = lc.llama_model_default_params()
     params.use_extra_bufts = False  # AMX repacked buffers SIGSEGV under this VM (ENGINE_NOTES.md)
     params.use_mmap = options.use_mmap

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from .detok import TextStream
-from .kvcache import Lease
+from .kvcache import SeqLease
 from .sampling import Sampler
 from .types import Event, is_last
 
@@ -108,7 +108,7 @@ class Sequence:
     interactive: bool = False                    # admitted and prefilled first (batcher.py)
     seeded: bool = False                         # an explicit seed: computed so that it repeats alone (batcher.py)
     state: SeqState = SeqState.WAITING
-    lease: Lease | None = None
+    lease: SeqLease | None = None
     n_past: int = 0
     row: int | None = None                       # output row in the current batch
     chunk: int = 0                               # prompt tokens in the current batch

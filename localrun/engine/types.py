@@ -22,7 +22,7 @@ class LoadOptions:
     main_gpu: int = 0
     num_thread: int | None = None  # None = all physical cores
     use_mmap: bool = True
-    num_parallel: int = 4        # sequence slots (the daemon sizes them from memory: runtime/memory.py)
+    num_parallel: int = 4        # sequence slots (the daemon sizes them from memory: hardware/memory.py)
     adapter: str | None = None   # path to a LoRA adapter GGUF
     embedding: bool = False      # load for embeddings (pooling) instead of generation
     # Deterministic mode (as SGLang's): a seeded request gives the same text whatever runs beside it.
@@ -31,6 +31,9 @@ class LoadOptions:
     # slower prompt processing. Per process: a runner decodes with one kind of matmul kernel.
     batch_invariant: bool = False
     kv_cache_type: str = "auto"  # "auto" | "f16" | "bf16": auto = bf16 with batch_invariant on CPU, else f16
+    # llama.cpp RPC workers (host:port) the layers are spread over: LOCALRUN_RPC_SERVERS, set by the
+    # daemon for every load, never by a request (engine/rpc.py)
+    rpc_servers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,3 +202,5 @@ class ModelInfo:
     offload_layers: int = 0        # offloadable layers in all (n_layer + 1 for the output layer)
     gpu_buffer_bytes: int = 0      # weights in GPU buffers
     cpu_buffer_bytes: int = 0      # weights in host buffers
+    buffer_bytes: dict[str, int] = field(default_factory=dict)  # weights per llama.cpp buffer (CPU_Mapped, RPC0[h:p]...)
+    rpc_servers: tuple[str, ...] = ()  # RPC workers the model was loaded with

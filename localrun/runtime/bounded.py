@@ -244,12 +244,6 @@ class BoundedPool:
         for worker in idle:
             worker.kill()
 
-    @property
-    def pids(self) -> list[int]:
-        """The idle workers' process ids (tests check they are real, separate processes)."""
-        with self._cond:
-            return [w.proc.pid for w in self._idle]
-
 
 def default_size() -> int:
     """Two workers, more on machines with more cores (at most four)."""

@@ -15,7 +15,6 @@ import logging
 import os
 import signal
 import sys
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -318,7 +317,3 @@ def _describe_exit(code: int | None) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"
-
-
-def now_ns() -> int:
-    return time.perf_counter_ns()

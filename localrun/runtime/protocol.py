@@ -137,7 +137,10 @@ def encode_load_options(options: LoadOptions) -> dict[str, Any]:
 
 def decode_load_options(data: dict[str, Any]) -> LoadOptions:
     names = {f.name for f in dataclasses.fields(LoadOptions)}
-    return LoadOptions(**{k: v for k, v in data.items() if k in names})
+    kwargs = {k: v for k, v in data.items() if k in names}
+    if "rpc_servers" in kwargs:  # a JSON list on the wire
+        kwargs["rpc_servers"] = tuple(kwargs["rpc_servers"])
+    return LoadOptions(**kwargs)
 
 
 def encode_request(request: GenerateRequest) -> dict[str, Any]:

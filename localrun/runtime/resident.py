@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..engine.types import LoadOptions
-from .memory import Device, MemoryEstimate, Placement
+from ..hardware.devices import Device
+from ..hardware.memory import MemoryEstimate
+from ..hardware.placement import Placement
 
 DEFAULT: Any = object()
 """Sentinel for ``acquire(keep_alive=DEFAULT)``: use the server's default keep-alive."""

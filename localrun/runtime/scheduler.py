@@ -37,7 +37,10 @@ from typing import Any
 
 from .. import errors
 from ..engine.types import LoadOptions
-from .memory import Device, MemoryEstimate, ModelGeometry, Placement, estimate, human_bytes, place, reconcile
+from ..hardware.devices import Device
+from ..fmt import human_bytes
+from ..hardware.memory import MemoryEstimate, ModelGeometry, estimate, place, reconcile
+from ..hardware.placement import Placement
 from .resident import (  # re-exported: the scheduler's public vocabulary
     DEFAULT,
     Backend,
@@ -108,7 +111,6 @@ class Scheduler:
         self._expired: deque[tuple[ResidentModel, str]] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.loading: str | None = None
         # Busy models the head of the queue waits to evict: new requests for them queue behind it
         # instead of taking the fast path, so a waiting load is not starved by a steady stream.
         self._blocked_by: set[str] = set()
@@ -368,7 +370,7 @@ class Scheduler:
         for m in evict:
             for name, size in m.placement.vram_by_device:
                 freed_vram[name] = freed_vram.get(name, 0) + size
-        gpus = [dataclasses.replace(g, free=g.free + freed_vram.get(g.name, 0)) for g in gpus]
+        gpus = [dataclasses.replace(g, free_bytes=g.free_bytes + freed_vram.get(g.name, 0)) for g in gpus]
         placement = place(est, spec.options, gpus)
         if placement.ram > free_ram:
             return None
@@ -378,7 +380,6 @@ class Scheduler:
 
     async def _load(self, req: _Pending, est: MemoryEstimate, placement: Placement, reason: str) -> None:
         spec = req.spec
-        self.loading = spec.name
         started = time.perf_counter_ns()
         log.info(
             "loading %s: num_ctx=%d num_parallel=%d size=%s processor=%s",
@@ -400,8 +401,6 @@ class Scheduler:
             if not req.future.done():
                 req.future.set_exception(exc if isinstance(exc, errors.LocalrunError) else errors.EngineError(str(exc)))
             return
-        finally:
-            self.loading = None
         load_ns = time.perf_counter_ns() - started
         reported = reconcile(placement, getattr(backend, "info", None))
         if reported != placement:

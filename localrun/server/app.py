@@ -22,11 +22,13 @@ from aiohttp import web
 from .. import __version__, config, trace
 from ..config import Settings
 from ..engine.types import LoadOptions, PrefixCacheLocation
-from ..runtime import memory
-from ..runtime.memory import Placement
+from ..hardware import memory
+from ..hardware.devices import Device
+from ..hardware.placement import Placement
 from ..runtime.process import RunnerProcess
 from ..runtime.scheduler import Backend, LoadFn, LoadSpec, Scheduler
-from . import (routes_anthropic, routes_api, routes_daemon, routes_openai, routes_responses, routes_status,
+from ..upstream.router import Upstreams
+from . import (remote, routes_anthropic, routes_api, routes_daemon, routes_openai, routes_responses, routes_status,
                routes_tokens, templating)
 from .executors import Executors, run_in
 from .http import JSON_BODY_LIMIT
@@ -40,17 +42,23 @@ log = logging.getLogger(__name__)
 
 
 def runner_load_fn(factory: str | None = None, env: Mapping[str, str] | None = None,
-                   prefix_cache_dir: Path | None = None) -> LoadFn:
+                   prefix_cache_dir: Path | None = None, rpc_servers: tuple[str, ...] = ()) -> LoadFn:
     """A scheduler ``load_fn`` that starts one runner process per model.
 
     ``factory`` ("module:callable") replaces the engine class inside the runner (tests).
     ``prefix_cache_dir``: where models with a store digest keep their prefix cache between loads.
+    ``rpc_servers`` (LOCALRUN_RPC_SERVERS) go with every load; with them, and no ``num_gpu`` asked
+    for, every layer is offloaded: llama.cpp spreads them over the RPC workers (and local GPUs).
     """
 
     async def load(spec: LoadSpec, placement: Placement) -> Backend:
         from dataclasses import replace
 
         options = spec.options
+        if rpc_servers:
+            options = replace(options, rpc_servers=rpc_servers)
+            if options.num_gpu is None:
+                options = replace(options, num_gpu=placement.total_layers)
         if options.num_gpu is None:
             options = replace(options, num_gpu=placement.gpu_layers)
         cache = PrefixCacheLocation(str(prefix_cache_dir), spec.digest) if prefix_cache_dir and spec.digest else None
@@ -63,7 +71,7 @@ def runner_load_fn(factory: str | None = None, env: Mapping[str, str] | None = N
 
 
 def _probe_devices(executors: Executors) -> Any:
-    async def probe() -> tuple[int, list[memory.Device]]:
+    async def probe() -> tuple[int, list[Device]]:
         # May start a probe process: off the loop, on its own thread so a slow probe delays no store call.
         return await run_in(executors.probe, memory.system_devices)
 
@@ -97,9 +105,11 @@ def create_app(
     load_fn: LoadFn | None = None,
     scheduler: Scheduler | None = None,
     daemon: DaemonInfo | None = None,
+    upstreams: Upstreams | None = None,
 ) -> web.Application:
-    """The daemon's application; ``daemon`` describes the process serving it (default: this one, no log file)."""
-    app = web.Application(middlewares=MIDDLEWARES, client_max_size=JSON_BODY_LIMIT)
+    """The daemon's application; ``daemon`` describes the process serving it (default: this one, no log file);
+    ``upstreams`` (default: LOCALRUN_UPSTREAMS and the upstreams file) the servers behind ``NAME/model``."""
+    app = web.Application(middlewares=[*MIDDLEWARES, remote.peer_middleware], client_max_size=JSON_BODY_LIMIT)
     metrics = Metrics()
     executors = Executors()
     if store is None:
@@ -108,7 +118,8 @@ def create_app(
         scheduler = Scheduler(
             # LOCALRUN_RUNNER_FACTORY ("module:callable") swaps the engine inside runners: a test seam.
             load_fn or runner_load_fn(os.environ.get("LOCALRUN_RUNNER_FACTORY") or None,
-                                      prefix_cache_dir=settings.prefix_cache_dir),
+                                      prefix_cache_dir=settings.prefix_cache_dir,
+                                      rpc_servers=settings.rpc_servers),
             probe=_probe_devices(executors),
             geometry=memory.read_geometry,
             max_loaded=settings.max_loaded_models,
@@ -127,11 +138,14 @@ def create_app(
     app[PULLS] = {}
     app[SCHEDULER] = scheduler
     app[METRICS] = metrics
+    upstreams = upstreams if upstreams is not None else Upstreams(settings.upstreams, config.upstreams_file(),
+                                                                  api_key=config.upstream_api_key)
+    metrics.watch_upstreams(upstreams.snapshot)
     app[SERVICE] = Service(store, scheduler, metrics, num_parallel=settings.num_parallel,
                            geometry=memory.read_geometry, probe=_probe_devices(executors),
                            load_defaults=LoadOptions(batch_invariant=settings.batch_invariant,
                                                      kv_cache_type=settings.kv_cache_type),
-                           executors=executors)
+                           executors=executors, upstreams=upstreams)
     app[STARTED_AT] = 0.0
     app[DAEMON] = daemon or DaemonInfo(pid=os.getpid(), started_at=time.time())
     app[SHUTDOWN] = Shutdown()
@@ -157,8 +171,10 @@ def create_app(
         templating.renderer().warm()
         await _remove_orphans(app[STORE], executors)
         app[SCHEDULER].start()
+        upstreams.start()
 
     async def on_cleanup(app: web.Application) -> None:
+        await upstreams.close()
         await app[SCHEDULER].close()
         templating.close()
         executors.shutdown()

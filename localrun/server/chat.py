@@ -1,25 +1,32 @@
-"""One chat generation for every chat-shaped API: /v1/chat/completions, /v1/responses, /v1/messages.
+"""One generation path for every API: /api/chat, /api/generate, /v1/chat/completions, /v1/completions,
+/v1/responses, /v1/messages.
 
 Each API's adapter converts its request into a :class:`~.openai_compat.NativeCall` (messages,
 tools and ``tool_choice`` in the chat-completions shape, ``think``, Ollama options) with pure
-functions; :func:`start_chat` then does what all of them share: resolve the model, prepare the
-turn (:func:`.chatturn.prepare`: capability checks, the prompt, a forced call's grammar) and
-submit ``n`` generations. The adapter reads each reply through :func:`output_events` (the
-API-neutral :mod:`.chatparse` events), writes them in its own shape and must ``close()`` the run.
+functions; :func:`start_chat` then does what all of them share. For a model named
+``UPSTREAM/model`` (a configured upstream, :mod:`.remote`) the call goes to the upstream, which
+applies its own template; otherwise it resolves the local model, prepares the turn
+(:func:`.chatturn.prepare`: capability checks, the prompt, a forced call's grammar) and submits
+``n`` generations. Either way the adapter gets a :class:`ChatRun` of :class:`~.output.Output` s,
+reads each through ``pieces()`` (or :func:`output_events`), writes them in its own shape and
+must ``close()`` the run. :func:`start_completions` does the same for raw prompts.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
+from .. import errors
 from ..engine.types import DoneEvent, DoneReason, GenerateRequest, Truncation
-from . import chatturn
+from ..upstream.router import Route
+from . import chatturn, remote
 from .chatparse import ChatEvent
 from .chatturn import ChatTurn
 from .openai_compat import NativeCall
+from .output import LocalOutput, Output
 from .service import Generation, Service, Target
 
 T = TypeVar("T")
@@ -42,16 +49,29 @@ class TokenUsage:
 
 @dataclass(slots=True)
 class ChatRun:
-    """The generations of one chat request (``n`` of them), started and not yet closed."""
+    """The replies of one request (``n`` of them, or n per prompt for completions), started and
+    not yet closed. ``model`` is the name replies carry; ``prompt_tokens()`` the prompt's size
+    before anything is generated (0 for an upstream, which counts it in the final usage)."""
 
-    target: Target
-    turn: ChatTurn
-    gens: list[Generation]
+    model: str
+    outputs: list[Output]
+    prompt_tokens: Callable[[], Awaitable[int]]
 
     async def close(self) -> None:
-        """Close every generation (cancels unfinished ones, releases the model, logs)."""
-        for gen in self.gens:
-            await gen.close()
+        """Close every reply (cancels unfinished ones, releases the model, logs)."""
+        for out in self.outputs:
+            await out.close()
+
+
+def upstream_route(service: Service, model: object) -> Route | None:
+    """The upstream ``model`` names (``NAME/model`` with NAME configured), else None: a local model
+    (always, for a request another localrun daemon sent: :func:`.remote.upstreams_for`)."""
+    upstreams = remote.upstreams_for(service.upstreams)
+    return upstreams.route(model) if upstreams is not None else None
+
+
+async def _no_count() -> int:
+    return 0
 
 
 async def prepare_chat(service: Service, call: NativeCall) -> tuple[Target, ChatTurn]:
@@ -64,13 +84,48 @@ async def prepare_chat(service: Service, call: NativeCall) -> tuple[Target, Chat
 
 async def start_chat(service: Service, call: NativeCall, endpoint: str,
                      cut: Truncation = Truncation.FRONT) -> ChatRun:
-    """Prepare ``call`` and start its ``n`` generations."""
+    """Prepare ``call`` and start its ``n`` replies (on the upstream it names, or here)."""
+    route = upstream_route(service, call.model)
+    if route is not None and service.upstreams is not None:
+        outputs = await remote.chat_outputs(service.upstreams, service.metrics, route, call, endpoint)
+        return ChatRun(route.name, outputs, _no_count)
     target, turn = await prepare_chat(service, call)
     sampling = replace(target.sampling, logprobs=call.logprobs, top_logprobs=call.top_logprobs,
                        ignore_eos=call.ignore_eos, min_tokens=call.min_tokens)
     gens = await start_generations(service, target, turn.request(sampling, call.format, cut), call.n, endpoint,
                                    turn.system_prefix)
-    return ChatRun(target, turn, gens)
+
+    async def prompt_tokens() -> int:
+        return len(await service.tokenize(target, turn.prompt, add_special=True))
+
+    return ChatRun(target.name, [LocalOutput(g, turn.parser()) for g in gens], prompt_tokens)
+
+
+async def start_completions(service: Service, call: NativeCall, fmt: str | dict[str, object] | None, endpoint: str,
+                            cut: Truncation = Truncation.FRONT, suffix: str | None = None) -> ChatRun:
+    """Start ``call.n`` completions of each of ``call.prompts`` (prompt-major order), as raw text.
+
+    ``suffix`` (fill in the middle) is for upstream models only; a local one builds its infill
+    prompt itself (``routes_api.fill_in_the_middle``).
+    """
+    route = upstream_route(service, call.model)
+    if route is not None and service.upstreams is not None:
+        outputs = await remote.completion_outputs(service.upstreams, service.metrics, route, call, fmt, endpoint,
+                                                  suffix)
+        return ChatRun(route.name, outputs, _no_count)
+    target = await service.target(call.model, call.options, call.keep_alive)
+    sampling = replace(target.sampling, logprobs=call.logprobs, top_logprobs=call.top_logprobs,
+                       ignore_eos=call.ignore_eos, min_tokens=call.min_tokens)
+    gens: list[Generation] = []
+    try:
+        for p in call.prompts:
+            req = GenerateRequest(prompt=p, sampling=sampling, format=fmt, truncation=cut)
+            gens.extend(await start_generations(service, target, req, call.n, endpoint))
+    except BaseException:
+        for g in gens:
+            await g.close()
+        raise
+    return ChatRun(target.name, [LocalOutput(g, None) for g in gens], _no_count)
 
 
 async def start_generations(service: Service, target: Target, request: GenerateRequest, n: int, endpoint: str,
@@ -95,21 +150,21 @@ async def start_generations(service: Service, target: Target, request: GenerateR
 
 async def count_prompt_tokens(service: Service, call: NativeCall) -> int:
     """How many tokens the rendered prompt of ``call`` is, as a generation would count them."""
+    if upstream_route(service, call.model) is not None:
+        raise errors.UnsupportedCapability("counting tokens is not available for upstream models "
+                                           "(their own server renders and tokenizes the prompt)")
     target, turn = await prepare_chat(service, call)
     return len(await service.tokenize(target, turn.prompt, add_special=True))
 
 
-async def output_events(gen: Generation, turn: ChatTurn) -> AsyncIterator[ChatEvent]:
+async def output_events(output: Output) -> AsyncIterator[ChatEvent]:
     """One reply as parsed chat events (answer text, reasoning, tool calls), in output order.
 
-    ``gen.done`` is set once this ends.
+    ``output.done`` is set once this ends.
     """
-    parser = turn.parser()
-    async for event in gen.events():
-        for parsed in parser.feed(event.text):
-            yield parsed
-    for parsed in parser.finish():
-        yield parsed
+    async for piece in output.pieces():
+        for event in piece.events:
+            yield event
 
 
 def hit_length_limit(done: DoneEvent | None) -> bool:

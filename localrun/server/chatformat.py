@@ -25,7 +25,7 @@ from functools import lru_cache
 
 from ..engine.template import ChatTemplate
 from ..errors import InvalidRequest, TemplateError, UnsupportedCapability
-from ..runtime.memory import ModelGeometry
+from ..hardware.memory import ModelGeometry
 
 
 class ToolFormat(enum.Enum):

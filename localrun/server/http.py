@@ -11,6 +11,7 @@ from aiohttp import web
 
 from .. import trace
 from ..errors import InvalidRequest
+from ..fmt import FOREVER_ISO
 
 PRIORITY_HEADER = "X-Localrun-Priority"
 """``interactive`` (a person waits: the TUI, ``localrun run``) or ``batch``: how the engine queues the
@@ -79,16 +80,13 @@ def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-FOREVER = "2318-11-22T00:00:00Z"  # how Ollama shows "never expires"
-
-
 def iso(ts: float | None) -> str:
     if ts is None:
-        return FOREVER
+        return FOREVER_ISO
     try:
         return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     except (OverflowError, ValueError, OSError):
-        return FOREVER
+        return FOREVER_ISO
 
 
 class NDJSONStream:

@@ -7,7 +7,12 @@ refreshed by :meth:`Metrics.refresh` just before each scrape.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from ..upstream.router import MemberSnapshot
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # the *_created series only add noise to a single-process daemon
 
@@ -45,9 +50,42 @@ class Metrics:
         self.active = Gauge("localrun_active_requests", "Requests holding a sequence slot", ["model"], registry=r)
         self.loads = Counter("localrun_model_loads", "Model loads, unloads and crashes", ["event"], registry=r)
 
+    def watch_upstreams(self, snapshot: Callable[[], list[MemberSnapshot]]) -> None:
+        """Expose each upstream member's state (read from ``snapshot()`` at every scrape)."""
+        self.registry.register(_UpstreamCollector(snapshot))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
     def clear_model_gauges(self) -> None:
         for gauge in (self.model_memory, self.kv_used, self.kv_total, self.active):
             gauge.clear()
+
+
+class _UpstreamCollector:
+    """``localrun_upstream_*`` series, labelled by upstream name and member URL (never a key)."""
+
+    def __init__(self, snapshot: Callable[[], list[MemberSnapshot]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["upstream", "member"]
+        in_flight = GaugeMetricFamily("localrun_upstream_in_flight", "Requests in flight on an upstream member",
+                                      labels=labels)
+        requests = CounterMetricFamily("localrun_upstream_requests", "Requests sent to an upstream member "
+                                       "(each failover try counts)", labels=labels)
+        failures = CounterMetricFamily("localrun_upstream_failures", "Upstream member failures (connection, 5xx, "
+                                       "timeouts, failed health checks)", labels=labels)
+        healthy = GaugeMetricFamily("localrun_upstream_healthy", "1 while a member is in rotation, 0 while it "
+                                    "cools down", labels=labels)
+        latency = GaugeMetricFamily("localrun_upstream_first_event_seconds", "Moving average of an upstream "
+                                    "member's time to the first event of a reply", labels=labels)
+        for m in self._snapshot():
+            key = [m.upstream, m.url]
+            in_flight.add_metric(key, m.in_flight)
+            requests.add_metric(key, m.requests)
+            failures.add_metric(key, m.failures)
+            healthy.add_metric(key, 0 if m.state == "cooling" else 1)
+            if m.latency_ms is not None:
+                latency.add_metric(key, m.latency_ms / 1000)
+        yield from (in_flight, requests, failures, healthy, latency)

@@ -170,7 +170,10 @@ def _native_call(call: Any, where: str) -> dict[str, Any]:
             args = json.loads(args) if args.strip() else {}
         except json.JSONDecodeError:
             raise InvalidRequest(f"{where}.function.arguments is not valid JSON") from None
-    return {"function": {"name": fn["name"], "arguments": args}}
+    out: dict[str, Any] = {"function": {"name": fn["name"], "arguments": args}}
+    if isinstance(call.get("id"), str) and call["id"]:
+        out["id"] = call["id"]  # kept: an upstream pairs the tool results with it
+    return out
 
 
 def _common(body: dict[str, Any]) -> NativeCall:

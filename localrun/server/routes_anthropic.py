@@ -31,9 +31,9 @@ Emit = Callable[[list[Event]], Awaitable[None]]
 async def _drive(run: ChatRun, encoder: MessageEncoder, stops: tuple[str, ...], prompt_tokens: int,
                  emit: Emit) -> None:
     """Run the generation to its end, handing each batch of events to ``emit``."""
-    gen = run.gens[0]
+    out = run.outputs[0]
     await emit(encoder.start(prompt_tokens))
-    async for item in with_heartbeat(output_events(gen, run.turn), PING_INTERVAL):
+    async for item in with_heartbeat(output_events(out), PING_INTERVAL):
         if item is None:
             await emit([ping()])
         elif isinstance(item, ContentDelta):
@@ -42,7 +42,7 @@ async def _drive(run: ChatRun, encoder: MessageEncoder, stops: tuple[str, ...], 
             await emit(encoder.thinking(item.text))
         else:  # the parser's stable call id, in Anthropic's toolu_ form
             await emit(encoder.tool_use(tool_use_id(item.id), item.name, item.arguments_json(), item.arguments))
-    done = gen.done
+    done = out.done
     await emit(encoder.finish(TokenUsage.of(done), hit_length_limit(done), done.stop_string if done else None, stops))
 
 
@@ -51,7 +51,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
     converted = messages_to_native(body)
     service = request.app[SERVICE]
     run = await start_chat(service, converted.call, "/v1/messages")
-    encoder = MessageEncoder(run.target.name)
+    encoder = MessageEncoder(run.model)
     try:
         if not converted.call.stream:
             async def keep(events: list[Event]) -> None:
@@ -60,7 +60,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
             await _drive(run, encoder, converted.stop_sequences, 0, keep)
             return web.json_response(encoder.message)
         # message_start carries the prompt's size; the model is loaded now, so this is quick.
-        prompt_tokens = len(await service.tokenize(run.target, run.turn.prompt, add_special=True))
+        prompt_tokens = await run.prompt_tokens()
         out = EventStream(request)
 
         async def send(events: list[Event]) -> None:
@@ -70,7 +70,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
         try:
             await _drive(run, encoder, converted.stop_sequences, prompt_tokens, send)
         except errors.LocalrunError as exc:
-            run.gens[0].status = "error"
+            run.outputs[0].status = "error"
             await send([error_event(anthropic_error_type(exc.status), exc.message)])
         return await out.finish()
     finally:

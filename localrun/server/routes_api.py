@@ -12,21 +12,26 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
+from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
 
 from .. import errors
-from ..engine.types import GenerateRequest, TokenEvent, Truncation
+from ..engine.types import EmbedInput, EmbedResult, GenerateRequest, TokenLogprob, Truncation
 from ..errors import UnsupportedCapability
-from . import chatturn, prompts
+from . import chatturn, prompts, remote
+from .chat import start_chat, start_completions, upstream_route
 from .chatformat import parse_think
-from .chatparse import ChatStreamParser, ContentDelta, Reply, collect
+from .chatparse import ChatEvent, ChatStreamParser, ContentDelta, collect
 from .http import NDJSONStream, get, now_iso, read_json
 from .keys import SERVICE
 from .native_shapes import CHAT, GENERATE, Shape
+from .openai_compat import NativeCall
 from .options import parse_keep_alive
-from .service import Generation, Target
+from .output import LocalOutput, Output
+from .service import Service, Target
 from .tools import validate_tools
 
 
@@ -43,14 +48,14 @@ def truncation(body: dict[str, Any]) -> Truncation:
     return Truncation.FRONT if get(body, "truncate", bool, True) else Truncation.REJECT
 
 
-def done_fields(gen: Generation) -> dict[str, Any]:
-    done = gen.done
+def done_fields(out_: Output) -> dict[str, Any]:
+    done = out_.done
     assert done is not None
     out: dict[str, Any] = {
         "done": True,
         "done_reason": done.done_reason.value,
-        "total_duration": gen.total_duration_ns,
-        "load_duration": gen.load_duration_ns,
+        "total_duration": out_.total_duration_ns,
+        "load_duration": out_.load_duration_ns,
         "prompt_eval_count": done.prompt_eval_count,
         "prompt_eval_duration": done.prompt_eval_duration,
         "eval_count": done.eval_count,
@@ -62,11 +67,11 @@ def done_fields(gen: Generation) -> dict[str, Any]:
     return out
 
 
-def logprobs_json(event: TokenEvent) -> list[dict[str, Any]]:
+def logprobs_json(logprobs: tuple[TokenLogprob, ...]) -> list[dict[str, Any]]:
     return [
         {"token": lp.token, "logprob": lp.logprob,
          "top_logprobs": [{"token": t, "logprob": p} for t, p in lp.top]}
-        for lp in event.logprobs
+        for lp in logprobs
     ]
 
 
@@ -83,16 +88,21 @@ def sampling_with_logprobs(target: Target, body: dict[str, Any]) -> Any:
 
 
 async def _load_or_unload(request: web.Request, body: dict[str, Any], keep_alive: Any, chat: bool) -> web.Response:
-    """An empty prompt loads the model; with keep_alive 0 it unloads it."""
+    """An empty prompt loads the model; with keep_alive 0 it unloads it (an upstream's: only checked)."""
     service = request.app[SERVICE]
-    target = await service.target(body.get("model"), body.get("options"), keep_alive)
-    if keep_alive == 0:
-        await service.unload(target.name)
-        reason = "unload"
+    route = upstream_route(service, body.get("model"))
+    if route is not None and service.upstreams is not None:
+        await remote.check_served(service.upstreams, route)
+        name = route.name
     else:
-        await service.load_only(target)
-        reason = "load"
-    out: dict[str, Any] = {"model": target.name, "created_at": now_iso(), "done": True, "done_reason": reason}
+        target = await service.target(body.get("model"), body.get("options"), keep_alive)
+        name = target.name
+        if keep_alive == 0:
+            await service.unload(target.name)
+        else:
+            await service.load_only(target)
+    out: dict[str, Any] = {"model": name, "created_at": now_iso(), "done": True,
+                           "done_reason": "unload" if keep_alive == 0 else "load"}
     if chat:
         out["message"] = {"role": "assistant", "content": ""}
     else:
@@ -113,6 +123,18 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if images:
         raise errors.InvalidRequest(f"model {body.get('model')!r} does not support images")
     service = request.app[SERVICE]
+    if upstream_route(service, body.get("model")) is not None:
+        out = await _generate_upstream(service, body, prompt, suffix, think, keep_alive)
+    else:
+        out = await _generate_local(service, body, prompt, suffix, think, keep_alive)
+    try:
+        return await _respond(request, out, stream, GENERATE)
+    finally:
+        await out.close()
+
+
+async def _generate_local(service: Service, body: dict[str, Any], prompt: str, suffix: str, think: bool | None,
+                          keep_alive: Any) -> Output:
     target = await service.target(body.get("model"), body.get("options"), keep_alive)
     context = get(body, "context", list, None)
     if context is not None and not all(isinstance(t, int) and not isinstance(t, bool) for t in context):
@@ -138,10 +160,27 @@ async def generate(request: web.Request) -> web.StreamResponse:
         truncation=truncation(body),
     )
     gen = await service.generate(target, req, "/api/generate", context=context, system_prefix=system_prefix)
-    try:
-        return await _respond(request, gen, stream, GENERATE, parser)
-    finally:
-        await gen.close()
+    return LocalOutput(gen, parser)
+
+
+async def _generate_upstream(service: Service, body: dict[str, Any], prompt: str, suffix: str, think: bool | None,
+                             keep_alive: Any) -> Output:
+    """/api/generate on an upstream: a chat turn (its template applies), or a raw prompt (``raw``, ``suffix``)."""
+    for name in ("context", "template"):
+        if body.get(name):
+            raise UnsupportedCapability(f"'{name}' is not available for upstream models")
+    call = NativeCall(model=body.get("model"), options=get(body, "options", dict, {}), keep_alive=keep_alive,
+                      format=check_format(body.get("format")), think=think,
+                      logprobs=get(body, "logprobs", bool, False), top_logprobs=get(body, "top_logprobs", int, 0))
+    if suffix or get(body, "raw", bool, False):
+        call.prompts = [prompt]
+        run = await start_completions(service, call, call.format, "/api/generate", suffix=suffix or None)
+    else:
+        system = get(body, "system", str, None)
+        call.messages = ([{"role": "system", "content": system}] if system else []) + \
+            [{"role": "user", "content": prompt}]
+        run = await start_chat(service, call, "/api/generate")
+    return run.outputs[0]
 
 
 def fill_in_the_middle(target: Target, prompt: str, suffix: str) -> str:
@@ -161,21 +200,22 @@ async def chat(request: web.Request) -> web.StreamResponse:
     stream = get(body, "stream", bool, True)
     if not messages:
         return await _load_or_unload(request, body, keep_alive, chat=True)
-    service = request.app[SERVICE]
-    target = await service.target(body.get("model"), body.get("options"), keep_alive)
-    turn = await chatturn.prepare(target, messages, tools=tools, think=think)
-    req = turn.request(sampling_with_logprobs(target, body), check_format(body.get("format")), truncation(body))
-    gen = await service.generate(target, req, "/api/chat", system_prefix=turn.system_prefix)
+    top = get(body, "top_logprobs", int, 0)
+    if top < 0 or top > 20:
+        raise errors.OptionError("'top_logprobs' must be between 0 and 20")
+    call = NativeCall(model=body.get("model"), options=get(body, "options", dict, {}), keep_alive=keep_alive, stream=stream,
+                      messages=messages, tools=tools, think=think, format=check_format(body.get("format")),
+                      logprobs=get(body, "logprobs", bool, False) or top > 0, top_logprobs=top)
+    run = await start_chat(request.app[SERVICE], call, "/api/chat", truncation(body))
     try:
-        return await _respond(request, gen, stream, CHAT, turn.parser())
+        return await _respond(request, run.outputs[0], stream, CHAT)
     finally:
-        await gen.close()
+        await run.close()
 
 
-async def _respond(request: web.Request, gen: Generation, stream: bool, shape: Shape,
-                   parser: ChatStreamParser | None) -> web.StreamResponse:
-    """Stream chunks (or collect them) and finish with the done chunk; ``parser`` splits the text."""
-    model = gen.target.name
+async def _respond(request: web.Request, output: Output, stream: bool, shape: Shape) -> web.StreamResponse:
+    """Stream chunks (or collect them) and finish with the done chunk."""
+    model = output.model
 
     def head() -> dict[str, Any]:
         return {"model": model, "created_at": now_iso()}
@@ -183,31 +223,26 @@ async def _respond(request: web.Request, gen: Generation, stream: bool, shape: S
     if stream:
         out = NDJSONStream(request)
         try:
-            async for event in gen.events():
-                pieces = parser.feed(event.text) if parser else [ContentDelta(event.text)]
-                logprobs = logprobs_json(event) if event.logprobs else None
-                for piece in pieces or ([ContentDelta("")] if logprobs else []):
-                    await out.write({**head(), **shape.piece(piece), "done": False,
+            async for piece in output.pieces():
+                logprobs = logprobs_json(piece.logprobs) if piece.logprobs else None
+                for event in piece.events or ((ContentDelta(""),) if logprobs else ()):
+                    await out.write({**head(), **shape.piece(event), "done": False,
                                      **({"logprobs": logprobs} if logprobs else {})})
                     logprobs = None
-            for piece in parser.finish() if parser else []:
-                await out.write({**head(), **shape.piece(piece), "done": False})
-            await out.write({**head(), **shape.final(gen.done, None), **done_fields(gen)})
+            await out.write({**head(), **shape.final(output.done, None), **done_fields(output)})
         except errors.LocalrunError as exc:
             if not out.response.prepared:
                 raise
-            gen.status = "error"
+            output.status = "error"
             await out.write({"error": exc.message, "code": exc.code})
         return await out.finish()
-    parts: list[str] = []
+    events: list[ChatEvent] = []
     logprobs_all: list[dict[str, Any]] = []
-    async for event in gen.events():
-        parts.append(event.text)
-        if event.logprobs:
-            logprobs_all.extend(logprobs_json(event))
-    text = "".join(parts)
-    reply = collect(parser.feed(text) + parser.finish()) if parser else Reply(text, "", ())
-    result = {**head(), **shape.final(gen.done, reply), **done_fields(gen)}
+    async for piece in output.pieces():
+        events.extend(piece.events)
+        if piece.logprobs:
+            logprobs_all.extend(logprobs_json(piece.logprobs))
+    result = {**head(), **shape.final(output.done, collect(events)), **done_fields(output)}
     if logprobs_all:
         result["logprobs"] = logprobs_all
     return web.json_response(result)
@@ -232,6 +267,26 @@ def resize(vector: list[float], dimensions: int | None) -> list[float]:
     return [v / norm for v in cut]
 
 
+async def embed_inputs(service: Service, model: object, options: Any, keep_alive: Any,
+                       inputs: Sequence[EmbedInput], truncate: bool) -> tuple[str, EmbedResult, int, int]:
+    """(model name, result, load_duration_ns, total_duration_ns) for ``inputs``, on the model or upstream
+    ``model`` names; no inputs only loads a local model."""
+    route = upstream_route(service, model)
+    if route is not None and service.upstreams is not None:
+        started = time.perf_counter_ns()
+        if not inputs:
+            await remote.check_served(service.upstreams, route)
+            return route.name, EmbedResult([], 0, []), 0, time.perf_counter_ns() - started
+        result = await remote.embed(service.upstreams, route, inputs, truncate)
+        return route.name, result, 0, time.perf_counter_ns() - started
+    target = await service.target(model, options, keep_alive)
+    if not inputs:
+        load = await service.load_only(target)
+        return target.name, EmbedResult([], 0, []), load, load
+    result, load_ns, total_ns = await service.embed(target, inputs, truncate)
+    return target.name, result, load_ns, total_ns
+
+
 async def embed(request: web.Request) -> web.Response:
     body = await read_json(request)
     inputs = _inputs(body.get("input", ""), "input")
@@ -240,15 +295,10 @@ async def embed(request: web.Request) -> web.Response:
     if dimensions is not None and dimensions < 1:
         raise errors.InvalidRequest("'dimensions' must be at least 1")
     keep_alive = parse_keep_alive(body.get("keep_alive"))
-    service = request.app[SERVICE]
-    target = await service.target(body.get("model"), body.get("options"), keep_alive)
-    if not inputs:
-        load = await service.load_only(target)
-        return web.json_response({"model": target.name, "embeddings": [], "load_duration": load,
-                                  "total_duration": load, "prompt_eval_count": 0})
-    result, load_ns, total_ns = await service.embed(target, inputs, truncate)
+    name, result, load_ns, total_ns = await embed_inputs(request.app[SERVICE], body.get("model"),
+                                                         body.get("options"), keep_alive, inputs, truncate)
     return web.json_response({
-        "model": target.name,
+        "model": name,
         "embeddings": [resize(e, dimensions) for e in result.embeddings],
         "total_duration": total_ns,
         "load_duration": load_ns,
@@ -261,13 +311,9 @@ async def embeddings(request: web.Request) -> web.Response:
     body = await read_json(request)
     prompt = get(body, "prompt", str, "")
     keep_alive = parse_keep_alive(body.get("keep_alive"))
-    service = request.app[SERVICE]
-    target = await service.target(body.get("model"), body.get("options"), keep_alive)
-    if not prompt:
-        await service.load_only(target)
-        return web.json_response({"embedding": []})
-    result, _, _ = await service.embed(target, [prompt], True)
-    return web.json_response({"embedding": result.embeddings[0]})
+    _, result, _, _ = await embed_inputs(request.app[SERVICE], body.get("model"), body.get("options"), keep_alive,
+                                         [prompt] if prompt else [], True)
+    return web.json_response({"embedding": result.embeddings[0] if result.embeddings else []})
 
 
 def add_routes(app: web.Application) -> None:

@@ -20,8 +20,10 @@ from typing import Any
 from aiohttp import web
 
 from .. import errors
-from ..runtime.memory import read_geometry
+from ..hardware.memory import read_geometry
 from ..store.modelfile import quote as _quote
+from . import remote
+from .chat import upstream_route
 from .chatformat import capabilities, describe
 from .options import merge_options
 from .executors import run_in
@@ -83,7 +85,11 @@ async def tags(request: web.Request) -> web.Response:
     def listing() -> list[dict[str, Any]]:  # resolving may hash changed weights: never on the loop
         return [tag_entry(i, store) for i in store.list()]
 
-    return web.json_response({"models": await run_in(request.app[EXECUTORS].store, listing)})
+    models = await run_in(request.app[EXECUTORS].store, listing)
+    upstreams = remote.upstreams_for(request.app[SERVICE].upstreams)
+    if upstreams is not None:  # NAME/model rows, with Ollama's remote_model / remote_host fields
+        models += await remote.tag_entries(upstreams)
+    return web.json_response({"models": models})
 
 
 def _parameters_text(params: dict[str, Any]) -> str:
@@ -101,6 +107,10 @@ async def show(request: web.Request) -> web.Response:
     name = get(body, "model", str) or get(body, "name", str)
     if not name:
         raise errors.InvalidRequest("'model' is required")
+    service = request.app[SERVICE]
+    route = upstream_route(service, name)
+    if route is not None and service.upstreams is not None:
+        return web.json_response(await remote.show(service.upstreams, route))
     info = await asyncio.to_thread(request.app[STORE].show, name)
     params = _field(info, "parameters", default={}) or {}
     template = _field(info, "template") or ""

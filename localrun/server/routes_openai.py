@@ -10,45 +10,44 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
 
 from .. import errors
-from ..engine.types import GenerateRequest, TokenEvent, TokenLogprob
+from ..engine.types import TokenLogprob
 from . import openai_compat as oc
-from .chat import start_chat, start_generations
+from . import remote
+from .chat import ChatRun, start_chat, start_completions, upstream_route
 from .chatparse import ChatEvent, ContentDelta, ToolCall, collect
-from .chatturn import ChatTurn
 from .http import SSEStream, read_json
 from .keys import SERVICE, STORE
 from .middleware import error_body
 from .options import parse_keep_alive
-from .routes_api import resize, truncation
-from .service import Generation
+from .output import Output, Piece
+from .routes_api import embed_inputs, resize, truncation
 
 
-async def _merge(gens: list[Generation]) -> AsyncIterator[tuple[int, TokenEvent | None]]:
-    """Events of several generations as they come: (index, event), then (index, None) at its end."""
-    if len(gens) == 1:
-        async for event in gens[0].events():
-            yield 0, event
+async def _merge(outputs: list[Output]) -> AsyncIterator[tuple[int, Piece | None]]:
+    """Pieces of several replies as they come: (index, piece), then (index, None) at its end."""
+    if len(outputs) == 1:
+        async for piece in outputs[0].pieces():
+            yield 0, piece
         yield 0, None
         return
-    queue: asyncio.Queue[tuple[int, TokenEvent | None, BaseException | None]] = asyncio.Queue()
+    queue: asyncio.Queue[tuple[int, Piece | None, BaseException | None]] = asyncio.Queue()
 
-    async def pump(i: int, gen: Generation) -> None:
+    async def pump(i: int, out: Output) -> None:
         try:
-            async for event in gen.events():
-                await queue.put((i, event, None))
+            async for piece in out.pieces():
+                await queue.put((i, piece, None))
             await queue.put((i, None, None))
         except Exception as exc:
             await queue.put((i, None, exc))
 
-    tasks = [asyncio.create_task(pump(i, g)) for i, g in enumerate(gens)]
+    tasks = [asyncio.create_task(pump(i, o)) for i, o in enumerate(outputs)]
     try:
-        remaining = len(gens)
+        remaining = len(outputs)
         while remaining:
             i, item, exc = await queue.get()
             if exc is not None:
@@ -61,20 +60,22 @@ async def _merge(gens: list[Generation]) -> AsyncIterator[tuple[int, TokenEvent 
             t.cancel()
 
 
-async def _collect(gens: list[Generation]) -> tuple[list[str], list[list[TokenLogprob]]]:
-    """Run every generation to its end (non-streaming): each one's text and token logprobs."""
-    parts: list[list[str]] = [[] for _ in gens]
-    lps: list[list[TokenLogprob]] = [[] for _ in gens]
-    async for i, event in _merge(gens):
-        if event is not None:
-            parts[i].append(event.text)
-            lps[i].extend(event.logprobs)
-    return ["".join(p) for p in parts], lps
+async def _collect(outputs: list[Output]) -> tuple[list[list[ChatEvent]], list[str], list[list[TokenLogprob]]]:
+    """Run every reply to its end (non-streaming): each one's events, raw text and token logprobs."""
+    events: list[list[ChatEvent]] = [[] for _ in outputs]
+    texts: list[list[str]] = [[] for _ in outputs]
+    lps: list[list[TokenLogprob]] = [[] for _ in outputs]
+    async for i, piece in _merge(outputs):
+        if piece is not None:
+            events[i].extend(piece.events)
+            texts[i].append(piece.text)
+            lps[i].extend(piece.logprobs)
+    return events, ["".join(t) for t in texts], lps
 
 
-def _usage(gens: list[Generation], prompt_groups: int = 1) -> dict[str, Any]:
-    per_prompt = len(gens) // max(1, prompt_groups)
-    dones = [g.done for g in gens]
+def _usage(outputs: list[Output], prompt_groups: int = 1) -> dict[str, Any]:
+    per_prompt = len(outputs) // max(1, prompt_groups)
+    dones = [o.done for o in outputs]
     prompt = sum(d.prompt_eval_count for i, d in enumerate(dones) if d and i % max(1, per_prompt) == 0)
     cached = sum(d.cached_tokens for i, d in enumerate(dones) if d and i % max(1, per_prompt) == 0)
     return oc.usage(prompt, sum(d.eval_count for d in dones if d), cached)
@@ -88,58 +89,54 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     call = oc.chat_to_native(body)
     run = await start_chat(request.app[SERVICE], call, "/v1/chat/completions", truncation(body))
-    target, turn, gens = run.target, run.turn, run.gens
     rid, created = oc.new_id("chatcmpl"), int(time.time())
     try:
         if call.stream:
-            return await _chat_stream(request, gens, target.name, rid, created, turn, call.include_usage)
-        texts, lps = await _collect(gens)
+            return await _chat_stream(request, run, rid, created, call.include_usage)
+        events, _, lps = await _collect(run.outputs)
         choices = []
-        for i, gen in enumerate(gens):
-            parser = turn.parser()
-            reply = collect(parser.feed(texts[i]) + parser.finish())
-            done = gen.done
+        for i, out in enumerate(run.outputs):
+            reply = collect(events[i])
+            done = out.done
             choices.append({
                 "index": i, "message": oc.chat_message(reply),
                 "logprobs": oc.chat_logprobs(lps[i]) if call.logprobs else None,
                 "finish_reason": oc.finish_reason(done.done_reason if done else None, bool(reply.tool_calls)),
             })
-        return web.json_response(oc.chat_completion(rid, target.name, created, choices, _usage(gens)))
+        return web.json_response(oc.chat_completion(rid, run.model, created, choices, _usage(run.outputs)))
     finally:
-        for g in gens:
-            await g.close()
+        await run.close()
 
 
-async def _chat_stream(request: web.Request, gens: list[Generation], model: str, rid: str, created: int,
-                       turn: ChatTurn, include_usage: bool) -> web.StreamResponse:
-    """SSE chunks: content, reasoning_content and tool_calls deltas as the parser yields them."""
+async def _chat_stream(request: web.Request, run: ChatRun, rid: str, created: int,
+                       include_usage: bool) -> web.StreamResponse:
+    """SSE chunks: content, reasoning_content and tool_calls deltas as the replies yield them."""
     sse = SSEStream(request)
-    parsers = [turn.parser() for _ in gens]
-    called = [False for _ in gens]
+    outputs, model = run.outputs, run.model
+    called = [False for _ in outputs]
 
-    async def send(i: int, events: list[ChatEvent], logprobs: dict[str, Any] | None = None) -> None:
-        for event in events or ([ContentDelta("")] if logprobs else []):
+    async def send(i: int, events: tuple[ChatEvent, ...], logprobs: dict[str, Any] | None = None) -> None:
+        for event in events or ((ContentDelta(""),) if logprobs else ()):
             called[i] = called[i] or isinstance(event, ToolCall)
             await sse.write(oc.chat_chunk(rid, model, created, i, oc.chat_delta(event), logprobs=logprobs))
             logprobs = None
 
     try:
-        for i in range(len(gens)):
+        for i in range(len(outputs)):
             await sse.write(oc.chat_chunk(rid, model, created, i, {"role": "assistant", "content": ""}))
-        async for i, event in _merge(gens):
-            if event is not None:
-                lp = oc.chat_logprobs(list(event.logprobs)) if event.logprobs else None
-                await send(i, parsers[i].feed(event.text), lp)
+        async for i, piece in _merge(outputs):
+            if piece is not None:
+                lp = oc.chat_logprobs(list(piece.logprobs)) if piece.logprobs else None
+                await send(i, piece.events, lp)
                 continue
-            await send(i, parsers[i].finish())
-            done = gens[i].done
+            done = outputs[i].done
             await sse.write(oc.chat_chunk(rid, model, created, i, {},
                                           oc.finish_reason(done.done_reason if done else None, called[i])))
         if include_usage:
-            await sse.write(oc.usage_chunk(rid, model, created, "chat.completion.chunk", _usage(gens)))
+            await sse.write(oc.usage_chunk(rid, model, created, "chat.completion.chunk", _usage(outputs)))
     except errors.LocalrunError as exc:
-        for g in gens:
-            g.status = "error"
+        for o in outputs:
+            o.status = "error"
         await _stream_error(sse, request, exc)
     return await sse.finish()
 
@@ -147,54 +144,46 @@ async def _chat_stream(request: web.Request, gens: list[Generation], model: str,
 async def completions(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     call = oc.completion_to_native(body)
-    service = request.app[SERVICE]
-    target = await service.target(call.model, call.options, call.keep_alive)
-    sampling = replace(target.sampling, logprobs=call.logprobs, top_logprobs=call.top_logprobs,
-                       ignore_eos=call.ignore_eos, min_tokens=call.min_tokens)
     fmt = oc.response_format(body.get("response_format"))
-    gens: list[Generation] = []
+    run = await start_completions(request.app[SERVICE], call, fmt, "/v1/completions", truncation(body))
+    outputs, model = run.outputs, run.model
     try:
-        for p in call.prompts:
-            req = GenerateRequest(prompt=p, sampling=sampling, format=fmt, truncation=truncation(body))
-            gens.extend(await start_generations(service, target, req, call.n, "/v1/completions"))
         rid, created = oc.new_id("cmpl"), int(time.time())
-        prefix = [call.prompts[i // call.n] if call.echo else "" for i in range(len(gens))]
+        prefix = [call.prompts[i // call.n] if call.echo else "" for i in range(len(outputs))]
         if call.stream:
             sse = SSEStream(request)
             try:
-                for i in range(len(gens)):
+                for i in range(len(outputs)):
                     if prefix[i]:
-                        await sse.write(oc.completion(rid, target.name, created, [
+                        await sse.write(oc.completion(rid, model, created, [
                             {"index": i, "text": prefix[i], "logprobs": None, "finish_reason": None}], None))
-                async for i, event in _merge(gens):
-                    if event is not None:
-                        lp = oc.completion_logprobs(list(event.logprobs)) if call.logprobs else None
-                        choice = {"index": i, "text": event.text, "logprobs": lp, "finish_reason": None}
+                async for i, piece in _merge(outputs):
+                    if piece is not None:
+                        lp = oc.completion_logprobs(list(piece.logprobs)) if call.logprobs else None
+                        choice = {"index": i, "text": piece.text, "logprobs": lp, "finish_reason": None}
                     else:
-                        done = gens[i].done
+                        done = outputs[i].done
                         choice = {"index": i, "text": "", "logprobs": None,
                                   "finish_reason": oc.finish_reason(done.done_reason if done else None, False)}
-                    await sse.write(oc.completion(rid, target.name, created, [choice], None))
+                    await sse.write(oc.completion(rid, model, created, [choice], None))
                 if call.include_usage:
-                    await sse.write(oc.usage_chunk(rid, target.name, created, "text_completion",
-                                                   _usage(gens, len(call.prompts))))
+                    await sse.write(oc.usage_chunk(rid, model, created, "text_completion",
+                                                   _usage(outputs, len(call.prompts))))
             except errors.LocalrunError as exc:
                 await _stream_error(sse, request, exc)
             return await sse.finish()
-        texts, lps = await _collect(gens)
+        _, texts, lps = await _collect(outputs)
         choices = []
-        for i, gen in enumerate(gens):
-            done = gen.done
+        for i, out in enumerate(outputs):
+            done = out.done
             choices.append({
                 "index": i, "text": prefix[i] + texts[i],
                 "logprobs": oc.completion_logprobs(lps[i], len(prefix[i])) if call.logprobs else None,
                 "finish_reason": oc.finish_reason(done.done_reason if done else None, False),
             })
-        return web.json_response(oc.completion(rid, target.name, created, choices,
-                                               _usage(gens, len(call.prompts))))
+        return web.json_response(oc.completion(rid, model, created, choices, _usage(outputs, len(call.prompts))))
     finally:
-        for g in gens:
-            await g.close()
+        await run.close()
 
 
 async def embeddings(request: web.Request) -> web.Response:
@@ -206,13 +195,11 @@ async def embeddings(request: web.Request) -> web.Response:
     dimensions = body.get("dimensions")
     if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1):
         raise errors.InvalidRequest("'dimensions' must be a positive whole number")
-    service = request.app[SERVICE]
-    target = await service.target(body.get("model"), oc.options_from_openai(body),
-                                  parse_keep_alive(body.get("keep_alive")))
-    result, _, _ = await service.embed(target, inputs, True)
+    name, result, _, _ = await embed_inputs(request.app[SERVICE], body.get("model"), oc.options_from_openai(body),
+                                            parse_keep_alive(body.get("keep_alive")), inputs, True)
     data = [{"object": "embedding", "index": i, "embedding": oc.embedding_vector(resize(e, dimensions), encoding)}
             for i, e in enumerate(result.embeddings)]
-    return web.json_response({"object": "list", "data": data, "model": target.name,
+    return web.json_response({"object": "list", "data": data, "model": name,
                               "usage": {"prompt_tokens": result.prompt_eval_count,
                                         "total_tokens": result.prompt_eval_count}})
 
@@ -231,11 +218,19 @@ def _store_models(request: web.Request) -> list[tuple[str, int]]:
 
 async def models(request: web.Request) -> web.Response:
     data = [oc.model_object(name, ts) for name, ts in _store_models(request)]
+    upstreams = remote.upstreams_for(request.app[SERVICE].upstreams)
+    if upstreams is not None:
+        data += [oc.model_object(row["name"], 0) for row in await remote.tag_entries(upstreams)]
     return web.json_response({"object": "list", "data": data})
 
 
 async def model(request: web.Request) -> web.Response:
     wanted = request.match_info["model"]
+    service = request.app[SERVICE]
+    route = upstream_route(service, wanted)
+    if route is not None and service.upstreams is not None:
+        await remote.check_served(service.upstreams, route)
+        return web.json_response(oc.model_object(route.name, 0))
     store = request.app[STORE]
     resolved = store.resolve(wanted)  # raises ModelNotFound (404) for unknown names
     name = str(getattr(resolved, "name", wanted))

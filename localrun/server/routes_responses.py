@@ -24,9 +24,9 @@ Emit = Callable[[list[Event]], Awaitable[None]]
 
 async def _drive(run: ChatRun, converted: ResponsesCall, encoder: ResponsesEncoder, emit: Emit) -> None:
     """Run the generation to its end, handing each batch of events to ``emit``."""
-    gen = run.gens[0]
+    out = run.outputs[0]
     await emit(encoder.start())
-    async for item in output_events(gen, run.turn):
+    async for item in output_events(out):
         if isinstance(item, ContentDelta):
             await emit(encoder.text(item.text))
         elif isinstance(item, ThinkingDelta):
@@ -34,14 +34,14 @@ async def _drive(run: ChatRun, converted: ResponsesCall, encoder: ResponsesEncod
         else:
             namespace, name = converted.split_name(item.name)
             await emit(encoder.tool_call(item.id, name, item.arguments_json(), namespace))
-    await emit(encoder.finish(TokenUsage.of(gen.done), hit_length_limit(gen.done)))
+    await emit(encoder.finish(TokenUsage.of(out.done), hit_length_limit(out.done)))
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     converted = responses_to_native(body)
     run = await start_chat(request.app[SERVICE], converted.call, "/v1/responses", converted.truncation)
-    encoder = ResponsesEncoder(run.target.name, converted.echo)
+    encoder = ResponsesEncoder(run.model, converted.echo)
     try:
         if not converted.call.stream:
             async def keep(events: list[Event]) -> None:
@@ -58,7 +58,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         try:
             await _drive(run, converted, encoder, send)
         except errors.LocalrunError as exc:
-            run.gens[0].status = "error"
+            run.outputs[0].status = "error"
             await send(encoder.fail(exc.code, exc.message))
         return await out.finish()
     finally:

@@ -9,10 +9,11 @@ from typing import Any
 from aiohttp import web
 
 from .. import __version__
-from ..runtime.memory import ModelGeometry
+from ..hardware.memory import ModelGeometry
 from ..runtime.scheduler import ResidentModel, Scheduler
 from .http import iso
-from .keys import METRICS, PULLS, SCHEDULER, STARTED_AT
+from . import remote
+from .keys import METRICS, PULLS, SCHEDULER, SERVICE, STARTED_AT
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ async def health(request: web.Request) -> web.Response:
 
 
 def ps_entry(scheduler: Scheduler, model: ResidentModel) -> dict[str, Any]:
-    from ..runtime.memory import read_geometry
+    from ..hardware.memory import read_geometry
 
     try:
         geometry: ModelGeometry | None = read_geometry(model.spec.model_path)
@@ -82,6 +83,9 @@ def ps_entry(scheduler: Scheduler, model: ResidentModel) -> dict[str, Any]:
         "loaded_at": iso(model.loaded_at),
         "load_reason": model.reason,
         "pid": model.backend.pid,
+        # where llama.cpp put the weights, per buffer (``RPC0[host:port]`` for an RPC worker)
+        "split": [{"device": name, "bytes": size} for name, size in (model.backend.info.get("buffer_bytes") or {}).items()],
+        "rpc_servers": list(model.backend.info.get("rpc_servers") or []),
     }
 
 
@@ -89,7 +93,11 @@ async def ps(request: web.Request) -> web.Response:
     scheduler = request.app[SCHEDULER]
     models = sorted(scheduler.models.values(), key=lambda m: m.name)
     pulls = sorted(request.app[PULLS].values(), key=lambda p: str(p["model"]))  # a localrun extension
-    return web.json_response({"models": [ps_entry(scheduler, m) for m in models], "pulls": pulls})
+    out: dict[str, Any] = {"models": [ps_entry(scheduler, m) for m in models], "pulls": pulls}
+    upstreams = request.app[SERVICE].upstreams
+    if upstreams is not None:  # a localrun extension: each upstream member's state
+        out["upstreams"] = [remote.ps_row(s) for s in upstreams.snapshot()]
+    return web.json_response(out)
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -29,10 +29,12 @@ from ..engine.types import (
     SamplingOptions,
     TokenEvent,
 )
-from ..runtime import memory
-from ..runtime.memory import ModelGeometry
+from ..fmt import human_bytes
+from ..hardware import memory
+from ..hardware.memory import ModelGeometry
 from ..runtime.resident import Phase, ProbeFn
 from ..runtime.scheduler import DEFAULT, LoadSpec, Scheduler
+from ..upstream.router import Upstreams
 from . import templating
 from .executors import Executors, run_in
 from .http import interactive_hint
@@ -164,10 +166,13 @@ class Service:
         probe: ProbeFn | None = None,
         load_defaults: LoadOptions | None = None,
         executors: Executors | None = None,
+        upstreams: Upstreams | None = None,
     ) -> None:
         """``num_parallel`` None: slots sized per model from free memory (``probe``, see :meth:`slots`);
-        ``load_defaults``: the daemon's batch_invariant and kv_cache_type settings."""
+        ``load_defaults``: the daemon's batch_invariant and kv_cache_type settings; ``upstreams``: the
+        configured upstream servers (``NAME/model`` names), routed by ``.chat``."""
         self.store = store
+        self.upstreams = upstreams
         self.scheduler = scheduler
         self.metrics = metrics
         self.num_parallel = num_parallel
@@ -216,7 +221,7 @@ class Service:
 
     async def slots(self, model_path: str, load: LoadOptions, geometry: ModelGeometry) -> int:
         """Sequence slots for a model loaded with ``load``: LOCALRUN_NUM_PARALLEL when set, else
-        :func:`~localrun.runtime.memory.default_slots` of the free memory when it is first asked
+        :func:`~localrun.hardware.memory.default_slots` of the free memory when it is first asked
         (the answer is kept for the daemon's life, so the options of a resident model never move)."""
         if self.num_parallel is not None:
             return self.num_parallel
@@ -230,7 +235,7 @@ class Service:
                 free_ram, gpus = await probed if inspect.isawaitable(probed) else probed
             known = self._slots.setdefault(key, memory.default_slots(geometry, load, free_ram, gpus))
             log.info("%s: %d sequence slots (%s of KV cache per token, %s free)", model_path, known,
-                     memory.human_bytes(memory.kv_bytes_per_token(geometry)), memory.human_bytes(free_ram))
+                     human_bytes(memory.kv_bytes_per_token(geometry)), human_bytes(free_ram))
         return known
 
     async def generate(

@@ -42,7 +42,7 @@ from .ollama_import import ImportResult, ImportStatus, import_ollama, ollama_mod
 from .progress import Progress, ProgressFn
 from .pull import ensure, hub_hook, pull
 from .records import ModelDetails, ModelEntry, ResolvedModel
-from .registry import ModelStore
+from .model_store import ModelStore
 from .starter import STARTER
 
 __all__ = [

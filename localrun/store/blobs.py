@@ -93,7 +93,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class ImportResult:
+class BlobImport:
     digest: str
     new: bool      # False when the store already held these bytes
     method: str    # "reflink", "hard link" or "copy"
@@ -218,7 +218,7 @@ class BlobStore:
         m = _DIGEST_RE.fullmatch(path.name)
         return f"sha256:{m.group(1)}" if m else None
 
-    def import_file(self, src: Path, progress: ProgressFn | None = None) -> ImportResult:
+    def import_file(self, src: Path, progress: ProgressFn | None = None) -> BlobImport:
         """Add a local file by reflink, hard link or copy; says its digest and whether it was new.
 
         The file is linked into ``blobs/`` first and the linked inode is hashed, so the digest
@@ -236,7 +236,7 @@ class BlobStore:
                 digest = sha256_file(tmp, progress)
             log.info("importing %s into the store by %s as %s", src, how, digest)
             new = self._publish(tmp, digest)
-            return ImportResult(digest, new, how)
+            return BlobImport(digest, new, how)
         finally:
             tmp.unlink(missing_ok=True)
 

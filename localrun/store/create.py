@@ -24,7 +24,7 @@ from .names import ModelName
 from .progress import ProgressFn, report
 
 if TYPE_CHECKING:
-    from .registry import ModelStore
+    from .model_store import ModelStore
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """The shape of a model, from its GGUF metadata, validated for type and range.
 
 :func:`geometry_of` turns the metadata :func:`localrun.store.gguf_file.read_gguf` walked into a
-:class:`ModelGeometry`, the one record the fit check (:mod:`localrun.runtime.memory`), the layer
-planner (:mod:`localrun.offload`) and the routes that show model details read. Every key that sizes
+:class:`ModelGeometry`, the one record the fit check (:mod:`localrun.hardware.memory`), the layer
+planner (:mod:`localrun.hardware.placement`) and the routes that show model details read. Every key that sizes
 something must be a whole number (never a bool, a float, ``inf`` or ``NaN``) inside the range in
 ``RANGES``; per-layer keys may be arrays of such numbers (the largest one counts). A missing key
 takes a conservative default. Anything else is an InvalidModelFile naming the key, so a planner

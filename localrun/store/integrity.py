@@ -25,7 +25,7 @@ from ..errors import CorruptBlob, LocalrunError, ModelNotFound
 from . import manifest as mt
 from .names import ModelName
 from .progress import ProgressFn, report
-from .registry import ModelStore
+from .model_store import ModelStore
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ The format is Ollama's (an OCI-style image manifest), so an Ollama store can be 
 
 A model's ID is the sha256 of its manifest bytes (``localrun list`` shows the first 12 hex digits).
 Manifests are written atomically (temp file + rename); callers that must see a consistent set of
-manifests (create, remove + garbage collection) hold the store lock (see ``registry``).
+manifests (create, remove + garbage collection) hold the store lock (see ``model_store``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ SYSTEM = _PREFIX + "system"
 PARAMS = _PREFIX + "params"
 LICENSE = _PREFIX + "license"
 MESSAGES = _PREFIX + "messages"
-LAYER_TYPES = (MODEL, ADAPTER, TEMPLATE, SYSTEM, PARAMS, LICENSE, MESSAGES)
 
 
 @dataclass(frozen=True, slots=True)

@@ -123,9 +123,6 @@ class ModelName:
         """The manifest's path relative to ``manifests/``: ``host/namespace/model/tag``."""
         return PurePosixPath(self.host, self.namespace, self.model, self.tag)
 
-    def with_tag(self, tag: str) -> ModelName:
-        return ModelName(self.host, self.namespace, self.model, _check_part("tag", tag, tag))
-
     def __str__(self) -> str:
         if self.host != DEFAULT_HOST:
             return self.full

@@ -23,7 +23,7 @@ from .blobs import temp_file
 from .manifest import Manifest
 from .names import ModelName
 from .progress import ProgressFn, report
-from .registry import ModelStore
+from .model_store import ModelStore
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from .modelfile import Modelfile
 from .names import ModelName, near_names
 from .progress import ProgressFn, report
 from .records import ModelEntry
-from .registry import ModelStore
+from .model_store import ModelStore
 from .starter import ensure_packaged, import_blob, packaged_model, packaged_source
 
 log = logging.getLogger(__name__)

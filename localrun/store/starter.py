@@ -64,7 +64,7 @@ class PackagedModel:
 
 
 class _Store(Protocol):
-    """What importing needs of the store (``registry.ModelStore``; a Protocol avoids an import cycle)."""
+    """What importing needs of the store (``model_store.ModelStore``; a Protocol avoids an import cycle)."""
 
     blobs: BlobStore
 

@@ -1,6 +1,6 @@
 """The Textual application: the chat (``localrun run``) or the dashboard alone (``localrun top``).
 
-:class:`LocalrunApp` owns what the screens share: the :class:`~localrun.tui.backend.Backend`, the
+:class:`LocalrunApp` owns what the screens share: the :class:`~localrun.tui.backend.DaemonApi`, the
 connection state (a reactive ``connected``, watched by the screens), the downloads in progress
 (``pulls``) and the conversation store. A health check every ``health_interval`` seconds notices
 a daemon that went away or restarted, says so, and (when the app was given ``restart_daemon``,
@@ -21,7 +21,7 @@ from textual.reactive import reactive
 
 from ..conversations import ConversationStore
 from ..errors import LocalrunError
-from .backend import Backend
+from .backend import DaemonApi
 from .session import ChatSession
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class LocalrunApp(App[int]):
 
     def __init__(
         self,
-        backend: Backend,
+        backend: DaemonApi,
         *,
         session: ChatSession | None = None,
         mode: str = "chat",

@@ -1,6 +1,6 @@
 """What the terminal UI needs from the daemon, and the adapter onto :mod:`localrun.client`.
 
-The UI is written against :class:`Backend` (a Protocol), so tests drive it with a fake and the
+The UI is written against :class:`DaemonApi` (a Protocol), so tests drive it with a fake and the
 real thing is :class:`ClientBackend`, a thin adapter over :class:`localrun.client.AsyncClient`.
 Streams yield the daemon's NDJSON chunks as dicts (Ollama's shapes): chat chunks carry
 ``message.content``; the last one has ``done: true`` and the timing fields in nanoseconds.
@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..client import AsyncClient
+from ..fmt import format_seconds
 
 # The daemon's JSON objects, as the client returns them (``list`` is a method name below).
 Rows = list[dict[str, Any]]
 
 
-class Backend(Protocol):
+class DaemonApi(Protocol):
     base_url: str
 
     def chat(self, model: str, messages: Rows, **fields: Any) -> AsyncIterator[dict[str, Any]]:
@@ -53,7 +54,7 @@ class Backend(Protocol):
 
 
 class ClientBackend:
-    """:class:`Backend` over :class:`localrun.client.AsyncClient` (created lazily, on the UI's loop)."""
+    """:class:`DaemonApi` over :class:`localrun.client.AsyncClient` (created lazily, on the UI's loop)."""
 
     def __init__(self, client: AsyncClient | None = None, base_url: str | None = None) -> None:
         self._client = client if client is not None else AsyncClient(base_url)
@@ -174,15 +175,3 @@ class ReplyStats:
         if self.ttft_s is not None:
             rows.insert(1, ("time to first token", format_seconds(self.ttft_s)))
         return [f"{name + ':':<22}{value}" for name, value in rows]
-
-
-def format_seconds(seconds: float) -> str:
-    """``850µs``, ``120ms``, ``1.53s``, ``2m05s``: compact, like Go's durations."""
-    if seconds < 0.001:
-        return f"{seconds * 1e6:.0f}µs"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.2f}s"
-    minutes, rest = divmod(int(seconds), 60)
-    return f"{minutes}m{rest:02d}s"

@@ -20,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label, ProgressBar, Sparkline, Static
 
 from ..errors import LocalrunError
+from .. import fmt
 from . import stats as st
 
 HISTORY = 120  # sparkline samples kept
@@ -103,7 +104,7 @@ class DashboardScreen(Screen[None]):
         title = self.query_one("#dash-title", Static)
         title.remove_class("disconnected")
         uptime = health.get("uptime_seconds")
-        up = f" · up {st.countdown_seconds(float(uptime))}" if isinstance(uptime, (int, float)) else ""
+        up = f" · up {fmt.compact_duration(float(uptime))}" if isinstance(uptime, (int, float)) else ""
         title.update(Text(f"localrun {health.get('version', '')} · {self.app.backend.base_url}{up}"))  # type: ignore[attr-defined]
         self.draw_models(models, snapshot)
         tps = st.rate(self.previous, snapshot) if snapshot else 0.0
@@ -142,9 +143,9 @@ class DashboardScreen(Screen[None]):
             if snapshot is not None and snapshot.kv_total.get(name):
                 kv = f"{snapshot.kv_used.get(name, 0) / snapshot.kv_total[name]:.0%}"
             table.add_row(
-                name, st.processor(m), st.human_bytes(max(size - vram, 0)), st.human_bytes(vram),
+                name, fmt.processor_column(m), fmt.human_bytes(max(size - vram, 0)), fmt.human_bytes(vram),
                 str(m.get("context_length") or ""), str(m.get("active", "")), str(m.get("queued", "")), kv,
-                st.countdown(m.get("expires_at")),  # type: ignore[arg-type]
+                fmt.countdown(m.get("expires_at")),  # type: ignore[arg-type]
                 key=name,
             )
 

@@ -11,12 +11,12 @@ from typing import Any
 
 from .. import config
 from ..errors import InvalidRequest, ModelNotFound, NotFound
-from .backend import Backend
+from .backend import DaemonApi
 
 ProgressFn = Callable[[str, float | None, float | None], object]
 
 
-async def pull(backend: Backend, model: str, on_progress: ProgressFn) -> None:
+async def pull(backend: DaemonApi, model: str, on_progress: ProgressFn) -> None:
     """Download ``model``, calling ``on_progress(status, completed, total)`` for each chunk."""
     async for chunk in backend.pull(model):
         total = chunk.get("total")
@@ -26,7 +26,7 @@ async def pull(backend: Backend, model: str, on_progress: ProgressFn) -> None:
                     float(total) if isinstance(total, (int, float)) else None)
 
 
-async def ensure_loaded(backend: Backend, model: str, on_progress: ProgressFn,
+async def ensure_loaded(backend: DaemonApi, model: str, on_progress: ProgressFn,
                         keep_alive: str | None = None) -> bool:
     """Load ``model``, pulling it first when the store does not have it; True when it pulled."""
     try:
@@ -39,7 +39,7 @@ async def ensure_loaded(backend: Backend, model: str, on_progress: ProgressFn,
     return True
 
 
-async def create(backend: Backend, name: str, modelfile: str) -> str:
+async def create(backend: DaemonApi, name: str, modelfile: str) -> str:
     """Create model ``name`` from Modelfile text; returns the daemon's last status line."""
     if not name.strip():
         raise InvalidRequest("a model name is needed")
@@ -57,7 +57,7 @@ class ModelFacts:
     defaults: dict[str, Any] = field(default_factory=dict)  # what a request without options gets
 
 
-async def model_facts(backend: Backend, model: str) -> ModelFacts:
+async def model_facts(backend: DaemonApi, model: str) -> ModelFacts:
     """The model's facts from the daemon's /api/show (``details.base_model``, ``defaults``)."""
     info = await backend.show(model)
     details, defaults = info.get("details"), info.get("defaults")
@@ -75,6 +75,3 @@ def full_name(name: str) -> str:
     """``tiny`` -> ``tiny:latest`` (the tag Ollama adds), lower-cased: names that mean the same model."""
     return (name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest").lower()
 
-
-def model_names(models: list[dict[str, Any]]) -> list[str]:
-    return sorted(str(m.get("name") or m.get("model") or "") for m in models if m.get("name") or m.get("model"))

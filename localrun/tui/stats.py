@@ -2,12 +2,11 @@
 
 :func:`parse_metrics` reads the daemon's Prometheus text (``GET /metrics``) with
 prometheus_client's own parser into a :class:`MetricsSnapshot`; two snapshots give rates
-(:func:`rate`). :func:`countdown` and :func:`human_bytes` format ``/api/ps`` fields.
+(:func:`rate`). The ``/api/ps`` fields are formatted by :mod:`localrun.fmt`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -30,7 +29,6 @@ class MetricsSnapshot:
     kv_used: dict[str, float] = field(default_factory=dict)
     kv_total: dict[str, float] = field(default_factory=dict)
     active: dict[str, float] = field(default_factory=dict)
-    generated_by_model: dict[str, float] = field(default_factory=dict)
     # Tokens streamed so far, counted as they go out (first-token + inter-token histogram
     # counts): live during a long reply, where the generated-tokens counter moves only at the end.
     streamed_tokens: float = 0.0
@@ -63,8 +61,6 @@ def parse_metrics(text: str, at: float) -> MetricsSnapshot:
             elif base in ("localrun_generated_tokens", "localrun_prompt_tokens",
                           "localrun_prefix_cache_hit_tokens") and name.endswith("_total"):
                 counters[base] += value
-                if base == "localrun_generated_tokens" and "model" in labels:
-                    by_model["generated"][labels["model"]] = by_model["generated"].get(labels["model"], 0) + value
             elif name in ("localrun_time_to_first_token_seconds_count",
                           "localrun_inter_token_latency_seconds_count"):
                 counters["streamed"] += value
@@ -82,7 +78,6 @@ def parse_metrics(text: str, at: float) -> MetricsSnapshot:
         kv_used=dict(by_model["localrun_kv_cache_used_cells"]),
         kv_total=dict(by_model["localrun_kv_cache_cells"]),
         active=dict(by_model["localrun_active_requests"]),
-        generated_by_model=dict(by_model["generated"]),
         streamed_tokens=counters["streamed"],
     )
 
@@ -101,56 +96,3 @@ def rate(previous: MetricsSnapshot | None, current: MetricsSnapshot) -> float:
     if delta < 0:  # counters went back: a new daemon
         return 0.0
     return delta / (current.at - previous.at)
-
-
-def human_bytes(n: float) -> str:
-    """Decimal units like Ollama: ``253 MB``, ``1.2 GB``."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit in ("B", "KB", "MB") else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"  # pragma: no cover
-
-
-def countdown(expires_at: str | None, now: dt.datetime | None = None) -> str:
-    """Keep-alive left: ``4m 12s``, ``forever``, ``unloading``."""
-    if not expires_at:
-        return "forever"
-    try:
-        when = dt.datetime.fromisoformat(str(expires_at).replace("Z", "+00:00"))
-    except ValueError:
-        return str(expires_at)
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    now = now or dt.datetime.now(dt.timezone.utc)
-    seconds = int((when - now).total_seconds())
-    if seconds > 10 * 365 * 86400:
-        return "forever"
-    if seconds <= 0:
-        return "unloading"
-    return countdown_seconds(seconds)
-
-
-def countdown_seconds(seconds: float) -> str:
-    """``1h 05m``, ``4m 12s``, ``9s``."""
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    if minutes:
-        return f"{minutes}m {secs:02d}s"
-    return f"{secs}s"
-
-
-def processor(model: dict[str, object]) -> str:
-    """The PROCESSOR column: the daemon's own split, else computed from size / size_vram."""
-    given = model.get("processor")
-    if isinstance(given, str) and given:
-        return given
-    size = float(model.get("size") or 0)  # type: ignore[arg-type]
-    vram = float(model.get("size_vram") or 0)  # type: ignore[arg-type]
-    if vram <= 0 or size <= 0:
-        return "100% CPU"
-    gpu = round(100 * vram / size)
-    return "100% GPU" if gpu >= 100 else f"{100 - gpu}%/{gpu}% CPU/GPU"

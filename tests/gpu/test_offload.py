@@ -1,7 +1,7 @@
 """Partial offload: the layers llama.cpp places on the GPU are the ones plan_offload said it would.
 
 The model is loaded with llama.cpp's low-level API and its load log (the ``load_tensors:`` lines,
-some at DEBUG level) is read back with :func:`localrun.offload.parse_load_report`: the same path the
+some at DEBUG level) is read back with :func:`localrun.engine.load_report.parse_load_report`: the same path the
 engine uses to report the processor split in ``/api/ps``.
 
 ``@pytest.mark.gpu`` tests need a GPU build of llama-cpp-python and a GPU; they are skipped
@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from localrun import devices
-from localrun.devices import LoadReport, parse_load_report, plan_offload
+from localrun.hardware import devices
+from localrun.engine.load_report import LoadReport, parse_load_report
+from localrun.fmt import processor_split
+from localrun.hardware.placement import Placement, plan_offload
 from tinymodel import write_tiny_gguf
 
 llama_cpp = pytest.importorskip("llama_cpp")
@@ -75,7 +77,7 @@ def _load(path: Path, n_gpu_layers: int, log: list[str]) -> LoadReport:
     return parse_load_report("".join(log))
 
 
-def _plan(num_gpu: int) -> devices.OffloadPlan:
+def _plan(num_gpu: int) -> Placement:
     listed = list(devices.GgmlProbe().list_devices())
     return plan_offload(N_LAYER, 1024, output_bytes=1024, devices=listed, num_gpu=num_gpu, reserve_bytes=0)
 
@@ -101,7 +103,8 @@ def test_num_gpu_layers_are_placed_as_planned(model_path: Path, captured_log: li
         assert report.gpu_bytes > 0
     # the processor column Ollama users read: all CPU, all GPU, or a split
     expected = {0: "100% CPU", N_LAYER + 1: "100% GPU"}.get(plan.gpu_layers, "CPU/GPU")
-    assert expected in report.processor and expected in plan.processor
+    reported = processor_split(report.cpu_bytes, report.gpu_bytes, report.gpu_layers, report.total_layers)
+    assert expected in reported and expected in plan.processor()
 
 
 @pytest.mark.gpu
@@ -111,4 +114,4 @@ def test_gpu_devices_report_memory_and_a_tiny_model_fits_entirely() -> None:
     gpus = [d for d in listed if d.is_gpu]
     assert gpus and all(0 < d.free_bytes <= d.total_bytes for d in gpus)
     plan = plan_offload(N_LAYER, 1024 * 1024, devices=listed)
-    assert plan.gpu_layers == N_LAYER + 1 and plan.processor == "100% GPU"
+    assert plan.gpu_layers == N_LAYER + 1 and plan.processor() == "100% GPU"

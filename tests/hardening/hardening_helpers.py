@@ -216,11 +216,32 @@ def is_json_error(response: httpx.Response) -> bool:
     return isinstance(error, str) and bool(error)
 
 
-def children_of(pid: int) -> Iterator[int]:
+def children_running(pid: int, module: str) -> list[int]:
+    """The processes under ``pid`` that run ``python -m <module>``."""
     import psutil
 
+    found = []
     try:
         for child in psutil.Process(pid).children(recursive=True):
-            yield child.pid
+            try:
+                if module in child.cmdline():
+                    found.append(child.pid)
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                continue
     except psutil.NoSuchProcess:
-        return
+        pass
+    return found
+
+
+def runners_of(pid: int) -> list[int]:
+    """The model runner processes under the daemon ``pid``.
+
+    The daemon's template workers (``localrun.runtime.bounded_child``) are not runners: a small,
+    bounded pool of them stays alive across requests on purpose (see :func:`template_workers_of`).
+    """
+    return children_running(pid, "localrun.runtime.runner")
+
+
+def template_workers_of(pid: int) -> list[int]:
+    """The daemon's template worker processes; each holds two pipe descriptors in the daemon."""
+    return children_running(pid, "localrun.runtime.bounded_child")

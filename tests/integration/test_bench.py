@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from localrun.bench.loadgen import Target
+from localrun.bench.loadgen import Endpoint
 from localrun.bench.runner import BenchConfig, run_bench
 from localrun.cli.main import main
 from localrun.errors import BenchError
@@ -120,7 +120,7 @@ def standin() -> Iterator[tuple[str, StandIn]]:
 
 
 def _config(url: str, **kw) -> BenchConfig:  # type: ignore[no-untyped-def]
-    base = dict(targets=(Target("standin", url, ""),), concurrency=(1, 3), input_tokens=32, output_tokens=8,
+    base = dict(targets=(Endpoint("standin", url, ""),), concurrency=(1, 3), input_tokens=32, output_tokens=8,
                 requests=4, pause_s=0.0, timeout_s=10.0)
     base.update(kw)
     return BenchConfig(**base)  # type: ignore[arg-type]
@@ -145,7 +145,7 @@ async def test_every_level_is_measured_with_exact_prompts_and_pinned_output(stan
 
 async def test_compare_runs_both_targets_interleaved(standin: tuple[str, StandIn]) -> None:
     url, _ = standin
-    cfg = _config(url, targets=(Target("a", url, ""), Target("b", url, "")), concurrency=(1, 2, 3))
+    cfg = _config(url, targets=(Endpoint("a", url, ""), Endpoint("b", url, "")), concurrency=(1, 2, 3))
     result = await run_bench(cfg)
     assert [(lv.target, lv.stats.concurrency) for lv in result.levels] == [
         ("a", 1), ("b", 1), ("b", 2), ("a", 2), ("a", 3), ("b", 3)]
@@ -326,7 +326,7 @@ async def test_short_bench_against_the_daemon_on_the_tiny_model(tiny_gguf: Path)
     try:
         url = str(server.make_url("")).rstrip("/")
         for api in ("completions", "chat"):
-            cfg = _config(url, targets=(Target("localrun", url, "tiny"),), api=api, concurrency=(1, 4),
+            cfg = _config(url, targets=(Endpoint("localrun", url, "tiny"),), api=api, concurrency=(1, 4),
                           requests=4, output_tokens=16, timeout_s=60.0)
             result = await run_bench(cfg)
             # The daemon's /api/tokenize makes prompt lengths exact, and it honours ignore_eos/min_tokens,
@@ -343,7 +343,7 @@ async def test_short_bench_against_the_daemon_on_the_tiny_model(tiny_gguf: Path)
                 assert s.output_tok_s > 0 and s.ttft.p50 is not None
             assert not any("fewer than" in w for w in result.warnings)
         # --tokenizer-url pointing at the daemon: it needs a model name, taken from the matching target
-        cfg = _config(url, targets=(Target("localrun", url, "tiny"),), concurrency=(1,), requests=1,
+        cfg = _config(url, targets=(Endpoint("localrun", url, "tiny"),), concurrency=(1,), requests=1,
                       output_tokens=4, timeout_s=60.0, tokenizer_url=url)
         info = (await run_bench(cfg)).targets[0].tokenizer
         assert info.exact and info.endpoint == url + "/api/tokenize", info.note

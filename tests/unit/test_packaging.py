@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from localrun.hostgpu import CMAKE_FLAGS
+from localrun.hardware.hostgpu import CMAKE_FLAGS
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "packaging" / "build-llama-cpp.sh"

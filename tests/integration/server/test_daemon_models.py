@@ -16,7 +16,7 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture
 def store() -> Any:
-    from localrun.store.registry import ModelStore
+    from localrun.store.model_store import ModelStore
 
     return ModelStore(models_dir())
 

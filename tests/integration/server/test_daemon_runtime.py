@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from localrun.runtime.memory import MAX_AUTO_SLOTS
+from localrun.hardware.memory import MAX_AUTO_SLOTS
 from localrun.server.keys import SCHEDULER, SETTINGS
 
 from daemon_helpers import DictStore

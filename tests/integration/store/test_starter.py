@@ -14,7 +14,7 @@ import pytest
 from qwen_template import QWEN25_TEMPLATE
 
 from localrun.errors import DigestMismatch, ModelNotFound
-from localrun.runtime.memory import read_geometry
+from localrun.hardware.memory import read_geometry
 from localrun.store import ModelStore, Progress, pull, starter
 from localrun.store.names import ModelName
 

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from localrun.bench.chart import to_html
 from localrun.bench.cpu import CpuUsage
-from localrun.bench.loadgen import Target
+from localrun.bench.loadgen import Endpoint
 from localrun.bench.prompts import TokenizerInfo
 from localrun.bench.report import print_table, to_json, to_markdown
 from localrun.bench.runner import BenchConfig, BenchResult, LevelResult, TargetInfo
@@ -31,8 +31,8 @@ def _level(label: str, c: int, step: float, errors: int = 0) -> LevelResult:
 
 
 def _result() -> BenchResult:
-    cfg = BenchConfig(targets=(Target("localrun", "http://127.0.0.1:11435", "m"),
-                               Target("other", "http://127.0.0.1:8000", "m")), concurrency=(1, 8))
+    cfg = BenchConfig(targets=(Endpoint("localrun", "http://127.0.0.1:11435", "m"),
+                               Endpoint("other", "http://127.0.0.1:8000", "m")), concurrency=(1, 8))
     res = BenchResult(cfg)
     tok = TokenizerInfo("/extras/tokenize", True, "exact: built with /extras/tokenize, 3 prompts verified")
     res.targets = [TargetInfo("localrun", "http://127.0.0.1:11435", "m", tok, ("ignore_eos",), True),

@@ -65,7 +65,8 @@ def test_no_daemon_is_a_clear_error() -> None:
 def test_ps_table_matches_ollamas_columns() -> None:
     import datetime as dt
 
-    from localrun.cli.daemon_cmds import ps_table, until
+    from localrun.cli.daemon_cmds import ps_table
+    from localrun.fmt import until
 
     now = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
     assert until("2026-01-01T00:04:30Z", now) == "4 minutes from now"

@@ -9,7 +9,9 @@ import pytest
 
 from localrun import errors
 from localrun.engine.types import LoadOptions
-from localrun.runtime.memory import GiB, MiB, Device, ModelGeometry, Placement
+from localrun.hardware.devices import Device, DeviceKind
+from localrun.hardware.memory import GiB, MiB, ModelGeometry
+from localrun.hardware.placement import Placement
 from localrun.runtime.scheduler import LoadSpec, Scheduler
 
 
@@ -281,13 +283,13 @@ async def test_stop_unloads_now_when_idle_and_after_in_flight_requests_otherwise
 
 
 async def test_layers_go_to_the_gpu_when_it_has_room_and_num_gpu_overrides(world: World) -> None:
-    world.gpus = [Device("GPU0", "gpu", 8 * GiB, 8 * GiB)]
+    world.gpus = [Device("GPU0", "", DeviceKind.GPU, 8 * GiB, 8 * GiB, "CUDA")]
     s = world.scheduler()
     (await s.acquire(spec("a"))).release()
     assert s.models["a"].placement.processor() == "100% GPU"
     (await s.acquire(spec("b", num_gpu=0))).release()
     assert s.models["b"].placement.processor() == "100% CPU"
-    world.gpus = [Device("GPU0", "gpu", 8 * GiB, 712 * MiB)]  # room for one layer past the 512 MiB reserve
+    world.gpus = [Device("GPU0", "", DeviceKind.GPU, 8 * GiB, 712 * MiB, "CUDA")]  # room for one layer past the 512 MiB reserve
     world.sizes["/models/c.gguf"] = 300 * MiB
     (await s.acquire(spec("c"))).release()
     processor = s.models["c"].placement.processor()

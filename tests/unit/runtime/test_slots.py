@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from localrun.engine.types import LoadOptions
-from localrun.runtime.memory import GiB, MAX_AUTO_SLOTS, MiB, Device, ModelGeometry, default_slots, kv_bytes_per_token
+from localrun.hardware.devices import DeviceKind
+from localrun.hardware.memory import GiB, MAX_AUTO_SLOTS, MiB, Device, ModelGeometry, default_slots, kv_bytes_per_token
 from localrun.server.options import merge_options
 
 
@@ -35,7 +36,7 @@ def test_a_big_model_gets_what_half_of_the_memory_left_holds() -> None:
 
 def test_never_less_than_one_slot_and_gpu_memory_counts() -> None:
     assert default_slots(LLAMA_8B, LoadOptions(num_ctx=4096), 1 * GiB, []) == 1
-    gpu = Device("GPU0", "gpu", 24 * GiB, 20 * GiB)
+    gpu = Device("GPU0", "", DeviceKind.GPU, 24 * GiB, 20 * GiB, "CUDA")
     assert default_slots(LLAMA_8B, LoadOptions(num_ctx=4096), 1 * GiB, [gpu]) == MAX_AUTO_SLOTS
 
 

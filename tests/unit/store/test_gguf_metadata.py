@@ -3,7 +3,7 @@
 Each case is a shape that broke the daemon before the metadata was validated (issue #13): a
 ``block_count`` of 2^31 in a 0.6 MB file drove it to 21.9 GB, ``context_length`` -1 wedged the
 scheduler, a float ``inf``/``NaN`` head count made ``/api/tags`` answer 500, an array nested 5,000
-deep was a RecursionError. The same reader backs the fit check (``runtime.memory.read_geometry``).
+deep was a RecursionError. The same reader backs the fit check (``hardware.memory.read_geometry``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from gguf import GGUFValueType
 
 from localrun.errors import InvalidModelFile
-from localrun.runtime.memory import read_geometry
+from localrun.hardware.memory import read_geometry
 from localrun.store.gguf_file import read_gguf
 from tinymodel import write_tiny_gguf
 

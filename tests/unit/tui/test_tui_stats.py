@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import datetime as dt
 
 from localrun.tui import stats as st
-from localrun.tui.backend import ReplyStats, format_seconds
+from localrun.tui.backend import ReplyStats
 
 from tui_fakes import METRICS
 
@@ -31,18 +30,6 @@ def test_rate_between_snapshots_and_after_restart() -> None:
     assert st.rate(b, st.MetricsSnapshot(at=13.0, generated_tokens=5)) == 0.0  # counters reset
 
 
-def test_countdown_and_sizes() -> None:
-    now = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
-    assert st.countdown("2026-01-01T00:04:12Z", now) == "4m 12s"
-    assert st.countdown("2026-01-01T01:05:00+00:00", now) == "1h 05m"
-    assert st.countdown("2025-12-31T23:59:00Z", now) == "unloading"
-    assert st.countdown(None, now) == "forever"
-    assert st.countdown("2318-01-01T00:00:00Z", now) == "forever"
-    assert st.human_bytes(253_000_000) == "253 MB" and st.human_bytes(1_500_000_000) == "1.5 GB"
-    assert st.processor({"size": 100, "size_vram": 52}) == "48%/52% CPU/GPU"
-    assert st.processor({"size": 100, "processor": "100% GPU"}) == "100% GPU"
-
-
 def test_reply_stats_line_and_verbose_block() -> None:
     done = {"done": True, "done_reason": "stop", "eval_count": 64, "eval_duration": 1_600_000_000,
             "prompt_eval_count": 12, "prompt_eval_duration": 30_000_000, "prompt_eval_cached_count": 8,
@@ -54,7 +41,6 @@ def test_reply_stats_line_and_verbose_block() -> None:
     assert "eval rate:            40.00 tokens/s" in verbose and "prompt eval count:    12 token(s)" in verbose
     assert "time to first token" in verbose
     assert ReplyStats.from_done({"eval_count": "x"}, None).summary() == "0 tokens · prompt 0"
-    assert format_seconds(0.0004) == "400µs" and format_seconds(125) == "2m05s"
 
 
 def test_rate_is_live_from_token_latency_histograms() -> None:

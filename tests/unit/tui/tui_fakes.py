@@ -1,4 +1,4 @@
-"""A scriptable stand-in for the daemon, implementing localrun.tui.backend.Backend.
+"""A scriptable stand-in for the daemon, implementing localrun.tui.backend.DaemonApi.
 
 Replies are the ``reply`` text split into word chunks (after ``thinking``, streamed as
 ``message.thinking``, and before ``tool_calls``); ``gate`` (an asyncio.Event) makes the

@@ -13,9 +13,9 @@ from pathlib import Path, PureWindowsPath
 
 import pytest
 
-from localrun import service
+from localrun import autostart
 from localrun.errors import LocalrunError
-from localrun.service import (
+from localrun.autostart import (
     ServiceKind, ServiceManager, ServicePaths, ServiceSpec, render_launchd, render_systemd, render_windows,
 )
 
@@ -84,7 +84,7 @@ def test_the_command_the_unit_runs_starts_localrun_serve(tmp_path: Path) -> None
 
 def test_launchd_plist_round_trips_and_has_what_launchd_needs(tmp_path: Path) -> None:
     plist = plistlib.loads(render_launchd(_spec(tmp_path, LOCALRUN_HOST="127.0.0.1:11500")))
-    assert plist["Label"] == service.LAUNCHD_LABEL
+    assert plist["Label"] == autostart.LAUNCHD_LABEL
     assert plist["ProgramArguments"] == [sys.executable, "-m", "localrun", "serve"]
     assert plist["RunAtLoad"] is True
     assert plist["KeepAlive"] == {"SuccessfulExit": False}
@@ -227,5 +227,5 @@ PLACEHOLDERS = ServiceSpec(python="@PYTHON@", log_dir=Path("@LOG_DIR@"), working
 ])
 @pytest.mark.skipif(os.name == "nt", reason="the templates use POSIX separators after @LOG_DIR@")
 def test_packaging_templates_match_what_install_writes(kind: ServiceKind, path: str) -> None:
-    expected = service.render(kind, PLACEHOLDERS)
+    expected = autostart.render(kind, PLACEHOLDERS)
     assert (REPO / path).read_bytes() == expected, f"regenerate {path} (see packaging/README.md)"

@@ -24,6 +24,9 @@ from ..engine.types import LoadOptions
 from ..errors import InvalidModelFile
 from ..store.geometry import ModelGeometry as ModelGeometry  # the store reader's record, for the runtime
 from ..store.gguf_file import read_gguf
+from . import devices
+from .devices import Device
+from .placement import Placement, plan_offload
 
 log = logging.getLogger(__name__)
 
@@ -48,55 +51,6 @@ class MemoryEstimate:
         return (self.weights + self.kv_cache) // max(1, self.n_layer + 1)
 
 
-@dataclass(frozen=True, slots=True)
-class Device:
-    """A memory pool the planner may put layers on: ``kind`` is "gpu" or "igpu"."""
-
-    name: str
-    kind: str
-    total: int
-    free: int
-
-    # The names localrun.offload's planner reads.
-    @property
-    def free_bytes(self) -> int:
-        return self.free
-
-    @property
-    def is_gpu(self) -> bool:
-        return self.kind in ("gpu", "igpu")
-
-    @property
-    def is_igpu(self) -> bool:
-        return self.kind == "igpu"
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """Where a model goes: ``gpu_layers`` of its layers on GPUs, the rest in RAM.
-
-    ``vram_by_device`` names each GPU holding a part; ``fits`` is False only when an explicit
-    ``num_gpu`` asks for more than the GPUs hold (honoured anyway, as Ollama does).
-    """
-
-    gpu_layers: int
-    ram: int
-    vram: int
-    total_layers: int = 1
-    vram_by_device: tuple[tuple[str, int], ...] = ()
-    fits: bool = True
-
-    @property
-    def size(self) -> int:
-        return self.ram + self.vram
-
-    def processor(self) -> str:
-        """Ollama's PROCESSOR column: ``100% CPU``, ``100% GPU`` or ``48%/52% CPU/GPU``."""
-        from ..offload import processor_split
-
-        return processor_split(self.ram, self.vram, self.gpu_layers, self.total_layers)
-
-
 def reconcile(placement: Placement, info: Mapping[str, Any] | None) -> Placement:
     """The placement as llama.cpp reports it made it (its load log), where that differs from the plan.
 
@@ -113,9 +67,9 @@ def reconcile(placement: Placement, info: Mapping[str, Any] | None) -> Placement
     gpu_bytes, cpu_bytes = int(info.get("gpu_buffer_bytes") or 0), int(info.get("cpu_buffer_bytes") or 0)
     share = gpu_bytes / (gpu_bytes + cpu_bytes) if gpu_layers and gpu_bytes + cpu_bytes else gpu_layers / total
     vram = round(size * share) if gpu_layers else 0
-    devices = placement.vram_by_device if vram else ()
+    by_device = placement.vram_by_device if vram else ()
     return dataclasses.replace(placement, gpu_layers=gpu_layers, total_layers=total, ram=size - vram,
-                               vram=vram, vram_by_device=devices)
+                               vram=vram, vram_by_device=by_device)
 
 
 def read_geometry(path: str | Path) -> ModelGeometry:
@@ -156,7 +110,7 @@ def default_slots(geometry: ModelGeometry, options: LoadOptions, free_ram: int, 
     """
     base = estimate(geometry, dataclasses.replace(options, num_parallel=1))
     per_slot = options.num_ctx * kv_bytes_per_token(geometry) + geometry.n_vocab * 4
-    left = free_ram + sum(g.free for g in gpus) - base.weights - base.compute
+    left = free_ram + sum(max(0, g.free_bytes) for g in gpus) - base.weights - base.compute
     return max(1, min(MAX_AUTO_SLOTS, int(left * SLOT_SHARE) // max(1, per_slot)))
 
 
@@ -172,67 +126,35 @@ def estimate(geometry: ModelGeometry, options: LoadOptions) -> MemoryEstimate:
 
 
 def place(est: MemoryEstimate, options: LoadOptions, gpus: list[Device]) -> Placement:
-    """Choose how many layers to offload with :func:`localrun.offload.plan_offload` (llama.cpp's rules):
-    ``num_gpu`` when given, else as many as fit in each GPU's free memory (minus a reserve).
+    """Choose how many layers to offload with :func:`~localrun.hardware.placement.plan_offload`
+    (llama.cpp's rules): ``num_gpu`` when given, else as many as fit in each GPU's free memory (minus a reserve).
     """
-    from ..offload import plan_offload
-
     n = max(1, est.n_layer)
     per_layer = est.weights // (n + 2)  # n blocks + token embeddings (CPU) + output layer
-    plan = plan_offload(
+    return plan_offload(
         n, per_layer, kv_bytes_per_layer=est.kv_cache // n, output_bytes=per_layer, input_bytes=per_layer,
         compute_bytes=est.compute, devices=gpus, num_gpu=options.num_gpu,
-    )
-    return Placement(
-        gpu_layers=plan.gpu_layers, ram=plan.cpu_bytes, vram=plan.gpu_bytes, total_layers=plan.total_layers,
-        vram_by_device=tuple((name, b) for name, b in plan.bytes_per_device if name != "CPU"), fits=plan.fits,
     )
 
 
 def system_devices() -> tuple[int, list[Device]]:
     """Free RAM (psutil's "available") and the GPUs the ggml backend reports.
 
-    Uses :func:`localrun.devices.list_devices` (probed in a child process, cached) when that
-    module exists; otherwise, or when probing fails, CPU only. Blocking: call it from a thread.
+    Uses :func:`localrun.hardware.devices.list_devices` (probed in a child process, cached); when
+    probing fails, CPU only. Blocking: call it from a thread.
     """
     import psutil
 
     free_ram = int(psutil.virtual_memory().available)
-    gpus: list[Device] = []
     try:
-        from .. import devices as devmod
-    except ImportError:
-        return free_ram, gpus
-    try:
-        listed = devmod.list_devices()
-    except Exception as exc:  # a broken GPU driver must not stop CPU inference
+        listed = devices.list_devices()
+    except Exception as exc:  # a broken GPU driver (EngineError, or worse) must not stop CPU inference
         log.warning("device probe failed, planning for CPU only: %s", exc)
-        return free_ram, gpus
-    for d in listed:
-        is_gpu = getattr(d, "is_gpu", None)
-        if is_gpu is None:
-            is_gpu = str(getattr(d, "kind", "cpu")).lower() in ("gpu", "igpu")
-        if is_gpu:  # accelerators beside the CPU (BLAS, AMX) hold no layers of their own
-            kind = "igpu" if getattr(d, "is_igpu", False) else "gpu"
-            gpus.append(Device(str(d.name), kind, int(d.total), int(d.free)))
-    return free_ram, gpus
+        return free_ram, []
+    # Accelerators beside the CPU (BLAS, AMX) hold no layers of their own.
+    return free_ram, [d for d in listed if d.is_gpu]
 
 
 def devices_changed() -> None:
     """Tell the device probe that free memory changed (a model loaded or unloaded)."""
-    try:
-        from .. import devices as devmod
-    except ImportError:
-        return
-    invalidate = getattr(devmod, "invalidate", None)
-    if invalidate is not None:
-        invalidate()
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"
-
+    devices.invalidate()

@@ -3,7 +3,7 @@
 :func:`collect_info` returns a plain JSON-ready dict (the daemon serves it as is; the CLI prints it).
 It never raises for a missing or broken llama.cpp: problems go into ``errors`` and the rest is still
 reported. It takes about 0.3 s on a CPU-only machine (a child process probes the devices, see
-:mod:`localrun.devices`), longer the first time a GPU driver initialises; callers in the daemon should
+:mod:`localrun.hardware.devices`), longer the first time a GPU driver initialises; callers in the daemon should
 run it in a thread.
 
 Keys: ``localrun`` (version, python, platform), ``llama_cpp`` (versions, commit, system_info, library
@@ -26,9 +26,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import __version__, config, hostgpu
+from .. import __version__, config
+from ..errors import LocalrunError
+from . import hostgpu
 from .devices import NativeReport, probe_native, with_current_ram
-from .errors import LocalrunError
 
 # CPU flags worth showing (Linux /proc/cpuinfo names); AMX is the one with a workaround.
 _FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16",
@@ -109,7 +110,7 @@ def _settings(errors: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, get in (("host", lambda: config.host().url), ("num_parallel", config.num_parallel),
                      ("max_loaded_models", config.max_loaded_models), ("keep_alive_s", config.keep_alive),
-                     ("log_dir", lambda: str(config.log_dir()))):
+                     ("log_dir", lambda: str(config.log_dir())), ("rpc_servers", lambda: list(config.rpc_servers()))):
         try:
             out[key] = get()
         except LocalrunError as exc:
@@ -160,6 +161,7 @@ def collect_info(
             "gpu_backends": list(gpu_backends),
             "registered_backends": list(build.backends) if build else [],
             "supports_gpu_offload": build.supports_gpu_offload if build else False,
+            "supports_rpc": build.supports_rpc if build else False,
         },
         "devices": [d.to_dict() for d in devices],
         "host_gpus": [g.to_dict() for g in gpus],

@@ -1,7 +1,7 @@
 """Layer offload planning and reading back what llama.cpp placed. Pure: no llama_cpp import.
 
 :func:`plan_offload` mirrors how llama.cpp's ``load_tensors`` assigns layers, so the plan is what the
-runner will get when it passes ``OffloadPlan.gpu_layers`` as ``n_gpu_layers``:
+runner will get when it passes ``Placement.gpu_layers`` as ``n_gpu_layers``:
 
 - a model has ``n_layers`` repeating blocks plus one output layer: ``n_layers + 1`` offloadable layers
   (Ollama and llama.cpp both count "33/33 layers" for a 32-block model); the input (token
@@ -17,25 +17,26 @@ Signature (keyword-only after ``n_layers``/``bytes_per_layer``)::
 
     plan_offload(n_layers, bytes_per_layer, *, kv_bytes_per_layer=0, output_bytes=0,
                  input_bytes=0, compute_bytes=0, devices=(), num_gpu=None,
-                 reserve_bytes=DEFAULT_RESERVE) -> OffloadPlan
+                 reserve_bytes=DEFAULT_RESERVE) -> Placement
 
 ``num_gpu=None`` offloads as many layers as fit in each GPU's free memory minus ``reserve_bytes``
 and ``compute_bytes``; an explicit ``num_gpu`` (Ollama's option) is honoured even when it does not
-fit (``OffloadPlan.fits`` is then False), clamped to ``0..n_layers+1``; a negative ``num_gpu``
+fit (``Placement.fits`` is then False), clamped to ``0..n_layers+1``; a negative ``num_gpu``
 means "all layers", as in llama.cpp.
 
-:func:`parse_load_report` reads llama.cpp's load log (the ``load_tensors:`` lines, some at DEBUG
-level, so the engine's log callback must keep them) into a :class:`LoadReport` saying which device
-got each layer and how big each device's weight buffer is: the truth ``/api/ps`` should show.
+:class:`Placement` is the one placement record: the planner returns it, the scheduler keeps it per
+resident model (corrected by :func:`localrun.hardware.memory.reconcile` from what llama.cpp reports
+it did, see :mod:`localrun.engine.load_report`) and ``/api/ps`` shows its :meth:`Placement.processor`.
 """
 
 from __future__ import annotations
 
 import bisect
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+
+from ..fmt import processor_split
+from .devices import Device
 
 MiB = 1024 * 1024
 # Layer counts come from a validated ModelGeometry (at most localrun.store.geometry.MAX_LAYERS, llama.cpp's
@@ -44,63 +45,35 @@ MAX_PLANNED_LAYERS = 4096
 DEFAULT_RESERVE = 512 * MiB  # left free on every GPU for the driver, other programs and fragmentation
 
 
-class OffloadDevice(Protocol):
-    """What planning needs from a device (``localrun.devices.Device`` satisfies it)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def free_bytes(self) -> int: ...
-    @property
-    def is_gpu(self) -> bool: ...
-    @property
-    def is_igpu(self) -> bool: ...
-
-
 @dataclass(frozen=True, slots=True)
-class OffloadPlan:
-    """Where a model's layers go.
+class Placement:
+    """Where a model goes: ``gpu_layers`` of its ``total_layers`` offloadable layers on GPUs, the rest in RAM.
 
-    ``gpu_layers`` is the value for llama.cpp's ``n_gpu_layers``; ``layers_per_device`` and
-    ``bytes_per_device`` name every device that holds something (the CPU as ``"CPU"``), in order.
-    ``fits`` is False only when an explicit ``num_gpu`` asks for more than the GPUs hold.
+    ``ram`` and ``vram`` are bytes (``size`` is their sum); ``vram_by_device`` and ``layers_per_device``
+    name each device holding a part, in order (``layers_per_device`` names the CPU as ``"CPU"``);
+    ``tensor_split`` is llama.cpp's split between several GPUs (empty for one). ``fits`` is False only
+    when an explicit ``num_gpu`` asks for more than the GPUs hold (honoured anyway, as Ollama does).
     """
 
     gpu_layers: int
-    total_layers: int
-    layers_per_device: tuple[tuple[str, int], ...]
-    bytes_per_device: tuple[tuple[str, int], ...]
+    ram: int
+    vram: int
+    total_layers: int = 1
+    vram_by_device: tuple[tuple[str, int], ...] = ()
     fits: bool = True
+    layers_per_device: tuple[tuple[str, int], ...] = ()
     tensor_split: tuple[float, ...] = field(default=())
 
     @property
-    def cpu_bytes(self) -> int:
-        return sum(b for name, b in self.bytes_per_device if name == "CPU")
+    def size(self) -> int:
+        return self.ram + self.vram
 
-    @property
-    def gpu_bytes(self) -> int:
-        return sum(b for name, b in self.bytes_per_device if name != "CPU")
-
-    @property
     def processor(self) -> str:
         """Ollama's PROCESSOR column: ``100% CPU``, ``100% GPU`` or ``48%/52% CPU/GPU`` (by bytes)."""
-        return processor_split(self.cpu_bytes, self.gpu_bytes, self.gpu_layers, self.total_layers)
+        return processor_split(self.ram, self.vram, self.gpu_layers, self.total_layers)
 
 
-def processor_split(cpu_bytes: int, gpu_bytes: int, gpu_layers: int, total_layers: int) -> str:
-    """``100% CPU`` when nothing is offloaded, ``100% GPU`` when every layer is, else the byte split.
-
-    A partial offload never reads ``100%/0%``: the shares are kept between 1% and 99%.
-    """
-    if gpu_layers <= 0 or gpu_bytes <= 0:
-        return "100% CPU"
-    if gpu_layers >= total_layers:
-        return "100% GPU"
-    gpu_pct = min(99, max(1, round(100 * gpu_bytes / max(1, cpu_bytes + gpu_bytes))))
-    return f"{100 - gpu_pct}%/{gpu_pct}% CPU/GPU"
-
-
-def offload_targets(devices: Iterable[OffloadDevice]) -> list[OffloadDevice]:
+def offload_targets(devices: Iterable[Device]) -> list[Device]:
     """The devices llama.cpp offloads layers to: discrete GPUs, else integrated ones."""
     listed = list(devices)
     gpus = [d for d in listed if d.is_gpu and not d.is_igpu]
@@ -133,10 +106,10 @@ def plan_offload(
     output_bytes: int = 0,
     input_bytes: int = 0,
     compute_bytes: int = 0,
-    devices: Iterable[OffloadDevice] = (),
+    devices: Iterable[Device] = (),
     num_gpu: int | None = None,
     reserve_bytes: int = DEFAULT_RESERVE,
-) -> OffloadPlan:
+) -> Placement:
     """Plan the offload of a model with ``n_layers`` repeating blocks (see the module docstring).
 
     ``bytes_per_layer``: weights of one block; ``kv_bytes_per_layer``: its KV cache for all sequence
@@ -180,77 +153,11 @@ def plan_offload(
     layers_on = [sum(1 for d in where if d == i) for i in range(len(gpus))]
     layers = [("CPU", sum(1 for d in where if d is None))]
     layers += [(g.name, n) for g, n in zip(gpus, layers_on) if n]
-    sizes = [("CPU", cpu)] + [(g.name, b) for g, b in zip(gpus, per_gpu) if b]
     split: tuple[float, ...] = ()
     if k and len(gpus) > 1:
         split = tuple(round(n / k, 4) for n in layers_on)
-    return OffloadPlan(
-        gpu_layers=k, total_layers=n_total, layers_per_device=tuple(layers),
-        bytes_per_device=tuple(sizes), fits=fits(per_gpu), tensor_split=split,
+    return Placement(
+        gpu_layers=k, ram=cpu, vram=sum(per_gpu), total_layers=n_total,
+        vram_by_device=tuple((g.name, b) for g, b in zip(gpus, per_gpu) if b), fits=fits(per_gpu),
+        layers_per_device=tuple(layers), tensor_split=split,
     )
-
-
-# --- what llama.cpp says it did ---------------------------------------------------------------
-
-_LAYER_RE = re.compile(r"load_tensors: layer\s+(\d+) assigned to device (\S+?),")
-_BUFFER_RE = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
-_OFFLOADED_RE = re.compile(r"load_tensors: offloaded (\d+)/(\d+) layers to GPU")
-_HOST_BUFFERS = ("CPU", "CPU_Mapped", "CPU_REPACK", "CPU_AARCH64")
-
-
-@dataclass(frozen=True, slots=True)
-class LoadReport:
-    """llama.cpp's own account of a model load.
-
-    ``layer_devices`` maps each offloadable layer (``0..n_layers``; the last is the output layer) to
-    the device name llama.cpp chose; ``buffers`` maps buffer names (``CPU_Mapped``, ``CUDA0``...) to
-    bytes; ``offloaded`` is llama.cpp's ``(k, n)`` "offloaded k/n layers to GPU" line, when printed.
-    """
-
-    layer_devices: dict[int, str]
-    buffers: dict[str, int]
-    offloaded: tuple[int, int] | None = None
-
-    @property
-    def gpu_layers(self) -> int:
-        if self.layer_devices:
-            return sum(1 for d in self.layer_devices.values() if not d.upper().startswith("CPU"))
-        return self.offloaded[0] if self.offloaded else 0
-
-    @property
-    def total_layers(self) -> int:
-        if self.layer_devices:
-            return len(self.layer_devices)
-        return self.offloaded[1] if self.offloaded else 0
-
-    @property
-    def cpu_bytes(self) -> int:
-        return sum(b for name, b in self.buffers.items() if _is_host_buffer(name))
-
-    @property
-    def gpu_bytes(self) -> int:
-        return sum(b for name, b in self.buffers.items() if not _is_host_buffer(name))
-
-    @property
-    def processor(self) -> str:
-        return processor_split(self.cpu_bytes, self.gpu_bytes, self.gpu_layers, self.total_layers)
-
-
-def _is_host_buffer(name: str) -> bool:
-    # "CUDA_Host" is pinned host memory, not VRAM.
-    return name in _HOST_BUFFERS or name.startswith("CPU") or name.endswith("_Host")
-
-
-def parse_load_report(log_text: str) -> LoadReport:
-    """Read the ``load_tensors:`` lines of llama.cpp's model-load log (other lines are ignored)."""
-    layers: dict[int, str] = {}
-    buffers: dict[str, int] = {}
-    offloaded: tuple[int, int] | None = None
-    for line in log_text.splitlines():
-        if m := _LAYER_RE.search(line):
-            layers[int(m.group(1))] = m.group(2)
-        elif m := _BUFFER_RE.search(line):
-            buffers[m.group(1)] = buffers.get(m.group(1), 0) + int(float(m.group(2)) * MiB)
-        elif m := _OFFLOADED_RE.search(line):
-            offloaded = (int(m.group(1)), int(m.group(2)))
-    return LoadReport(layer_devices=layers, buffers=buffers, offloaded=offloaded)

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from localrun import devices
-from localrun.devices import (
-    Device, DeviceKind, FakeProbe, SubprocessProbe, cpu_device, fake_gpu, parse_load_report, plan_offload,
-)
+from localrun.hardware import devices
+from localrun.engine.load_report import LoadReport, parse_load_report
 from localrun.errors import EngineError
-from localrun.offload import DEFAULT_RESERVE
+from localrun.hardware.devices import Device, DeviceKind, FakeProbe, SubprocessProbe, cpu_device, fake_gpu
+from localrun.fmt import processor_split
+from localrun.hardware.placement import DEFAULT_RESERVE, Placement, plan_offload
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -31,7 +31,7 @@ def test_device_round_trips_through_json_dict() -> None:
     gpu = fake_gpu(8, free_gib=6)
     assert Device.from_dict(gpu.to_dict()) == gpu
     assert gpu.to_dict()["kind"] == "gpu"
-    assert (gpu.total, gpu.free) == (8 * GiB, 6 * GiB)  # the short names runtime.memory reads
+    assert (gpu.total_bytes, gpu.free_bytes) == (8 * GiB, 6 * GiB)
     assert gpu.is_gpu and not gpu.is_igpu and not cpu_device().is_gpu
 
 
@@ -44,7 +44,7 @@ def test_fake_probe_is_an_8_gib_gpu_beside_the_cpu() -> None:
 
 # --- plan_offload -------------------------------------------------------------------------------
 
-def _plan13b(**kw: object) -> devices.OffloadPlan:
+def _plan13b(**kw: object) -> Placement:
     """A 13B-like model: 40 blocks of 300 MiB, a 400 MiB output layer, 500 MiB of embeddings."""
     args: dict[str, object] = dict(output_bytes=400 * MiB, input_bytes=500 * MiB, compute_bytes=256 * MiB,
                                    devices=[cpu_device(64), fake_gpu(8)])
@@ -55,7 +55,7 @@ def _plan13b(**kw: object) -> devices.OffloadPlan:
 def test_cpu_only_machine_keeps_everything_on_cpu() -> None:
     plan = plan_offload(32, 100 * MiB, devices=[cpu_device()], num_gpu=20)
     assert plan.gpu_layers == 0
-    assert plan.processor == "100% CPU"
+    assert plan.processor() == "100% CPU"
     assert plan.layers_per_device == (("CPU", 33),)
 
 
@@ -63,8 +63,8 @@ def test_small_model_goes_entirely_to_an_8_gib_gpu() -> None:
     plan = plan_offload(24, 50 * MiB, kv_bytes_per_layer=8 * MiB, output_bytes=100 * MiB,
                         input_bytes=100 * MiB, compute_bytes=200 * MiB, devices=[cpu_device(), fake_gpu(8)])
     assert plan.gpu_layers == 25 == plan.total_layers
-    assert plan.processor == "100% GPU"
-    assert dict(plan.bytes_per_device)["CUDA0"] == 24 * 58 * MiB + 100 * MiB + 200 * MiB
+    assert plan.processor() == "100% GPU"
+    assert dict(plan.vram_by_device)["CUDA0"] == 24 * 58 * MiB + 100 * MiB + 200 * MiB
 
 
 def test_big_model_is_split_and_the_gpu_part_fits_in_8_gib() -> None:
@@ -73,8 +73,8 @@ def test_big_model_is_split_and_the_gpu_part_fits_in_8_gib() -> None:
     assert plan.gpu_layers == 24
     assert plan.fits
     assert dict(plan.layers_per_device) == {"CPU": 17, "CUDA0": 24}
-    assert plan.gpu_bytes <= 8 * GiB - DEFAULT_RESERVE
-    assert plan.processor == "44%/56% CPU/GPU"  # CPU 500+256+17*300 MiB, GPU 7300+256 MiB
+    assert plan.vram <= 8 * GiB - DEFAULT_RESERVE
+    assert plan.processor() == "44%/56% CPU/GPU"  # CPU 500+256+17*300 MiB, GPU 7300+256 MiB
     one_more = _plan13b(num_gpu=25)
     assert not one_more.fits
 
@@ -94,17 +94,17 @@ def test_num_gpu_is_honoured_and_clamped(num_gpu: int, expected: int) -> None:
 def test_forced_offload_beyond_vram_is_honoured_but_marked_not_fitting() -> None:
     plan = _plan13b(num_gpu=-1)
     assert plan.gpu_layers == 41 and not plan.fits
-    assert plan.processor == "100% GPU"
+    assert plan.processor() == "100% GPU"
 
 
 def test_one_offloaded_layer_is_the_output_layer() -> None:
     plan = _plan13b(num_gpu=1)
-    assert dict(plan.bytes_per_device)["CUDA0"] == 400 * MiB + 256 * MiB
+    assert dict(plan.vram_by_device)["CUDA0"] == 400 * MiB + 256 * MiB
 
 
 def test_partial_split_never_reads_as_all_on_one_side() -> None:
     plan = plan_offload(200, 100 * MiB, output_bytes=1, devices=[cpu_device(), fake_gpu(80)], num_gpu=1)
-    assert plan.processor == "99%/1% CPU/GPU"
+    assert plan.processor() == "99%/1% CPU/GPU"
 
 
 def test_two_gpus_share_layers_by_free_memory() -> None:
@@ -143,11 +143,11 @@ def test_plan_invariants(n_layers: int, layer_mib: int, gpus: list[int], num_gpu
     assert 0 <= plan.gpu_layers <= plan.total_layers == n_layers + 1
     assert sum(n for _, n in plan.layers_per_device) == plan.total_layers
     assert sum(n for name, n in plan.layers_per_device if name != "CPU") == plan.gpu_layers
-    assert sum(b for _, b in plan.bytes_per_device) >= (n_layers + 1) * layer_mib * MiB
+    assert plan.size >= (n_layers + 1) * layer_mib * MiB
     if num_gpu is None:
         assert plan.fits
         budget = {d.name: d.free_bytes - DEFAULT_RESERVE for d in devs[1:]}
-        assert all(b <= budget[name] for name, b in plan.bytes_per_device if name != "CPU")
+        assert all(b <= budget[name] for name, b in plan.vram_by_device)
 
 
 # --- what llama.cpp reports -------------------------------------------------------------------
@@ -177,10 +177,15 @@ llama_kv_cache:      CUDA0 KV buffer size =    64.00 MiB
 """
 
 
+def _processor(report: LoadReport) -> str:
+    """The PROCESSOR column for what llama.cpp reports it did."""
+    return processor_split(report.cpu_bytes, report.gpu_bytes, report.gpu_layers, report.total_layers)
+
+
 def test_cpu_load_log_reads_as_all_cpu() -> None:
     report = parse_load_report(CPU_LOG)
     assert report.total_layers == 5 and report.gpu_layers == 0
-    assert report.processor == "100% CPU"
+    assert _processor(report) == "100% CPU"
     assert report.buffers == {"CPU_Mapped": int(0.97 * MiB)}
 
 
@@ -189,7 +194,7 @@ def test_partial_cuda_load_log_matches_the_plan() -> None:
     assert report.offloaded == (3, 5)
     assert report.gpu_layers == 3
     assert [i for i, d in report.layer_devices.items() if d != "CPU"] == [2, 3, 4]  # the last k layers
-    assert report.processor == "40%/60% CPU/GPU"
+    assert _processor(report) == "40%/60% CPU/GPU"
     plan = plan_offload(4, MiB, devices=[cpu_device(), fake_gpu(8)], num_gpu=3)
     assert plan.gpu_layers == report.gpu_layers
     assert dict(plan.layers_per_device) == {"CPU": 2, "CUDA0": 3}
@@ -201,7 +206,7 @@ def test_offloaded_line_alone_is_enough() -> None:
                                "load_tensors:    CUDA_Host model buffer size =   100.00 MiB\n")
     assert (report.gpu_layers, report.total_layers) == (33, 33)
     assert report.cpu_bytes == 100 * MiB  # pinned host memory is not VRAM
-    assert report.processor == "100% GPU"
+    assert _processor(report) == "100% GPU"
 
 
 # --- probe plumbing ---------------------------------------------------------------------------

@@ -15,8 +15,7 @@ Interface::
     invalidate()            drop that cache (call after a model loads or unloads)
     probe_native()          NativeReport(build: BuildInfo, devices) for ``localrun info``
 
-    plan_offload(...) -> OffloadPlan   re-exported from :mod:`localrun.offload` (pure; its
-                                       docstring has the full signature and the rules)
+Where a model's layers go on these devices is :mod:`localrun.hardware.placement`'s job.
 
 Why a child process by default: asking a CUDA device for its free memory creates a CUDA context,
 which holds a few hundred MB of VRAM for as long as the process lives, and a broken driver can
@@ -38,13 +37,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from .errors import EngineError
-from .offload import LoadReport, OffloadPlan, parse_load_report, plan_offload, processor_split
+from ..errors import EngineError
 
 __all__ = [
-    "BuildInfo", "Device", "DeviceKind", "DeviceProbe", "FakeProbe", "GgmlProbe", "LoadReport",
-    "NativeReport", "OffloadPlan", "SubprocessProbe", "cpu_device", "fake_gpu", "invalidate",
-    "list_devices", "parse_load_report", "with_current_ram", "plan_offload", "probe_native", "processor_split",
+    "BuildInfo", "Device", "DeviceKind", "DeviceProbe", "FakeProbe", "GgmlProbe", "NativeReport",
+    "SubprocessProbe", "cpu_device", "fake_gpu", "invalidate", "list_devices", "probe_native", "with_current_ram",
 ]
 
 log = logging.getLogger(__name__)
@@ -71,7 +68,10 @@ class DeviceKind(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Device:
-    """One ggml device. ``backend`` is its registry's name (``CPU``, ``CUDA``, ``Metal``, ``Vulkan``...)."""
+    """One ggml device: the one device type of localrun (probing, planning and the scheduler use it).
+
+    ``backend`` is its registry's name (``CPU``, ``CUDA``, ``Metal``, ``Vulkan``...).
+    """
 
     name: str
     description: str
@@ -88,15 +88,6 @@ class Device:
     @property
     def is_igpu(self) -> bool:
         return self.kind is DeviceKind.IGPU
-
-    # Short names used by runtime.memory.system_devices.
-    @property
-    def total(self) -> int:
-        return self.total_bytes
-
-    @property
-    def free(self) -> int:
-        return self.free_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "kind": str(self.kind)}
@@ -119,6 +110,7 @@ class BuildInfo:
     supports_gpu_offload: bool
     backends: tuple[str, ...]
     lib_dir: str
+    supports_rpc: bool = False  # built with -DGGML_RPC=on (LOCALRUN_RPC_SERVERS can work)
 
     @property
     def gpu_backends(self) -> tuple[str, ...]:
@@ -267,6 +259,7 @@ class _Ggml:
             supports_gpu_offload=bool(lc.llama_supports_gpu_offload()),
             backends=tuple(self.backends()),
             lib_dir=str(self.lib_dir),
+            supports_rpc=bool(lc.llama_supports_rpc()),
         )
 
 
@@ -296,7 +289,7 @@ def _native_report_in_process() -> NativeReport:
     return NativeReport(build=native.build(), devices=tuple(native.devices()))
 
 
-_CHILD = "from localrun.devices import _print_report; _print_report()"
+_CHILD = "from localrun.hardware.devices import _print_report; _print_report()"
 _MARK = "LOCALRUN_DEVICES "
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from localrun.runtime.memory import Placement, reconcile
+from localrun.hardware.memory import reconcile
+from localrun.hardware.placement import Placement
 
 PLAN = Placement(gpu_layers=10, ram=400, vram=600, total_layers=19, vram_by_device=(("CUDA0", 600),))
 

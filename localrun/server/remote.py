@@ -1,0 +1,221 @@
+"""The server's one seam to upstreams (``localrun.upstream``): ``NAME/model`` requests go out here.
+
+The API adapters convert every request into a :class:`~.openai_compat.NativeCall` (or prompts,
+or embedding inputs) the same way for local and upstream models; :mod:`.chat` asks
+:meth:`Upstreams.route` whether the model names an upstream and, if so, calls
+:func:`chat_outputs` / :func:`completion_outputs` here instead of the local engine. Replies come
+back as :class:`UpstreamOutput`, read by the routes exactly like a local :class:`.output.LocalOutput`.
+The rest serves the model list (``/api/tags``, ``/v1/models``), ``/api/show`` and ``/api/ps``.
+
+What an upstream gets is built from the call alone: no header of the client's request (its
+``Authorization``, ``x-api-key``, cookies) is ever forwarded. What a local model has and an
+upstream cannot do is refused with a 400 before anything is sent: token logprobs, Ollama's
+``context`` and a request's own ``template``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import replace
+from typing import Any
+
+from aiohttp import web
+
+from .. import errors
+from ..engine.types import DoneEvent, EmbedInput, EmbedResult
+from ..upstream.pool import prefix_keys, text_segments
+from ..upstream.requests import ChatRequest, CompletionRequest, EmbedRequest, Format, sampling_from_options
+from ..upstream.router import MemberSnapshot, Route, Upstreams, UpstreamReply
+from ..upstream.transport import PEER_HEADER
+from .chatparse import ContentDelta
+from .metrics import Metrics
+from .middleware import Handler
+from .openai_compat import NativeCall
+from .output import Output, Piece
+from .tools import check_tool_choice
+
+log = logging.getLogger("localrun.requests")
+
+# Whether the request being handled came from another localrun daemon (transport.PEER_HEADER): then
+# this daemon's own upstreams are neither listed nor used (no loops between daemons listing each other).
+_from_peer: ContextVar[bool] = ContextVar("localrun_from_peer", default=False)
+
+
+@web.middleware
+async def peer_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Mark a request that another localrun daemon sent as one (see ``_from_peer``)."""
+    if request.headers.get(PEER_HEADER):
+        _from_peer.set(True)
+    return await handler(request)
+
+
+def upstreams_for(upstreams: Upstreams | None) -> Upstreams | None:
+    """``upstreams``, or None while handling a request another daemon sent."""
+    return None if _from_peer.get() else upstreams
+
+
+class UpstreamOutput:
+    """An upstream's reply as an :class:`~.output.Output` (metrics and the request's log line on close)."""
+
+    def __init__(self, reply: UpstreamReply, route: Route, endpoint: str, metrics: Metrics, started_ns: int) -> None:
+        self._reply, self._route, self._endpoint, self._metrics = reply, route, endpoint, metrics
+        self._started_ns = started_ns
+        self.status = "ok"
+        self._finished = False
+        self._closed = False
+
+    @property
+    def model(self) -> str:
+        return self._route.name
+
+    @property
+    def done(self) -> DoneEvent | None:
+        return self._reply.done
+
+    @property
+    def load_duration_ns(self) -> int:
+        return 0
+
+    @property
+    def total_duration_ns(self) -> int:
+        return time.perf_counter_ns() - self._started_ns
+
+    async def pieces(self) -> AsyncIterator[Piece]:
+        try:
+            async for event in self._reply.events():
+                yield Piece((event,), event.text if isinstance(event, ContentDelta) else "")
+        except errors.LocalrunError:
+            self.status = "error"
+            raise
+        self._finished = True
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if not self._finished and self.status == "ok":
+            self.status = "cancelled"
+        await self._reply.close()
+        done, name = self._reply.done, self._route.name
+        if done is not None:
+            self._metrics.prompt_tokens.labels(name).inc(done.prompt_eval_count)
+            self._metrics.generated_tokens.labels(name).inc(done.eval_count)
+        log.info("request endpoint=%s model=%s upstream=%s status=%s prompt_tokens=%s eval_tokens=%s total_ms=%.0f",
+                 self._endpoint, name, self._reply.member.url, self.status,
+                 done.prompt_eval_count if done else "-", done.eval_count if done else "-",
+                 self.total_duration_ns / 1e6)
+
+
+def _refuse_local_only(call: NativeCall) -> None:
+    if call.logprobs or call.top_logprobs:
+        raise errors.UnsupportedCapability("token logprobs are not available for upstream models")
+
+
+async def _open_all(n: int, start: Callable[[], Awaitable[UpstreamReply]]) -> list[UpstreamReply]:
+    """``n`` replies, all or nothing (those started are closed when one fails to start)."""
+    replies: list[UpstreamReply] = []
+    try:
+        for _ in range(n):
+            replies.append(await start())
+    except BaseException:
+        for r in replies:
+            await r.close()
+        raise
+    return replies
+
+
+def _segments(route: Route, call: NativeCall) -> list[str]:
+    """The prefix-affinity segments of a chat: one per message, the tools (rendered into the prompt's
+    start) and the model joined to the first, so only a real shared prefix (a system prompt, an
+    earlier turn) sends a request where another one went."""
+    texts = [json.dumps(m, sort_keys=True, default=str) for m in call.messages] or [""]
+    texts[0] = json.dumps([route.model, call.tools], sort_keys=True, default=str) + texts[0]
+    return texts
+
+
+async def chat_outputs(upstreams: Upstreams, metrics: Metrics, route: Route, call: NativeCall,
+                       endpoint: str) -> list[Output]:
+    """Start ``call.n`` chat replies on the upstream pool of ``route``."""
+    _refuse_local_only(call)
+    check_tool_choice(call.tool_choice, call.tools)
+    sampling = replace(sampling_from_options(call.options), ignore_eos=call.ignore_eos, min_tokens=call.min_tokens)
+    req = ChatRequest(model=route.model, messages=call.messages, tools=call.tools, tool_choice=call.tool_choice,
+                      format=call.format, think=call.think, sampling=sampling)
+    keys = prefix_keys(_segments(route, call))
+    started = time.perf_counter_ns()
+    replies = await _open_all(call.n, lambda: upstreams.chat(route, req, keys))
+    return [UpstreamOutput(r, route, endpoint, metrics, started) for r in replies]
+
+
+async def completion_outputs(upstreams: Upstreams, metrics: Metrics, route: Route, call: NativeCall, fmt: Format,
+                             endpoint: str, suffix: str | None = None) -> list[Output]:
+    """``call.n`` completions of each of ``call.prompts`` (prompt-major order, as /v1/completions)."""
+    _refuse_local_only(call)
+
+    sampling = replace(sampling_from_options(call.options), ignore_eos=call.ignore_eos, min_tokens=call.min_tokens)
+    started = time.perf_counter_ns()
+    outputs: list[Output] = []
+    try:
+        for prompt in call.prompts:
+            req = CompletionRequest(model=route.model, prompt=prompt, suffix=suffix, format=fmt, sampling=sampling)
+            pieces = text_segments(prompt)
+            keys = prefix_keys([route.model + pieces[0], *pieces[1:]])
+            replies = await _open_all(call.n, functools.partial(upstreams.complete, route, req, keys))
+            outputs.extend(UpstreamOutput(r, route, endpoint, metrics, started) for r in replies)
+    except BaseException:
+        for out in outputs:
+            await out.close()
+        raise
+    return outputs
+
+
+async def embed(upstreams: Upstreams, route: Route, inputs: Sequence[EmbedInput], truncate: bool) -> EmbedResult:
+    texts = [i for i in inputs if isinstance(i, str)]
+    if len(texts) != len(inputs):
+        raise errors.UnsupportedCapability("token-id inputs are not available for upstream models: send text")
+    return await upstreams.embed(route, EmbedRequest(model=route.model, inputs=texts, truncate=truncate))
+
+
+async def check_served(upstreams: Upstreams, route: Route) -> None:
+    """Raise ModelNotFound unless a member of the pool serves ``route.model`` (a load request)."""
+    await upstreams.refresh()
+    pool = upstreams.pools.get(route.upstream)
+    if pool is None or not pool.serving(route.model):
+        raise errors.ModelNotFound(f"model {route.model!r} is not served by upstream {route.upstream}")
+
+
+_UPSTREAM_DETAILS = {"parent_model": "", "format": "", "family": "", "families": [], "parameter_size": "",
+                     "quantization_level": ""}
+
+
+async def tag_entries(upstreams: Upstreams) -> list[dict[str, Any]]:
+    """``/api/tags`` rows for upstream models (Ollama's ``remote_model`` / ``remote_host`` fields)."""
+    await upstreams.refresh()
+    return [{"name": m.name, "model": m.name, "modified_at": "1970-01-01T00:00:00Z", "size": 0, "digest": "",
+             "details": dict(_UPSTREAM_DETAILS), "remote_model": m.model, "remote_host": m.hosts[0] if m.hosts else "",
+             "upstream": m.upstream}
+            for m in upstreams.listed()]
+
+
+async def show(upstreams: Upstreams, route: Route) -> dict[str, Any]:
+    """``/api/show`` for an upstream model: where it is served, never how (no key, no key variable)."""
+    await check_served(upstreams, route)
+    pool = upstreams.pools[route.upstream]
+    hosts = [m.url for m in pool.serving(route.model)]
+    return {"modelfile": "", "parameters": "", "template": "", "system": "", "license": "",
+            "details": dict(_UPSTREAM_DETAILS), "model_info": {}, "capabilities": ["completion", "tools"],
+            "remote_model": route.model, "remote_host": hosts[0] if hosts else "", "upstream": route.upstream,
+            "upstream_hosts": hosts, "modified_at": "1970-01-01T00:00:00Z"}
+
+
+def ps_row(s: MemberSnapshot) -> dict[str, Any]:
+    return {"upstream": s.upstream, "url": s.url, "api": s.api, "state": s.state, "in_flight": s.in_flight,
+            "requests": s.requests, "errors": s.failures,
+            "latency_ms": round(s.latency_ms, 1) if s.latency_ms is not None else None,
+            "cooling_s": round(s.cooling_s, 1), "last_error": s.last_error, "models": len(s.models)}
+

@@ -1,0 +1,52 @@
+"""Real ``localrun serve`` processes on 127.0.0.1 for multi-process tests (peers, fronts, RPC)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Daemon:
+    """A ``localrun serve`` process in its own session (so its runners die with it)."""
+
+    def __init__(self, home: Path, port: int, env: dict[str, str]) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = home / "serve.log"
+        full = {k: v for k, v in os.environ.items() if not k.startswith(("LOCALRUN_", "OLLAMA_"))}
+        full.update({"LOCALRUN_HOST": f"127.0.0.1:{port}", "XDG_DATA_HOME": str(home / "data"),
+                     "XDG_STATE_HOME": str(home / "state"), "XDG_CACHE_HOME": str(home / "cache"),
+                     "HF_HUB_OFFLINE": "1", **env})
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "localrun", "serve"], env=full, stdout=out,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        self.kill()
+        raise RuntimeError(f"daemon did not start: {self.log.read_text()[-2000:]}")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal the daemon's whole process group (the daemon and its runners), then reap it."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            self.proc.wait(30)

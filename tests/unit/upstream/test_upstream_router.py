@@ -1,0 +1,175 @@
+"""Routing, failover before the first event, errors and credentials, with httpx's mock transport."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from localrun import errors
+from localrun.server.chatparse import ContentDelta
+from localrun.upstream.pool import MemberState
+from localrun.upstream.requests import ChatRequest
+from localrun.upstream.router import Route, Upstreams
+from localrun.upstream.spec import make_spec
+
+KEY = "sk-very-secret-key-123"
+REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}])
+
+
+def _sse(*texts: str, finish: bool = True) -> bytes:
+    chunks = [{"choices": [{"index": 0, "delta": {"content": t}, "finish_reason": None}]} for t in texts]
+    if finish:
+        chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                       "usage": {"prompt_tokens": 3, "completion_tokens": len(texts)}})
+    return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + (b"data: [DONE]\n\n" if finish else b"")
+
+
+class _Breaks(httpx.AsyncByteStream):
+    """A body that sends ``head`` then loses the connection."""
+
+    def __init__(self, head: bytes) -> None:
+        self.head = head
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self.head
+        raise httpx.ReadError("connection reset by peer")
+
+
+def _upstreams(handler: Callable[[httpx.Request], Any], *urls: str, key_env: str | None = None) -> Upstreams:
+    specs = [make_spec("gpu", u, api_key_env=key_env, models="m") for u in urls]
+    return Upstreams(specs, None, api_key=lambda var: KEY if var == "GPU_KEY" else None,
+                     transport_=httpx.MockTransport(handler))
+
+
+async def _text(reply: Any) -> str:
+    try:
+        return "".join([e.text async for e in reply.events() if isinstance(e, ContentDelta)])
+    finally:
+        await reply.close()
+
+
+async def test_fails_over_before_the_first_event_and_cools_the_member_down() -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.host)
+        if request.url.host == "a":
+            raise httpx.ConnectError("connection refused")
+        if request.url.host == "b":
+            return httpx.Response(503, json={"error": {"message": "loading"}})
+        if request.url.host == "c":  # answers, then breaks before any content: still failover
+            return httpx.Response(200, stream=_Breaks(b'data: {"choices": [{"index": 0, "delta": {"role": "assistant"}}]}\n\n'))
+        return httpx.Response(200, content=_sse("Hel", "lo"))
+
+    ups = _upstreams(handler, "http://a/v1", "http://b/v1", "http://c/v1", "http://d/v1")
+    try:
+        reply = await ups.chat(Route("gpu", "m"), REQ)
+        assert await _text(reply) == "Hello"
+        assert reply.done is not None and reply.done.prompt_eval_count == 3
+        assert seen == ["a", "b", "c", "d"]
+        states = {m.url: m.state(ups.clock()) for m in ups.pools["gpu"].members}
+        assert states == {"http://a": MemberState.COOLING, "http://b": MemberState.COOLING,
+                          "http://c": MemberState.COOLING, "http://d": MemberState.HEALTHY}
+        assert [m.in_flight for m in ups.pools["gpu"].members] == [0, 0, 0, 0]
+        seen.clear()
+        await _text(await ups.chat(Route("gpu", "m"), REQ))
+        assert seen == ["d"]  # the cooling ones are skipped while another member is healthy
+    finally:
+        await ups.close()
+
+
+async def test_a_break_after_streaming_started_ends_the_stream_with_an_error() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, stream=_Breaks(_sse("Hel", finish=False)))
+
+    ups = _upstreams(handler, "http://a/v1", "http://b/v1")
+    try:
+        reply = await ups.chat(Route("gpu", "m"), REQ)
+        got = []
+        with pytest.raises(errors.UpstreamError, match="failed mid-reply"):
+            async for event in reply.events():
+                got.append(event)
+        await reply.close()
+        assert got == [ContentDelta("Hel")]
+        assert reply.member.state(ups.clock()) is MemberState.COOLING
+    finally:
+        await ups.close()
+
+
+async def test_client_errors_are_not_retried_and_never_show_the_key() -> None:
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(400, json={"error": {"message": f"bad temperature (key {KEY})"}})
+
+    ups = _upstreams(handler, "http://a/v1", "http://b/v1", key_env="GPU_KEY")
+    try:
+        with pytest.raises(errors.InvalidRequest) as info:
+            await ups.chat(Route("gpu", "m"), REQ)
+        assert "bad temperature" in str(info.value) and KEY not in str(info.value)
+        assert len(calls) == 1
+        assert calls[0].headers["authorization"] == f"Bearer {KEY}"
+        assert all(m.state(ups.clock()) is not MemberState.COOLING for m in ups.pools["gpu"].members)
+    finally:
+        await ups.close()
+
+
+async def test_when_every_member_fails_the_error_says_why_for_each() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(500, text=f"internal error, token={KEY}")
+
+    ups = _upstreams(handler, "http://a/v1", "http://b/v1", key_env="GPU_KEY")
+    try:
+        with pytest.raises(errors.UpstreamUnavailable) as info:
+            await ups.chat(Route("gpu", "m"), REQ)
+        message = str(info.value)
+        assert "http://a: HTTP 500" in message and "http://b: HTTP 500" in message
+        assert KEY not in message
+        snapshot = ups.snapshot()
+        assert all(KEY not in repr(s) for s in snapshot)
+        with pytest.raises(errors.ModelNotFound, match="not served by upstream gpu"):
+            await ups.chat(Route("gpu", "other-model"), REQ)
+    finally:
+        await ups.close()
+
+
+async def test_a_missing_key_variable_is_a_clear_member_failure() -> None:
+    ups = Upstreams([make_spec("gpu", "http://a/v1", api_key_env="UNSET_VAR", models="m")], None,
+                    api_key=lambda var: None, transport_=httpx.MockTransport(lambda r: httpx.Response(200)))
+    try:
+        with pytest.raises(errors.UpstreamUnavailable, match="UNSET_VAR is not set"):
+            await ups.chat(Route("gpu", "m"), REQ)
+    finally:
+        await ups.close()
+
+
+async def test_the_api_is_learnt_from_the_server() -> None:
+    paths: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        paths.append(request.url.path)
+        if request.url.path == "/api/tags":
+            return httpx.Response(200, json={"models": [{"name": "llama3:8b"}]})
+        if request.url.path == "/api/chat":
+            body = json.loads(request.content)
+            assert body["model"] == "llama3:8b" and body["stream"] is True
+            lines = [{"message": {"content": "ok"}, "done": False},
+                     {"message": {"content": ""}, "done": True, "done_reason": "stop", "eval_count": 1}]
+            return httpx.Response(200, content="".join(json.dumps(x) + "\n" for x in lines).encode())
+        return httpx.Response(404)
+
+    ups = Upstreams([make_spec("old", "http://ollama-box:11434")], None, transport_=httpx.MockTransport(handler))
+    try:
+        await ups.refresh()
+        assert [m.name for m in ups.listed()] == ["old/llama3:8b"]
+        assert await _text(await ups.chat(Route("old", "llama3:8b"), REQ)) == "ok"
+        assert paths == ["/v1/models", "/api/tags", "/api/chat"]
+        assert ups.route("old/llama3:8b") == Route("old", "llama3:8b")
+        assert ups.route("library/llama3") is None  # not an upstream: an Ollama namespace
+    finally:
+        await ups.close()
