@@ -20,6 +20,7 @@ The server runs in a daemon thread and stops when the ``with`` block ends.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
@@ -137,15 +138,15 @@ class _Handler(BaseHTTPRequestHandler):
                         "lfs": {"sha256": sha, "size": size, "pointerSize": 134}})
         return out
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server API
+    def do_GET(self) -> None:
         self._record()
         self._serve(head=False)
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self._record()
         self._serve(head=True)
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._record()
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
@@ -200,10 +201,8 @@ class _Handler(BaseHTTPRequestHandler):
             for k, v in {"Content-Type": "application/json", "Content-Length": str(len(body)), **headers}.items():
                 self.send_header(k, v)
             self.end_headers()
-            try:
+            with contextlib.suppress(OSError):
                 self.wfile.write(body)
-            except OSError:
-                pass
             return True
         if self.hub.endless_listing:
             self.send_response(200)

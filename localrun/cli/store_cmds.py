@@ -161,7 +161,7 @@ def format_table(headers: list[str], rows: list[list[str]], gap: int = 4) -> str
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
     lines = []
     for row in [headers, *rows]:
-        cells = [str(c).ljust(w + gap) for c, w in zip(row, widths)]
+        cells = [str(c).ljust(w + gap) for c, w in zip(row, widths, strict=False)]
         lines.append("".join(cells).rstrip())
     return "\n".join(lines) + "\n"
 

@@ -11,6 +11,7 @@ any such attempt is a :class:`~localrun.errors.TemplateError`. Pure Python, no l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from datetime import datetime
@@ -171,10 +172,8 @@ def _hf_call(call: Any, default_id: str) -> Any:
     fn = dict(call["function"])
     arguments = fn.get("arguments")
     if isinstance(arguments, str):
-        try:
+        with contextlib.suppress(ValueError):  # not JSON: a template shows it as the text it is
             fn["arguments"] = json.loads(arguments) if arguments.strip() else {}
-        except ValueError:
-            pass  # a template shows it as the text it is
     elif arguments is None:
         fn["arguments"] = {}
     return {**call, "id": call.get("id") or default_id, "type": call.get("type") or "function", "function": fn}

@@ -24,6 +24,7 @@ without ``resource`` (Windows) only the wall-clock deadline applies.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -121,16 +122,12 @@ class _Worker:
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):  # a zombie the kernel will reap
             self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a zombie the kernel will reap
-            pass
         for stream in (self.proc.stdin, self.proc.stdout):
             if stream is not None:
-                try:
+                with contextlib.suppress(OSError):
                     stream.close()
-                except OSError:
-                    pass
 
 
 def _describe_exit(code: int | None) -> str:

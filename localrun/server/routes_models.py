@@ -25,10 +25,10 @@ from ..store.modelfile import quote as _quote
 from . import remote
 from .chat import upstream_route
 from .chatformat import capabilities, describe
-from .options import merge_options
 from .executors import run_in
 from .http import NDJSONStream, get, read_json
 from .keys import EXECUTORS, PULLS, SERVICE, STORE
+from .options import merge_options
 from .routes_status import details
 
 log = logging.getLogger(__name__)
@@ -37,11 +37,11 @@ log = logging.getLogger(__name__)
 def _iso(value: Any) -> str:
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.timezone.utc)
+            value = value.replace(tzinfo=dt.UTC)
         return str(value.isoformat())
     if isinstance(value, (int, float)):
-        return dt.datetime.fromtimestamp(value, dt.timezone.utc).isoformat()
-    return str(value or dt.datetime.now(dt.timezone.utc).isoformat())
+        return dt.datetime.fromtimestamp(value, dt.UTC).isoformat()
+    return str(value or dt.datetime.now(dt.UTC).isoformat())
 
 
 def _field(obj: Any, *names: str, default: Any = None) -> Any:

@@ -11,8 +11,8 @@ from aiohttp import web
 from .. import __version__
 from ..hardware.memory import ModelGeometry
 from ..runtime.scheduler import ResidentModel, Scheduler
-from .http import iso
 from . import remote
+from .http import iso
 from .keys import METRICS, PULLS, SCHEDULER, SERVICE, STARTED_AT
 
 log = logging.getLogger(__name__)

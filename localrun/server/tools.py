@@ -141,8 +141,6 @@ def enforceable(schema: Any) -> Any:
             out[key] = {k: enforceable(v) for k, v in value.items()}
         elif key in ("items", "additionalProperties", "anyOf", "oneOf", "allOf", "prefixItems"):
             out[key] = enforceable(value)
-        elif key == "format" and value in _GRAMMAR_FORMATS:
-            out[key] = value
-        elif key in _KEEP:
+        elif (key == "format" and value in _GRAMMAR_FORMATS) or key in _KEEP:
             out[key] = value
     return out

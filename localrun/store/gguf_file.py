@@ -204,7 +204,7 @@ def read_gguf(path: Path) -> GGUFInfo:
     """Validate ``path`` as a GGUF model and read its metadata; raises InvalidModelFile."""
     path = Path(path)
     try:
-        f = open(path, "rb")
+        f = open(path, "rb")  # noqa: SIM115 - closed by the `with f:` below, after the error is mapped
     except IsADirectoryError:
         raise InvalidModelFile(f"{path} is a directory, not a .gguf file") from None
     except OSError as exc:

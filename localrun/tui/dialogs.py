@@ -21,9 +21,9 @@ from textual.widgets.option_list import Option
 
 from ..conversations import ConversationStore
 from ..errors import LocalrunError
+from ..fmt import human_bytes
 from . import commands as cmd
 from .model_ops import full_name
-from ..fmt import human_bytes
 
 # Parameters the editor shows as fields, in this order; others set by /set stay as they are.
 EDITABLE = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "num_ctx", "num_predict", "seed", "stop")

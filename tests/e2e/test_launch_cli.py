@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from daemonproc import stop_daemon
 
 from localrun import config
-from daemonproc import stop_daemon
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 FAKES = Path(__file__).parents[1] / "integration" / "server"

@@ -50,7 +50,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, starter_models: Path) -> It
     env.update({"LOCALRUN_HOST": f"127.0.0.1:{port}", "LOCALRUN_MODELS": str(starter_models),
                 "LOCALRUN_NUM_PARALLEL": "2", "XDG_DATA_HOME": str(home / "data"),
                 "XDG_STATE_HOME": str(home / "state"), "HF_HUB_OFFLINE": "1"})
-    log = open(home / "server.log", "wb")
+    log = open(home / "server.log", "wb")  # noqa: SIM115 - the daemon writes it until the finally block
     proc = subprocess.Popen([sys.executable, "-m", "localrun", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -21,7 +21,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from hardening_helpers import LiveDaemon, add_model, is_json_error, ndjson, record_figures
 from tinymodel import write_tiny_gguf
 
@@ -90,7 +89,7 @@ def healthy(daemon: LiveDaemon) -> None:
 
 def tree(root: Path, skip: tuple[Path, ...]) -> set[str]:
     out = set()
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         if any(Path(dirpath).is_relative_to(s) for s in skip):
             continue
         out.update(str(Path(dirpath, f).relative_to(root)) for f in filenames)

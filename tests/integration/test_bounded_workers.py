@@ -68,8 +68,11 @@ def test_other_callers_are_served_while_one_worker_is_stuck() -> None:
     pool = BoundedPool(2, Limits(wall_seconds=20), error=TemplateLimit, what="the chat template")
     try:
         pool.warm()
-        stuck = threading.Thread(target=lambda: pytest.raises(TemplateLimit, pool.run, render_pair, SORTS,
-                                                               MESSAGES, None), daemon=True)
+        def render_stuck() -> None:
+            with pytest.raises(TemplateLimit):
+                pool.run(render_pair, SORTS, MESSAGES, None)
+
+        stuck = threading.Thread(target=render_stuck, daemon=True)
         stuck.start()
         time.sleep(0.5)
         started = time.monotonic()

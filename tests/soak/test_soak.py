@@ -30,7 +30,6 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-
 from hardening_helpers import LiveDaemon, add_model, engine_kind, record_figures, runners_of, template_workers_of
 
 SOAK_SECONDS = float(os.environ.get("LOCALRUN_SOAK_SECONDS", "100"))

@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_helpers import DictStore
 
 from localrun.hardware.memory import MAX_AUTO_SLOTS
 from localrun.server.keys import SCHEDULER, SETTINGS
-
-from daemon_helpers import DictStore
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -207,7 +207,7 @@ async def test_an_ollama_only_upstream_serves_the_openai_api(front: Any) -> None
 
 
 async def test_the_key_shows_nowhere(front: Any, caplog: pytest.LogCaptureFixture) -> None:
-    client, v1, _ = front
+    client, _v1, _ = front
     caplog.set_level(logging.DEBUG)
     headers = {"Authorization": f"Bearer {CLIENT_KEY}"}
     await client.post("/api/chat", json={"model": "gpu/big-model", "stream": False,

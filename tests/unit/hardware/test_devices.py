@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from localrun.hardware import devices
 from localrun.engine.load_report import LoadReport, parse_load_report
 from localrun.errors import EngineError
-from localrun.hardware.devices import Device, DeviceKind, FakeProbe, SubprocessProbe, cpu_device, fake_gpu
 from localrun.fmt import processor_split
+from localrun.hardware import devices
+from localrun.hardware.devices import Device, DeviceKind, FakeProbe, SubprocessProbe, cpu_device, fake_gpu
 from localrun.hardware.placement import DEFAULT_RESERVE, Placement, plan_offload
 
 MiB = 1024 * 1024

@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from storefixtures import rot
 
 from localrun.errors import CorruptBlob, LocalrunError
 from localrun.store import ModelStore, integrity
 from localrun.store.blobs import BlobStore
-from storefixtures import rot
 
 
 @pytest.fixture
