@@ -21,6 +21,8 @@ from aiohttp import web
 
 from .. import errors
 from ..hardware.memory import read_geometry
+from ..store.blobs import BlobStore
+from ..store.model_store import ModelStore
 from ..store.modelfile import quote as _quote
 from . import remote
 from .chat import upstream_route
@@ -234,7 +236,7 @@ async def pull(request: web.Request) -> web.StreamResponse:
         raise errors.InvalidRequest("'model' is required")
     stream = get(body, "stream", bool, True)
     store = request.app[STORE]
-    store_pull = _store_pull_module().pull
+    from ..store.pull import pull as store_pull  # lazily: the hub client is heavy to import
     pulls = request.app[PULLS]
 
     def work(progress: Callable[[Any], None]) -> Any:
@@ -297,30 +299,13 @@ async def create(request: web.Request) -> web.StreamResponse:
     if not modelfile:
         modelfile = modelfile_from_request(body, lambda d: _blob_path(store, d))
     stream = get(body, "stream", bool, True)
-    hook = _from_hook(store)
+    from ..store.pull import hub_hook  # lazily: the hub client is heavy to import
+
+    hook = hub_hook(store)  # resolves ``FROM hf.co/...`` names
     return await _run_with_progress(
         request, stream,
-        lambda cb: store.create(name, modelfile, base_dir=base_dir, progress=cb,
-                                **({"from_hook": hook} if hook is not None else {})),
+        lambda cb: store.create(name, modelfile, base_dir=base_dir, progress=cb, from_hook=hook),
     )
-
-
-def _store_pull_module() -> Any:
-    import importlib
-
-    return importlib.import_module("localrun.store.pull")
-
-
-def _from_hook(store: Any) -> Any:
-    """The store's resolver for ``FROM hf.co/...`` names, when the store provides one."""
-    import importlib
-
-    try:
-        pull_module = importlib.import_module("localrun.store.pull")
-    except ImportError:
-        return None
-    factory = getattr(pull_module, "hub_hook", None)
-    return factory(store) if factory is not None else None
 
 
 async def copy(request: web.Request) -> web.Response:
@@ -344,11 +329,8 @@ async def delete(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
-def _blobs(store: Any) -> Any:
-    blobs = getattr(store, "blobs", None)
-    if blobs is None:
-        raise errors.StoreError("this store does not accept blob uploads")
-    return blobs
+def _blobs(store: ModelStore) -> BlobStore:
+    return store.blobs
 
 
 def _digest(raw: str) -> str:

@@ -110,11 +110,8 @@ async def metrics(request: web.Request) -> web.Response:
         m.model_memory.labels(model.name, "ram").set(model.placement.ram)
         m.model_memory.labels(model.name, "vram").set(model.placement.vram)
         m.active.labels(model.name).set(model.active)
-        stats_fn = getattr(model.backend, "stats", None)
-        if stats_fn is None:
-            continue
         try:
-            stats = await asyncio.wait_for(stats_fn(), timeout=2.0)
+            stats = await asyncio.wait_for(model.backend.stats(), timeout=2.0)
         except Exception as exc:  # a busy or dying runner must not break the scrape
             log.debug("stats for %s unavailable: %s", model.name, exc)
             continue
