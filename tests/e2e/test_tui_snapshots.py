@@ -6,13 +6,8 @@ reads is fixed, so the pictures are deterministic. Update after a deliberate cha
 from __future__ import annotations
 
 import itertools
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "tui"))
-
 from tui_fakes import FakeBackend
 
 from localrun.tui.app import LocalrunApp

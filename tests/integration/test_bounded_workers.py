@@ -17,6 +17,9 @@ from localrun.errors import TemplateLimit
 from localrun.runtime.bounded import BoundedPool, Limits
 from localrun.server.prompts import render_pair
 
+# multi-process: spawns worker pools and waits out CPU, memory and time limits
+pytestmark = pytest.mark.slow
+
 MESSAGES = [{"role": "user", "content": "hi"}]
 SORTS = "{% for i in range(1000) %}{{ ((range(100000)|list) * 10)|sort|length }}{% endfor %}"  # ~100 s of CPU
 HOARD = ("{% set ns = namespace(l=[]) %}{% for i in range(1000) %}{% set ns.l = ns.l + [(range(100000)|list) * 10] %}"
