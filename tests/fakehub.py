@@ -8,8 +8,9 @@ It answers the calls huggingface_hub 2.x and localrun's downloader make:
 - ``GET|HEAD /{repo}/resolve/{rev}/{filename}`` with ``Range`` support (206 + Content-Range) and
   the hub's ``X-Repo-Commit``, ``X-Linked-Etag``, ``X-Linked-Size`` and ``ETag`` headers.
 
-Faults for tests: ``omit_lfs_in_info`` leaves LFS metadata out of model info; ``cut_after[filename] = [n1, n2, ...]`` closes the connection after sending
-``n`` body bytes on successive downloads of that file; ``advertise_sha[filename]`` publishes a
+Faults for tests: ``omit_lfs_in_info`` leaves LFS metadata out of model info;
+``cut_after[filename] = [n1, n2, ...]`` closes the connection after sending ``n`` body bytes on
+successive downloads of that file; ``advertise_sha[filename]`` publishes a
 wrong sha256. Hostile-hub faults (issue #13): ``listing_answer`` replaces the model-info answer
 with (status, headers, body) as given (a gzip bomb, an error page), ``endless_listing`` streams a
 listing that never ends, ``advertise_size[filename]`` lists a size other than the file's,

@@ -4,8 +4,9 @@
 Hugging Face hub) or a Modelfile ``TEMPLATE`` (Jinja2 or Ollama's Go-template syntax; detected
 from the source) or None (no template: the messages' contents joined, a bare prompt as is).
 
-Jinja2 templates run in an ``ImmutableSandboxedEnvironment`` bounded by :mod:`.template_limits`: a hostile template cannot read
-attributes like ``__class__``/``__globals__``, call methods that mutate, import, or open files;
+Jinja2 templates run in an ``ImmutableSandboxedEnvironment`` bounded by :mod:`.template_limits`:
+a hostile template cannot read attributes like ``__class__``/``__globals__``, call methods that
+mutate, import, or open files;
 any such attempt is a :class:`~localrun.errors.TemplateError`. Pure Python, no llama_cpp.
 """
 

@@ -186,7 +186,8 @@ class BoundedPool:
             self._discard(worker)
             log.warning("%s was stopped after %.1fs: %s", self._what, time.monotonic() - started, exc)
             raise self._error(f"{self._what} was stopped: {exc} (limits: {self.limits.cpu_seconds}s of CPU, "
-                              f"{self.limits.memory_bytes >> 20} MiB of memory, {self.limits.wall_seconds:g}s)") from None
+                              f"{self.limits.memory_bytes >> 20} MiB of memory, "
+                              f"{self.limits.wall_seconds:g}s)") from None
         self._release(worker)
         if "ok" in reply:
             return reply["ok"]

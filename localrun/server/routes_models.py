@@ -271,7 +271,8 @@ def modelfile_from_request(body: dict[str, Any], blob_path: Callable[[str], Path
         lines.append(f"ADAPTER {blob_path(str(digest))}")
     for key, value in (get(body, "parameters", dict, {}) or {}).items():
         for v in value if isinstance(value, list) else [value]:
-            lines.append(f"PARAMETER {key} {json.dumps(v) if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else v}")
+            lines.append(f"PARAMETER {key} "
+                         f"{json.dumps(v) if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else v}")
     if get(body, "template", str):
         lines.append(f"TEMPLATE {_quote(body['template'])}")
     if get(body, "system", str):

@@ -84,7 +84,8 @@ def ps_entry(scheduler: Scheduler, model: ResidentModel) -> dict[str, Any]:
         "load_reason": model.reason,
         "pid": model.backend.pid,
         # where llama.cpp put the weights, per buffer (``RPC0[host:port]`` for an RPC worker)
-        "split": [{"device": name, "bytes": size} for name, size in (model.backend.info.get("buffer_bytes") or {}).items()],
+        "split": [{"device": name, "bytes": size}
+                  for name, size in (model.backend.info.get("buffer_bytes") or {}).items()],
         "rpc_servers": list(model.backend.info.get("rpc_servers") or []),
     }
 

@@ -90,7 +90,8 @@ def forced_call(tools: list[dict[str, Any]], choice: Any, fmt: ToolFormat) -> Fo
     return ForcedCall(schema, prefix, suffix)
 
 
-def forced_call_schema(tools: list[dict[str, Any]], choice: Any, arguments_key: str = "arguments") -> dict[str, Any] | None:
+def forced_call_schema(tools: list[dict[str, Any]], choice: Any,
+                       arguments_key: str = "arguments") -> dict[str, Any] | None:
     """The JSON schema one forced call object must match; None when ``choice`` forces nothing."""
     if choice in (None, "auto", "none"):
         return None

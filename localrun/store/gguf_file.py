@@ -17,8 +17,9 @@ time with an InvalidModelFile saying what is wrong:
 
 The store calls it on create and pull, so such files never enter the store; the fit check
 (:func:`localrun.hardware.memory.read_geometry`) reads the same record for stored files.
-The ``gguf`` package (llama.cpp's own, imported only when a file is read) supplies the quantisation tables; its GGUFReader is not used
-because it decodes every vocabulary entry into numpy objects (12 s for Gemma's 262k-token
+The ``gguf`` package (llama.cpp's own, imported only when a file is read) supplies the quantisation
+tables; its GGUFReader is not used because it decodes every vocabulary entry into numpy objects
+(12 s for Gemma's 262k-token
 vocabulary on this machine) where this walk only skips over them.
 """
 

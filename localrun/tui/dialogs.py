@@ -145,7 +145,8 @@ class SettingsDialog(ModalScreen[SettingsResult | None]):
             with Horizontal(classes="buttons"):
                 yield Button("Save", variant="primary", id="save")
                 yield Button("Cancel", id="cancel")
-            yield Label("Empty field = the model's default (shown grey) · Ctrl+S saves · Esc cancels", classes="dialog-hint")
+            yield Label("Empty field = the model's default (shown grey) · Ctrl+S saves · Esc cancels",
+                        classes="dialog-hint")
 
     def on_mount(self) -> None:
         self.query_one("#system", TextArea).focus()

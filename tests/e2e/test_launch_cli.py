@@ -31,7 +31,8 @@ import json, os, sys, urllib.request
 
 name = {name!r}
 record = {{"argv": sys.argv[1:], "env": {{k: v for k, v in os.environ.items()
-                                      if k.startswith(("ANTHROPIC_", "CLAUDE_", "OPENCODE_", "LOCALRUN_API", "DISABLE_"))}}}}
+                                      if k.startswith(("ANTHROPIC_", "CLAUDE_", "OPENCODE_", "LOCALRUN_API",
+                                                       "DISABLE_"))}}}}
 if name == "claude":
     url = os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages"
     body = {{"model": os.environ["ANTHROPIC_MODEL"], "max_tokens": 50,

@@ -121,7 +121,8 @@ def test_the_weather_question_becomes_a_get_weather_call(oll: ollama.Client, oai
     stream = oai.chat.completions.create(model=MODEL, messages=ask, tools=TOOLS, temperature=0, stream=True)  # type: ignore[arg-type]
     deltas = [d for chunk in stream if chunk.choices for d in (chunk.choices[0].delta.tool_calls or [])]
     assert len(deltas) == 1 and deltas[0].id and deltas[0].function is not None
-    assert deltas[0].function.name == "get_weather" and json.loads(deltas[0].function.arguments or "") == {"city": "Paris"}
+    assert deltas[0].function.name == "get_weather"
+    assert json.loads(deltas[0].function.arguments or "") == {"city": "Paris"}
     # Forced: even a greeting gets a call, in Qwen's own <tool_call> format (parsed away, not shown).
     forced = oai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hello!"}], tools=TOOLS,  # type: ignore[arg-type]
                                          tool_choice="required", temperature=0).choices[0]

@@ -62,7 +62,8 @@ def test_concurrent_requests_beyond_the_slots_all_finish(tiny_engine: Engine) ->
 
 def test_same_seed_same_text_alone_and_alongside_others(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The deterministic mode (batch_invariant): also alongside other requests."""
-    monkeypatch.delenv("GGML_CPU_TILED_MM", raising=False)  # the engine sets it; later runner processes must not inherit it
+    # the engine sets it; later runner processes must not inherit it
+    monkeypatch.delenv("GGML_CPU_TILED_MM", raising=False)
     options = LoadOptions(num_ctx=256, num_parallel=4, num_batch=64, batch_invariant=True)
     with Engine(str(tiny_gguf), options) as engine:
         request = GenerateRequest(words(20, 3), SamplingOptions(seed=1234, temperature=0.9, num_predict=40))
@@ -244,7 +245,8 @@ def test_logprobs_are_reported_per_token(tiny_engine: Engine) -> None:
 
 
 def test_stop_strings_end_generation(tiny_engine: Engine) -> None:
-    reference = collect(tiny_engine.submit(GenerateRequest(words(12, 9), SamplingOptions(temperature=0, num_predict=40))))
+    reference = collect(tiny_engine.submit(GenerateRequest(words(12, 9),
+                                                           SamplingOptions(temperature=0, num_predict=40))))
     text = reference.text
     stop = text[len(text) // 2: len(text) // 2 + 3]
     cut = text.find(stop)

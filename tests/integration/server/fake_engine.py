@@ -44,7 +44,8 @@ class Handle:
                 self.engine.active -= 1
 
     def _generate(self) -> None:
-        prompt = self.request.prompt if isinstance(self.request.prompt, str) else " ".join(map(str, self.request.prompt))
+        prompt = (self.request.prompt if isinstance(self.request.prompt, str)
+                  else " ".join(map(str, self.request.prompt)))
         if "SAY:" in prompt:
             self._say(prompt)
             return
