@@ -109,8 +109,8 @@ def seconds_left(expires_at: str | None, now: dt.datetime | None = None) -> floa
         return None
     when = dt.datetime.fromisoformat(str(expires_at).replace("Z", "+00:00"))
     if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    seconds = (when - (now or dt.datetime.now(dt.timezone.utc))).total_seconds()
+        when = when.replace(tzinfo=dt.UTC)
+    seconds = (when - (now or dt.datetime.now(dt.UTC))).total_seconds()
     return None if seconds > FOREVER_AFTER_S else seconds
 
 

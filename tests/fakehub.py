@@ -8,8 +8,9 @@ It answers the calls huggingface_hub 2.x and localrun's downloader make:
 - ``GET|HEAD /{repo}/resolve/{rev}/{filename}`` with ``Range`` support (206 + Content-Range) and
   the hub's ``X-Repo-Commit``, ``X-Linked-Etag``, ``X-Linked-Size`` and ``ETag`` headers.
 
-Faults for tests: ``omit_lfs_in_info`` leaves LFS metadata out of model info; ``cut_after[filename] = [n1, n2, ...]`` closes the connection after sending
-``n`` body bytes on successive downloads of that file; ``advertise_sha[filename]`` publishes a
+Faults for tests: ``omit_lfs_in_info`` leaves LFS metadata out of model info;
+``cut_after[filename] = [n1, n2, ...]`` closes the connection after sending ``n`` body bytes on
+successive downloads of that file; ``advertise_sha[filename]`` publishes a
 wrong sha256. Hostile-hub faults (issue #13): ``listing_answer`` replaces the model-info answer
 with (status, headers, body) as given (a gzip bomb, an error page), ``endless_listing`` streams a
 listing that never ends, ``advertise_size[filename]`` lists a size other than the file's,
@@ -20,6 +21,7 @@ The server runs in a daemon thread and stops when the ``with`` block ends.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
@@ -137,15 +139,15 @@ class _Handler(BaseHTTPRequestHandler):
                         "lfs": {"sha256": sha, "size": size, "pointerSize": 134}})
         return out
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server API
+    def do_GET(self) -> None:
         self._record()
         self._serve(head=False)
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self._record()
         self._serve(head=True)
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._record()
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
@@ -200,10 +202,8 @@ class _Handler(BaseHTTPRequestHandler):
             for k, v in {"Content-Type": "application/json", "Content-Length": str(len(body)), **headers}.items():
                 self.send_header(k, v)
             self.end_headers()
-            try:
+            with contextlib.suppress(OSError):
                 self.wfile.write(body)
-            except OSError:
-                pass
             return True
         if self.hub.endless_listing:
             self.send_response(200)

@@ -56,4 +56,4 @@ QWEN25_TEMPLATE = r'''{%- if tools %}
 {%- if add_generation_prompt %}
     {{- '<|im_start|>assistant\n' }}
 {%- endif %}
-'''
+'''  # noqa: E501

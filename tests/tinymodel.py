@@ -37,13 +37,7 @@ THINKING_TEMPLATE = (
     "{% else %}<think>\n{% endif %}{% endif %}"
 )
 
-_WORDS = (
-    "the of and to in is you that it he was for on are as with his they at be this have from or one had by "
-    "word but not what all were we when your can said there use an each which she do how their if will up "
-    "other about out many then them these so some her would make like him into time has look two more write "
-    "go see number no way could people my than first water been call who oil its now find long down day did "
-    "get come made may part hello world json true false null name value model local run fast cache token"
-).split()
+_WORDS = ["the", "of", "and", "to", "in", "is", "you", "that", "it", "he", "was", "for", "on", "are", "as", "with", "his", "they", "at", "be", "this", "have", "from", "or", "one", "had", "by", "word", "but", "not", "what", "all", "were", "we", "when", "your", "can", "said", "there", "use", "an", "each", "which", "she", "do", "how", "their", "if", "will", "up", "other", "about", "out", "many", "then", "them", "these", "so", "some", "her", "would", "make", "like", "him", "into", "time", "has", "look", "two", "more", "write", "go", "see", "number", "no", "way", "could", "people", "my", "than", "first", "water", "been", "call", "who", "oil", "its", "now", "find", "long", "down", "day", "did", "get", "come", "made", "may", "part", "hello", "world", "json", "true", "false", "null", "name", "value", "model", "local", "run", "fast", "cache", "token"]  # noqa: E501
 
 
 def _vocab(extra_control: tuple[str, ...]) -> tuple[list[str], list[float], list[int]]:
@@ -66,7 +60,7 @@ def _vocab(extra_control: tuple[str, ...]) -> tuple[list[str], list[float], list
             tokens.append(p)
             types.append(TokenType.NORMAL)
     # Longer pieces score higher so the SPM tokenizer prefers whole words.
-    scores = [0.0 if t != TokenType.NORMAL else float(len(tok)) for tok, t in zip(tokens, types)]
+    scores = [0.0 if t != TokenType.NORMAL else float(len(tok)) for tok, t in zip(tokens, types, strict=False)]
     return tokens, scores, types
 
 

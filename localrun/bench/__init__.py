@@ -9,17 +9,17 @@ server or the engine: the bench talks to targets over HTTP only.
 
 from __future__ import annotations
 
-from .loadgen import LoadPlan, Endpoint
+from .loadgen import Endpoint, LoadPlan
 from .runner import BenchConfig, BenchResult, run_bench
 from .stats import LevelStats, RequestRecord, Window, percentile, summarize
 
 __all__ = [
     "BenchConfig",
     "BenchResult",
+    "Endpoint",
     "LevelStats",
     "LoadPlan",
     "RequestRecord",
-    "Endpoint",
     "Window",
     "percentile",
     "run_bench",

@@ -81,9 +81,11 @@ def svg_chart(title: str, series: Sequence[Series], xs: Sequence[int], unit: str
             out.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2"{dash}/>')
         for x, y in pts:
             out.append(f'<circle cx="{xmap(x):.1f}" cy="{ymap(y):.1f}" r="3" fill="{color}">'
-                       f'<title>{html.escape(label)} @ {x:g}: {_fmt(y, unit) if unit == "s" else f"{y:.1f}"}</title></circle>')
+                       f'<title>{html.escape(label)} @ {x:g}: '
+                       f'{_fmt(y, unit) if unit == "s" else f"{y:.1f}"}</title></circle>')
         ly = TOP + 10 + 16 * k
-        out.append(f'<line x1="{W - RIGHT + 10}" x2="{W - RIGHT + 30}" y1="{ly}" y2="{ly}" stroke="{color}" stroke-width="2"{dash}/>')
+        out.append(f'<line x1="{W - RIGHT + 10}" x2="{W - RIGHT + 30}" y1="{ly}" y2="{ly}" '
+                   f'stroke="{color}" stroke-width="2"{dash}/>')
         out.append(f'<text x="{W - RIGHT + 34}" y="{ly + 4}">{html.escape(label)}</text>')
     out.append("</svg>")
     return "\n".join(out)
@@ -100,7 +102,8 @@ def to_html(result: BenchResult) -> str:
         levels = sorted((lv for lv in result.levels if lv.target == label), key=lambda lv: lv.stats.concurrency)
         tput.append((label, color, False, [(float(lv.stats.concurrency), lv.stats.output_tok_s) for lv in levels]))
         for q, dashed in (("p50", False), ("p95", True)):
-            pts = [(float(lv.stats.concurrency), float(v)) for lv in levels if (v := getattr(lv.stats.ttft, q)) is not None]
+            pts = [(float(lv.stats.concurrency), float(v)) for lv in levels
+                   if (v := getattr(lv.stats.ttft, q)) is not None]
             ttft.append((f"{label} {q}", color, dashed, pts))
     rows = "\n".join(
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row_cells(lv)) + "</tr>" for lv in ordered(result)

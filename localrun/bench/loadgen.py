@@ -85,7 +85,8 @@ def _chunk_text(choice: dict[str, Any]) -> str:
     return "".join(p for p in parts if isinstance(p, str))
 
 
-async def _stream(client: httpx.AsyncClient, target: Endpoint, path: str, payload: dict[str, Any], rec: RequestRecord) -> None:
+async def _stream(client: httpx.AsyncClient, target: Endpoint, path: str, payload: dict[str, Any],
+                  rec: RequestRecord) -> None:
     """Send one streaming request, filling ``rec``; raises nothing for server-side failures."""
     async with client.stream("POST", target.base_url + path, json=payload, headers=target.headers) as resp:
         if resp.status_code != 200:

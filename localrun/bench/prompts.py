@@ -28,13 +28,7 @@ log = logging.getLogger(__name__)
 
 CountFn = Callable[[str], Awaitable[int]]
 
-WORDS = (
-    "the of and to in is you that it he was for on are as with his they at be this have from or one "
-    "had by word but not what all were we when your can said there use an each which she do how their "
-    "if will up other about out many then them these so some her would make like him into time has look "
-    "two more write go see number no way could people my than first water been call who oil its now "
-    "find long down day did get come made may part"
-).split()
+WORDS = ["the", "of", "and", "to", "in", "is", "you", "that", "it", "he", "was", "for", "on", "are", "as", "with", "his", "they", "at", "be", "this", "have", "from", "or", "one", "had", "by", "word", "but", "not", "what", "all", "were", "we", "when", "your", "can", "said", "there", "use", "an", "each", "which", "she", "do", "how", "their", "if", "will", "up", "other", "about", "out", "many", "then", "them", "these", "so", "some", "her", "would", "make", "like", "him", "into", "time", "has", "look", "two", "more", "write", "go", "see", "number", "no", "way", "could", "people", "my", "than", "first", "water", "been", "call", "who", "oil", "its", "now", "find", "long", "down", "day", "did", "get", "come", "made", "may", "part"]  # noqa: E501
 MIN_WORDS = 16  # fewer single-token words than this and prompts would repeat too much
 
 

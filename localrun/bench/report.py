@@ -59,7 +59,8 @@ def describe(result: BenchResult) -> list[str]:
         else "max(8, 2 x concurrency) requests per level")
     lines = [
         f"streaming /v1/{'chat/completions' if cfg.api == 'chat' else 'completions'}; "
-        f"{cfg.input_tokens} input tokens" + (f" after a {cfg.shared_prefix}-token shared prefix" if cfg.shared_prefix else "")
+        f"{cfg.input_tokens} input tokens"
+        + (f" after a {cfg.shared_prefix}-token shared prefix" if cfg.shared_prefix else "")
         + f", {cfg.output_tokens} output tokens; {load}; warm-up {cfg.warmup_s:g} s; temperature {cfg.temperature:g}",
         f"prompt seed {cfg.seed}; " + (
             ("every prompt measured was sent once before, unmeasured" if cfg.first_pass else

@@ -24,7 +24,7 @@ import httpx
 
 from ..errors import BenchError
 from .cpu import CpuMeter, CpuUsage, find_server, is_local, warnings_for
-from .loadgen import LevelRun, LoadPlan, Endpoint, send_one, run_level
+from .loadgen import Endpoint, LevelRun, LoadPlan, run_level, send_one
 from .prompts import CountFn, PromptBuilder, TokenizerInfo, calibrate, find_tokenizer
 from .stats import LevelStats, Outcome, RequestRecord, summarize
 

@@ -32,7 +32,7 @@ def ps_table(models: list[dict[str, Any]]) -> str:
         rows.append((str(m.get("name", "")), digest, human_bytes(size), processor_column(m),
                      str(m.get("context_length", "")), slots, until(m.get("expires_at"))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("    ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return "\n".join("    ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows)
 
 
 def daemon_line(status: DaemonStatus) -> str:
@@ -66,7 +66,7 @@ def upstream_table(members: list[dict[str, Any]]) -> str:
                      str(m.get("requests", 0)), str(m.get("errors", 0)),
                      f"{latency:.0f} ms" if isinstance(latency, (int, float)) else "-", str(m.get("models", 0))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["    ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines = ["    ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows]
     for m in members:
         if m.get("state") == "cooling" and m.get("last_error"):
             lines.append(f"  {m.get('url')}: {m['last_error']}")

@@ -22,8 +22,8 @@ import psutil
 
 from .. import config, daemon_logs
 from ..errors import DaemonUnavailable, LocalrunError
-from .connect import not_running, require_daemon, running_daemon, settings_differences
 from ..fmt import human_duration, until
+from .connect import not_running, require_daemon, running_daemon, settings_differences
 
 _EXIT_WAIT_S = 30.0  # after the grace: unloading models and closing connections
 
@@ -131,7 +131,7 @@ def _last_background_log(args: argparse.Namespace) -> int:
 def _print_log(path: Path, offset: int, *, follow: bool, alive: Callable[[], bool]) -> int:
     """Print ``path`` from ``offset``; with ``follow``, keep printing until ``alive()`` turns false."""
     try:
-        handle = open(path, "rb")
+        handle = open(path, "rb")  # noqa: SIM115 - closed by the `with handle:` below, after the error is mapped
     except OSError as exc:
         raise LocalrunError(f"cannot read the daemon's log {path}: {exc.strerror or exc}") from None
     out = sys.stdout

@@ -55,8 +55,8 @@ def render(info: dict[str, Any]) -> str:
         ("GPU offload", "yes" if build.get("supports_gpu_offload") else "no"),
         ("RPC", _rpc(build, info.get("settings") or {})),
     ])
-    rows = [(d["name"], f"{d['kind'].upper():5} {binary_bytes(d['free_bytes'])} free of {binary_bytes(d['total_bytes'])}"
-             f"  {d.get('description', '')}") for d in info["devices"]]
+    rows = [(d["name"], f"{d['kind'].upper():5} {binary_bytes(d['free_bytes'])} free of "
+             f"{binary_bytes(d['total_bytes'])}  {d.get('description', '')}") for d in info["devices"]]
     section("devices", rows or [("none", "the device probe failed (see errors)")])
     if info["host_gpus"]:
         section("GPUs on this machine", [(g["vendor"], f"{g['name']} (found by {g['source']})")
@@ -67,7 +67,8 @@ def render(info: dict[str, Any]) -> str:
         ("cores", f"{cpu.get('cores_physical') or '?'} physical, {cpu.get('cores_logical') or '?'} logical"),
         ("llama.cpp uses", " ".join(features) or "?"),
         ("CPU flags", " ".join(cpu["flags"]) or "-"),
-        ("memory", f"{binary_bytes(info['memory']['available_bytes'])} available of {binary_bytes(info['memory']['total_bytes'])}"),
+        ("memory", f"{binary_bytes(info['memory']['available_bytes'])} available of "
+                   f"{binary_bytes(info['memory']['total_bytes'])}"),
     ])
     for w in info["workarounds"]:
         state = "active" if w["active"] else "off"

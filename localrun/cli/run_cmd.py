@@ -20,6 +20,7 @@ from .. import config
 from ..errors import ConfigError, InvalidRequest
 from .connect import connect
 
+
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser(
         "run", help="chat with a model (or answer one prompt and exit)",

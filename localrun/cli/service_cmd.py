@@ -18,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     kind = argparse.ArgumentParser(add_help=False)
     kind.add_argument("--kind", choices=[k.value for k in ServiceKind], default=argparse.SUPPRESS, help=kind_help)
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    i = sub.add_parser("install", parents=[kind], help="write the service file and start it (LOCALRUN_* settings are kept)")
+    i = sub.add_parser("install", parents=[kind],
+                       help="write the service file and start it (LOCALRUN_* settings are kept)")
     i.add_argument("--no-start", action="store_true", help="only write and enable it; start at next login")
     sub.add_parser("uninstall", parents=[kind], help="stop the service and remove its file")
     sub.add_parser("status", parents=[kind], help="is it installed, running, and does the daemon answer")

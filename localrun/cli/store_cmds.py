@@ -2,8 +2,9 @@
 
 When a daemon answers at LOCALRUN_HOST, ``pull``, ``create``, ``list``, ``cp`` and ``rm`` go
 through it (:mod:`localrun.client`), so it unloads what is removed and shows the same store;
-otherwise they call :class:`localrun.store.ModelStore` directly. Output follows Ollama's: a ``NAME ID SIZE MODIFIED`` table, progress bars
-for transfers, ``Error: ...`` with exit code 1 on failure (main.py prints LocalrunErrors).
+otherwise they call :class:`localrun.store.ModelStore` directly. Output follows Ollama's: a
+``NAME ID SIZE MODIFIED`` table, progress bars for transfers, ``Error: ...`` with exit code 1 on
+failure (main.py prints LocalrunErrors).
 Colour follows rich's rules: none when NO_COLOR is set or stdout is not a terminal.
 """
 
@@ -161,7 +162,7 @@ def format_table(headers: list[str], rows: list[list[str]], gap: int = 4) -> str
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
     lines = []
     for row in [headers, *rows]:
-        cells = [str(c).ljust(w + gap) for c, w in zip(row, widths)]
+        cells = [str(c).ljust(w + gap) for c, w in zip(row, widths, strict=False)]
         lines.append("".join(cells).rstrip())
     return "\n".join(lines) + "\n"
 
@@ -181,8 +182,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     if daemon is not None:
         with daemon:
             rows = [_upstream_row(m) if m.get("remote_host") else
-                    [m["name"], str(m.get("digest", "")).removeprefix("sha256:")[:12], human_bytes(int(m.get("size", 0))),
-                     human_ago(_timestamp(m.get("modified_at")), now),
+                    [m["name"], str(m.get("digest", "")).removeprefix("sha256:")[:12],
+                     human_bytes(int(m.get("size", 0))), human_ago(_timestamp(m.get("modified_at")), now),
                      BASE_NOTE if (m.get("details") or {}).get("base_model") else ""] for m in daemon.list()]
     else:
         rows = [[e.name, e.id, human_bytes(e.size), human_ago(e.modified, now), BASE_NOTE if e.base_model else ""]
@@ -217,7 +218,8 @@ def cmd_show(args: argparse.Namespace) -> int:
                 for item in value if isinstance(value, list) else [value]:
                     out.write(f"{key:<30} {_param_text(item)}\n")
         elif what == "template":
-            out.write((details.template or "") + ("\n" if details.template and not details.template.endswith("\n") else ""))
+            out.write((details.template or "")
+                      + ("\n" if details.template and not details.template.endswith("\n") else ""))
         elif what == "system":
             out.write((details.system or "") + ("\n" if details.system else ""))
         elif what == "license":
@@ -232,7 +234,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("quantization", d.get("quantization_level") or "-"),
         ("template", {"modelfile": "from the Modelfile", "gguf": "from the GGUF", "none": "none"}[
             details.template_source]),
-        *([("kind", f"{BASE_NOTE} (it continues text; chat with {config.STARTER_MODEL})")] if d.get("base_model") else []),
+        *([("kind", f"{BASE_NOTE} (it continues text; chat with {config.STARTER_MODEL})")]
+          if d.get("base_model") else []),
     ])
     params = [(k, _param_text(v)) for k in sorted(details.parameters)
               for v in (details.parameters[k] if isinstance(details.parameters[k], list) else [details.parameters[k]])]

@@ -56,7 +56,7 @@ def snapshot_text(models: list[dict[str, Any]], health: dict[str, Any], metrics:
                      fmt.human_bytes(vram), str(m.get("context_length", "")), str(m.get("active", "")),
                      str(m.get("queued", "")), fmt.countdown(m.get("expires_at"))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["    ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines = ["    ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows]
     lines.append("")
     lines.append(f"queue depth: {health.get('queue_depth', 0)}")
     if snap is not None:

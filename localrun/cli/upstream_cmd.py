@@ -87,7 +87,7 @@ def list_upstreams(args: argparse.Namespace) -> int:
         print("no upstreams; add one with `localrun upstream add NAME URL`")
         return 0
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    print("\n".join("    ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows))
+    print("\n".join("    ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows))
     return 0
 
 

@@ -8,8 +8,9 @@ sequence, which then shares its parent's positions ``[0, start)`` with ``llama_m
 copy of the cells), and the node joins the tree through :meth:`KVCache.adopt`.
 
 Checked before use: the file's header must name the same model digest, the same model file
-(size and a hash of its first and last bytes), KV cache type and format version, and llama.cpp refuses state of another shape (returns 0); anything
-else is a warning and an empty cache, never a failed load. Files are written whole under a
+(size and a hash of its first and last bytes), KV cache type and format version, and llama.cpp
+refuses state of another shape (returns 0); anything else is a warning and an empty cache, never
+a failed load. Files are written whole under a
 temporary name and renamed. Runs on the engine thread before it starts serving (restore) or
 after it stopped (save): nothing else touches the context then.
 """

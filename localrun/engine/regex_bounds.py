@@ -110,7 +110,8 @@ class _Parser:
             self.i += 1
         digits = self.s[start:self.i]
         if not digits or len(digits) > _MAX_COUNT_DIGITS:
-            raise self.fail(f"repetition count {digits or '(none)'!r} is not a number up to {10 ** _MAX_COUNT_DIGITS - 1}")
+            raise self.fail(f"repetition count {digits or '(none)'!r} is not a number "
+                            f"up to {10 ** _MAX_COUNT_DIGITS - 1}")
         return int(digits)
 
     def quantified(self, body: _Shape) -> _Shape:

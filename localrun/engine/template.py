@@ -4,13 +4,15 @@
 Hugging Face hub) or a Modelfile ``TEMPLATE`` (Jinja2 or Ollama's Go-template syntax; detected
 from the source) or None (no template: the messages' contents joined, a bare prompt as is).
 
-Jinja2 templates run in an ``ImmutableSandboxedEnvironment`` bounded by :mod:`.template_limits`: a hostile template cannot read
-attributes like ``__class__``/``__globals__``, call methods that mutate, import, or open files;
+Jinja2 templates run in an ``ImmutableSandboxedEnvironment`` bounded by :mod:`.template_limits`:
+a hostile template cannot read attributes like ``__class__``/``__globals__``, call methods that
+mutate, import, or open files;
 any such attempt is a :class:`~localrun.errors.TemplateError`. Pure Python, no llama_cpp.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from datetime import datetime
@@ -171,10 +173,8 @@ def _hf_call(call: Any, default_id: str) -> Any:
     fn = dict(call["function"])
     arguments = fn.get("arguments")
     if isinstance(arguments, str):
-        try:
+        with contextlib.suppress(ValueError):  # not JSON: a template shows it as the text it is
             fn["arguments"] = json.loads(arguments) if arguments.strip() else {}
-        except ValueError:
-            pass  # a template shows it as the text it is
     elif arguments is None:
         fn["arguments"] = {}
     return {**call, "id": call.get("id") or default_id, "type": call.get("type") or "function", "function": fn}

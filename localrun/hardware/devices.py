@@ -24,6 +24,7 @@ crash the caller. The daemon must do neither, so it probes in a child that exits
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import enum
 import json
@@ -178,10 +179,8 @@ class _Ggml:
         for stem in ("ggml", "ggml-base"):
             for cand in (f"lib{stem}.so", f"lib{stem}.dylib", f"{stem}.dll", f"lib{stem}.dll"):
                 if (self.lib_dir / cand).exists():
-                    try:
+                    with contextlib.suppress(OSError):
                         self.handles.append(ctypes.CDLL(str(self.lib_dir / cand)))
-                    except OSError:
-                        pass
                     break
 
     def fn(self, name: str, restype: Any, *argtypes: Any) -> Any:

@@ -141,7 +141,7 @@ def plan_offload(
         return per_gpu, cpu, where
 
     def fits(per_gpu: list[int]) -> bool:
-        return all(b <= max(0, g.free_bytes - reserve_bytes) for b, g in zip(per_gpu, gpus) if b)
+        return all(b <= max(0, g.free_bytes - reserve_bytes) for b, g in zip(per_gpu, gpus, strict=False) if b)
 
     if not gpus:
         k = 0
@@ -152,12 +152,12 @@ def plan_offload(
     per_gpu, cpu, where = build(k)
     layers_on = [sum(1 for d in where if d == i) for i in range(len(gpus))]
     layers = [("CPU", sum(1 for d in where if d is None))]
-    layers += [(g.name, n) for g, n in zip(gpus, layers_on) if n]
+    layers += [(g.name, n) for g, n in zip(gpus, layers_on, strict=False) if n]
     split: tuple[float, ...] = ()
     if k and len(gpus) > 1:
         split = tuple(round(n / k, 4) for n in layers_on)
     return Placement(
         gpu_layers=k, ram=cpu, vram=sum(per_gpu), total_layers=n_total,
-        vram_by_device=tuple((g.name, b) for g, b in zip(gpus, per_gpu) if b), fits=fits(per_gpu),
+        vram_by_device=tuple((g.name, b) for g, b in zip(gpus, per_gpu, strict=False) if b), fits=fits(per_gpu),
         layers_per_device=tuple(layers), tensor_split=split,
     )

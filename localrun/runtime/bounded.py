@@ -24,6 +24,7 @@ without ``resource`` (Windows) only the wall-clock deadline applies.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -121,16 +122,12 @@ class _Worker:
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):  # a zombie the kernel will reap
             self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a zombie the kernel will reap
-            pass
         for stream in (self.proc.stdin, self.proc.stdout):
             if stream is not None:
-                try:
+                with contextlib.suppress(OSError):
                     stream.close()
-                except OSError:
-                    pass
 
 
 def _describe_exit(code: int | None) -> str:
@@ -189,7 +186,8 @@ class BoundedPool:
             self._discard(worker)
             log.warning("%s was stopped after %.1fs: %s", self._what, time.monotonic() - started, exc)
             raise self._error(f"{self._what} was stopped: {exc} (limits: {self.limits.cpu_seconds}s of CPU, "
-                              f"{self.limits.memory_bytes >> 20} MiB of memory, {self.limits.wall_seconds:g}s)") from None
+                              f"{self.limits.memory_bytes >> 20} MiB of memory, "
+                              f"{self.limits.wall_seconds:g}s)") from None
         self._release(worker)
         if "ok" in reply:
             return reply["ok"]

@@ -59,7 +59,7 @@ def _execute(request: dict[str, Any]) -> dict[str, Any]:
         return {"error": {"type": "MemoryError", "message": "it needed more memory than it may use"}}
     except RecursionError:
         return {"error": {"type": "Exception", "message": "it recursed too deeply"}}
-    except Exception as exc:  # noqa: BLE001 - a job's bug is the caller's error type, never a dead worker
+    except Exception as exc:
         return {"error": {"type": "Exception", "message": f"{type(exc).__name__}: {exc}"}}
 
 

@@ -2,6 +2,7 @@
 
 - :class:`LoadSpec`      what to load (store name, GGUF path, load-time options)
 - :class:`Backend`       a loaded model (a RunnerProcess, or a fake in tests)
+- :class:`EventStream`   one generation's events, as a Backend returns them
 - :class:`ResidentModel` a loaded model's residency state: refcount, keep-alive, placement
 - :class:`Clock`         time, injectable (tests use a fake clock)
 - ``LoadFn`` / ``ProbeFn`` the seams that start a backend and report free memory
@@ -12,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..engine.types import LoadOptions
+from ..engine.types import EmbedInput, EmbedResult, EngineStats, Event, GenerateRequest, LoadOptions
 from ..hardware.devices import Device
 from ..hardware.memory import MemoryEstimate
 from ..hardware.placement import Placement
@@ -25,18 +26,51 @@ DEFAULT: Any = object()
 """Sentinel for ``acquire(keep_alive=DEFAULT)``: use the server's default keep-alive."""
 
 
+class EventStream(Protocol):
+    """One generation's events in order, ending with the last one (``is_last``); a RunnerStream in production."""
+
+    def __aiter__(self) -> AsyncIterator[Event]: ...
+
+    @property
+    def finished(self) -> bool:
+        """True once the last event was received (nothing left to cancel)."""
+        ...
+
+    async def cancel(self) -> None:
+        """Stop the generation early; the runner frees its sequence. Idempotent."""
+        ...
+
+
 class Backend(Protocol):
-    """A loaded model: a RunnerProcess in production, a fake in unit tests."""
+    """A loaded model: a RunnerProcess in production, a fake in unit tests.
+
+    The scheduler uses the residency part (``name``, ``pid``, ``exited``, ``alive``, ``close``);
+    the request service calls the model through the rest while it holds a lease.
+    """
 
     name: str
     pid: int
-    info: dict[str, Any]
+    info: dict[str, Any]  # the runner's load report (JSON: n_ctx, buffer_bytes, rpc_servers, ...)
     exited: asyncio.Future[str]
 
     @property
     def alive(self) -> bool: ...
 
     async def close(self) -> None: ...
+
+    async def generate(self, request: GenerateRequest) -> EventStream:
+        """Submit ``request``; raises a LocalrunError before streaming if the runner rejects it."""
+        ...
+
+    async def embed(self, inputs: list[EmbedInput], truncate: bool = True) -> EmbedResult: ...
+
+    async def tokenize(self, text: str, add_special: bool = True) -> list[int]: ...
+
+    async def detokenize(self, tokens: list[int]) -> str: ...
+
+    async def stats(self) -> EngineStats:
+        """The engine's KV and prefix-cache counters (for /metrics and `localrun top`)."""
+        ...
 
 
 class Clock(Protocol):

@@ -9,6 +9,7 @@ so a client that disconnects cancels its handler and the engine request with it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -28,8 +29,17 @@ from ..hardware.placement import Placement
 from ..runtime.process import RunnerProcess
 from ..runtime.scheduler import Backend, LoadFn, LoadSpec, Scheduler
 from ..upstream.router import Upstreams
-from . import (remote, routes_anthropic, routes_api, routes_daemon, routes_openai, routes_responses, routes_status,
-               routes_tokens, templating)
+from . import (
+    remote,
+    routes_anthropic,
+    routes_api,
+    routes_daemon,
+    routes_openai,
+    routes_responses,
+    routes_status,
+    routes_tokens,
+    templating,
+)
 from .executors import Executors, run_in
 from .http import JSON_BODY_LIMIT
 from .keys import DAEMON, EXECUTORS, METRICS, PULLS, SCHEDULER, SERVICE, SETTINGS, SHUTDOWN, STARTED_AT, STORE
@@ -206,10 +216,8 @@ async def serve(settings: Settings, *, store: Any = None, daemon: DaemonInfo | N
     shutdown = app[SHUTDOWN]
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # Windows
             loop.add_signal_handler(sig, shutdown.request)
-        except (NotImplementedError, RuntimeError):  # Windows
-            pass
     try:
         await shutdown.wait()
     finally:

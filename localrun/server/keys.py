@@ -8,6 +8,7 @@ from aiohttp import web
 
 from ..config import Settings
 from ..runtime.scheduler import Scheduler
+from ..store.model_store import ModelStore
 from .executors import Executors
 from .lifecycle import DaemonInfo, Shutdown
 from .metrics import Metrics
@@ -17,7 +18,7 @@ SETTINGS = web.AppKey("settings", Settings)
 SCHEDULER = web.AppKey("scheduler", Scheduler)
 SERVICE = web.AppKey("service", Service)
 METRICS = web.AppKey("metrics", Metrics)
-STORE: web.AppKey[Any] = web.AppKey("store")  # localrun.store.ModelStore (a stand-in in tests)
+STORE = web.AppKey("store", ModelStore)  # tests may pass a stand-in with the methods the routes call
 STARTED_AT = web.AppKey("started_at", float)
 EXECUTORS = web.AppKey("executors", Executors)
 DAEMON = web.AppKey("daemon", DaemonInfo)  # pid, start time, log file (GET /api/status)

@@ -30,7 +30,7 @@ from .. import errors
 from ..engine.types import DoneEvent, EmbedInput, EmbedResult
 from ..upstream.pool import prefix_keys, text_segments
 from ..upstream.requests import ChatRequest, CompletionRequest, EmbedRequest, Format, sampling_from_options
-from ..upstream.router import MemberSnapshot, Route, Upstreams, UpstreamReply
+from ..upstream.router import MemberSnapshot, Route, UpstreamReply, Upstreams
 from ..upstream.transport import PEER_HEADER
 from .chatparse import ContentDelta
 from .metrics import Metrics

@@ -203,8 +203,9 @@ async def chat(request: web.Request) -> web.StreamResponse:
     top = get(body, "top_logprobs", int, 0)
     if top < 0 or top > 20:
         raise errors.OptionError("'top_logprobs' must be between 0 and 20")
-    call = NativeCall(model=body.get("model"), options=get(body, "options", dict, {}), keep_alive=keep_alive, stream=stream,
-                      messages=messages, tools=tools, think=think, format=check_format(body.get("format")),
+    call = NativeCall(model=body.get("model"), options=get(body, "options", dict, {}), keep_alive=keep_alive,
+                      stream=stream, messages=messages, tools=tools, think=think,
+                      format=check_format(body.get("format")),
                       logprobs=get(body, "logprobs", bool, False) or top > 0, top_logprobs=top)
     run = await start_chat(request.app[SERVICE], call, "/api/chat", truncation(body))
     try:

@@ -21,14 +21,16 @@ from aiohttp import web
 
 from .. import errors
 from ..hardware.memory import read_geometry
+from ..store.blobs import BlobStore
+from ..store.model_store import ModelStore
 from ..store.modelfile import quote as _quote
 from . import remote
 from .chat import upstream_route
 from .chatformat import capabilities, describe
-from .options import merge_options
 from .executors import run_in
 from .http import NDJSONStream, get, read_json
 from .keys import EXECUTORS, PULLS, SERVICE, STORE
+from .options import merge_options
 from .routes_status import details
 
 log = logging.getLogger(__name__)
@@ -37,11 +39,11 @@ log = logging.getLogger(__name__)
 def _iso(value: Any) -> str:
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.timezone.utc)
+            value = value.replace(tzinfo=dt.UTC)
         return str(value.isoformat())
     if isinstance(value, (int, float)):
-        return dt.datetime.fromtimestamp(value, dt.timezone.utc).isoformat()
-    return str(value or dt.datetime.now(dt.timezone.utc).isoformat())
+        return dt.datetime.fromtimestamp(value, dt.UTC).isoformat()
+    return str(value or dt.datetime.now(dt.UTC).isoformat())
 
 
 def _field(obj: Any, *names: str, default: Any = None) -> Any:
@@ -234,7 +236,7 @@ async def pull(request: web.Request) -> web.StreamResponse:
         raise errors.InvalidRequest("'model' is required")
     stream = get(body, "stream", bool, True)
     store = request.app[STORE]
-    store_pull = _store_pull_module().pull
+    from ..store.pull import pull as store_pull  # lazily: the hub client is heavy to import
     pulls = request.app[PULLS]
 
     def work(progress: Callable[[Any], None]) -> Any:
@@ -269,7 +271,8 @@ def modelfile_from_request(body: dict[str, Any], blob_path: Callable[[str], Path
         lines.append(f"ADAPTER {blob_path(str(digest))}")
     for key, value in (get(body, "parameters", dict, {}) or {}).items():
         for v in value if isinstance(value, list) else [value]:
-            lines.append(f"PARAMETER {key} {json.dumps(v) if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else v}")
+            lines.append(f"PARAMETER {key} "
+                         f"{json.dumps(v) if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else v}")
     if get(body, "template", str):
         lines.append(f"TEMPLATE {_quote(body['template'])}")
     if get(body, "system", str):
@@ -297,30 +300,13 @@ async def create(request: web.Request) -> web.StreamResponse:
     if not modelfile:
         modelfile = modelfile_from_request(body, lambda d: _blob_path(store, d))
     stream = get(body, "stream", bool, True)
-    hook = _from_hook(store)
+    from ..store.pull import hub_hook  # lazily: the hub client is heavy to import
+
+    hook = hub_hook(store)  # resolves ``FROM hf.co/...`` names
     return await _run_with_progress(
         request, stream,
-        lambda cb: store.create(name, modelfile, base_dir=base_dir, progress=cb,
-                                **({"from_hook": hook} if hook is not None else {})),
+        lambda cb: store.create(name, modelfile, base_dir=base_dir, progress=cb, from_hook=hook),
     )
-
-
-def _store_pull_module() -> Any:
-    import importlib
-
-    return importlib.import_module("localrun.store.pull")
-
-
-def _from_hook(store: Any) -> Any:
-    """The store's resolver for ``FROM hf.co/...`` names, when the store provides one."""
-    import importlib
-
-    try:
-        pull_module = importlib.import_module("localrun.store.pull")
-    except ImportError:
-        return None
-    factory = getattr(pull_module, "hub_hook", None)
-    return factory(store) if factory is not None else None
 
 
 async def copy(request: web.Request) -> web.Response:
@@ -344,11 +330,8 @@ async def delete(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
-def _blobs(store: Any) -> Any:
-    blobs = getattr(store, "blobs", None)
-    if blobs is None:
-        raise errors.StoreError("this store does not accept blob uploads")
-    return blobs
+def _blobs(store: ModelStore) -> BlobStore:
+    return store.blobs
 
 
 def _digest(raw: str) -> str:

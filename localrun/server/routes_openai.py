@@ -205,15 +205,7 @@ async def embeddings(request: web.Request) -> web.Response:
 
 
 def _store_models(request: web.Request) -> list[tuple[str, int]]:
-    items = request.app[STORE].list()
-    out = []
-    for item in items:
-        name = str(getattr(item, "name", item))
-        modified = getattr(item, "modified_at", None) or getattr(item, "modified", None)
-        ts = int(modified.timestamp()) if modified is not None and hasattr(modified, "timestamp") \
-            else int(modified or 0)
-        out.append((name, ts))
-    return out
+    return [(entry.name, int(entry.modified)) for entry in request.app[STORE].list()]
 
 
 async def models(request: web.Request) -> web.Response:
@@ -233,7 +225,7 @@ async def model(request: web.Request) -> web.Response:
         return web.json_response(oc.model_object(route.name, 0))
     store = request.app[STORE]
     resolved = store.resolve(wanted)  # raises ModelNotFound (404) for unknown names
-    name = str(getattr(resolved, "name", wanted))
+    name = resolved.name
     for listed, ts in _store_models(request):
         if listed == name:
             return web.json_response(oc.model_object(name, ts))

@@ -11,8 +11,8 @@ from aiohttp import web
 from .. import __version__
 from ..hardware.memory import ModelGeometry
 from ..runtime.scheduler import ResidentModel, Scheduler
-from .http import iso
 from . import remote
+from .http import iso
 from .keys import METRICS, PULLS, SCHEDULER, SERVICE, STARTED_AT
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,8 @@ def ps_entry(scheduler: Scheduler, model: ResidentModel) -> dict[str, Any]:
         "load_reason": model.reason,
         "pid": model.backend.pid,
         # where llama.cpp put the weights, per buffer (``RPC0[host:port]`` for an RPC worker)
-        "split": [{"device": name, "bytes": size} for name, size in (model.backend.info.get("buffer_bytes") or {}).items()],
+        "split": [{"device": name, "bytes": size}
+                  for name, size in (model.backend.info.get("buffer_bytes") or {}).items()],
         "rpc_servers": list(model.backend.info.get("rpc_servers") or []),
     }
 
@@ -110,11 +111,8 @@ async def metrics(request: web.Request) -> web.Response:
         m.model_memory.labels(model.name, "ram").set(model.placement.ram)
         m.model_memory.labels(model.name, "vram").set(model.placement.vram)
         m.active.labels(model.name).set(model.active)
-        stats_fn = getattr(model.backend, "stats", None)
-        if stats_fn is None:
-            continue
         try:
-            stats = await asyncio.wait_for(stats_fn(), timeout=2.0)
+            stats = await asyncio.wait_for(model.backend.stats(), timeout=2.0)
         except Exception as exc:  # a busy or dying runner must not break the scrape
             log.debug("stats for %s unavailable: %s", model.name, exc)
             continue

@@ -90,7 +90,8 @@ def forced_call(tools: list[dict[str, Any]], choice: Any, fmt: ToolFormat) -> Fo
     return ForcedCall(schema, prefix, suffix)
 
 
-def forced_call_schema(tools: list[dict[str, Any]], choice: Any, arguments_key: str = "arguments") -> dict[str, Any] | None:
+def forced_call_schema(tools: list[dict[str, Any]], choice: Any,
+                       arguments_key: str = "arguments") -> dict[str, Any] | None:
     """The JSON schema one forced call object must match; None when ``choice`` forces nothing."""
     if choice in (None, "auto", "none"):
         return None
@@ -141,8 +142,6 @@ def enforceable(schema: Any) -> Any:
             out[key] = {k: enforceable(v) for k, v in value.items()}
         elif key in ("items", "additionalProperties", "anyOf", "oneOf", "allOf", "prefixItems"):
             out[key] = enforceable(value)
-        elif key == "format" and value in _GRAMMAR_FORMATS:
-            out[key] = value
-        elif key in _KEEP:
+        elif (key == "format" and value in _GRAMMAR_FORMATS) or key in _KEEP:
             out[key] = value
     return out

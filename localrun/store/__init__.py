@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from .create import Base, FromHook
 from .gguf_file import GGUFInfo, read_gguf
+from .model_store import ModelStore
 from .modelfile import Message, Modelfile
 from .modelfile import parse as parse_modelfile
 from .modelfile import render as render_modelfile
@@ -42,7 +43,6 @@ from .ollama_import import ImportResult, ImportStatus, import_ollama, ollama_mod
 from .progress import Progress, ProgressFn
 from .pull import ensure, hub_hook, pull
 from .records import ModelDetails, ModelEntry, ResolvedModel
-from .model_store import ModelStore
 from .starter import STARTER
 
 __all__ = [

@@ -17,8 +17,9 @@ time with an InvalidModelFile saying what is wrong:
 
 The store calls it on create and pull, so such files never enter the store; the fit check
 (:func:`localrun.hardware.memory.read_geometry`) reads the same record for stored files.
-The ``gguf`` package (llama.cpp's own, imported only when a file is read) supplies the quantisation tables; its GGUFReader is not used
-because it decodes every vocabulary entry into numpy objects (12 s for Gemma's 262k-token
+The ``gguf`` package (llama.cpp's own, imported only when a file is read) supplies the quantisation
+tables; its GGUFReader is not used because it decodes every vocabulary entry into numpy objects
+(12 s for Gemma's 262k-token
 vocabulary on this machine) where this walk only skips over them.
 """
 
@@ -204,7 +205,7 @@ def read_gguf(path: Path) -> GGUFInfo:
     """Validate ``path`` as a GGUF model and read its metadata; raises InvalidModelFile."""
     path = Path(path)
     try:
-        f = open(path, "rb")
+        f = open(path, "rb")  # noqa: SIM115 - closed by the `with f:` below, after the error is mapped
     except IsADirectoryError:
         raise InvalidModelFile(f"{path} is a directory, not a .gguf file") from None
     except OSError as exc:

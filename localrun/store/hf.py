@@ -7,8 +7,8 @@ field it uses. It honours ``HF_ENDPOINT`` and the user's token (``HF_TOKEN`` or 
 through ``build_hf_headers``); the endpoint is read when called, so a changed ``HF_ENDPOINT`` takes
 effect without a restart.
 
-Downloading a picked file (resumable, verified, bounded) is :func:`localrun.store.hfdownload.download`. Hub failures are PullErrors
-(HTTP 502) carrying the hub's own status and message.
+Downloading a picked file (resumable, verified, bounded) is :func:`localrun.store.hfdownload.download`.
+Hub failures are PullErrors (HTTP 502) carrying the hub's own status and message.
 """
 
 from __future__ import annotations

@@ -23,9 +23,9 @@ from dataclasses import dataclass, replace
 
 from ..errors import CorruptBlob, LocalrunError, ModelNotFound
 from . import manifest as mt
+from .model_store import ModelStore
 from .names import ModelName
 from .progress import ProgressFn, report
-from .model_store import ModelStore
 
 
 @dataclass(frozen=True, slots=True)

@@ -223,7 +223,8 @@ class _Parser:
 
     def _once(self, keyword: str, lineno: int) -> None:
         if keyword in self.seen:
-            raise ModelfileError(f"{keyword} given twice (first on line {self.seen[keyword]}); expected it once", lineno)
+            raise ModelfileError(f"{keyword} given twice (first on line {self.seen[keyword]}); expected it once",
+                                 lineno)
         self.seen[keyword] = lineno
 
     def apply(self, keyword: str, arg: str | None, value: str, lineno: int) -> None:
@@ -307,7 +308,8 @@ def render(mf: Modelfile, header: str | None = None) -> str:
     if mf.adapter is not None:
         out.append(f"ADAPTER {quote(mf.adapter) if mf.adapter.startswith(chr(34)) else mf.adapter}")
     if mf.template is not None:
-        out.append(f"TEMPLATE {TRIPLE}{mf.template}{TRIPLE}" if _triple_ok(mf.template) else f"TEMPLATE {quote(mf.template)}")
+        out.append(f"TEMPLATE {TRIPLE}{mf.template}{TRIPLE}" if _triple_ok(mf.template)
+                   else f"TEMPLATE {quote(mf.template)}")
     if mf.system is not None:
         out.append(f"SYSTEM {TRIPLE}{mf.system}{TRIPLE}" if _triple_ok(mf.system) else f"SYSTEM {quote(mf.system)}")
     for key in sorted(mf.parameters):

@@ -65,7 +65,7 @@ class ModelName:
             raise InvalidName(f"invalid model name {shown!r}: longer than {MAX_NAME_LEN} characters")
         if any(ord(c) < 32 or ord(c) == 127 for c in raw):
             raise InvalidName(f"invalid model name {shown!r}: contains a control character")
-        if raw.startswith(("/", "\\")) or "\\" in raw or re.match(r"^[A-Za-z]:", raw) and "/" in raw[:3]:
+        if raw.startswith(("/", "\\")) or "\\" in raw or (re.match(r"^[A-Za-z]:", raw) and "/" in raw[:3]):
             raise InvalidName(f"invalid model name {shown!r}: a name is not a path")
         for prefix in ("https://", "http://"):
             if raw.lower().startswith(prefix):

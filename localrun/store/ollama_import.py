@@ -21,9 +21,9 @@ from pathlib import Path
 from ..errors import InvalidName, NotFound, StoreError
 from .blobs import temp_file
 from .manifest import Manifest
+from .model_store import ModelStore
 from .names import ModelName
 from .progress import ProgressFn, report
-from .model_store import ModelStore
 
 log = logging.getLogger(__name__)
 

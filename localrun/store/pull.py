@@ -24,11 +24,11 @@ from .create import Base, FromHook
 from .curated import curated_name, curated_names, curated_path
 from .gguf_file import read_gguf
 from .manifest import Layer
+from .model_store import ModelStore
 from .modelfile import Modelfile
 from .names import ModelName, near_names
 from .progress import ProgressFn, report
 from .records import ModelEntry
-from .model_store import ModelStore
 from .starter import ensure_packaged, import_blob, packaged_model, packaged_source
 
 log = logging.getLogger(__name__)

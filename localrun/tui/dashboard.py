@@ -19,8 +19,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label, ProgressBar, Sparkline, Static
 
-from ..errors import LocalrunError
 from .. import fmt
+from ..errors import LocalrunError
 from . import stats as st
 
 HISTORY = 120  # sparkline samples kept

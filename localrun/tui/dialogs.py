@@ -21,9 +21,9 @@ from textual.widgets.option_list import Option
 
 from ..conversations import ConversationStore
 from ..errors import LocalrunError
+from ..fmt import human_bytes
 from . import commands as cmd
 from .model_ops import full_name
-from ..fmt import human_bytes
 
 # Parameters the editor shows as fields, in this order; others set by /set stay as they are.
 EDITABLE = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "num_ctx", "num_predict", "seed", "stop")
@@ -145,7 +145,8 @@ class SettingsDialog(ModalScreen[SettingsResult | None]):
             with Horizontal(classes="buttons"):
                 yield Button("Save", variant="primary", id="save")
                 yield Button("Cancel", id="cancel")
-            yield Label("Empty field = the model's default (shown grey) · Ctrl+S saves · Esc cancels", classes="dialog-hint")
+            yield Label("Empty field = the model's default (shown grey) · Ctrl+S saves · Esc cancels",
+                        classes="dialog-hint")
 
     def on_mount(self) -> None:
         self.query_one("#system", TextArea).focus()

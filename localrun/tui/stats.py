@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-
 MODEL_ENDPOINTS = ("/api/chat", "/api/generate", "/api/embed", "/v1/chat", "/v1/completions", "/v1/embeddings")
 
 

@@ -90,7 +90,8 @@ def messages(native: Sequence[JsonObject]) -> list[dict[str, object]]:
                     cid = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else f"call_{n}_{j}"
                     pending.append(str(cid))
                     converted.append({"id": cid, "type": "function",
-                                      "function": {"name": fn.get("name"), "arguments": _arguments_text(fn.get("arguments"))}})
+                                      "function": {"name": fn.get("name"),
+                                                   "arguments": _arguments_text(fn.get("arguments"))}})
                 item["tool_calls"] = converted
             out.append(item)
         elif role == "tool":

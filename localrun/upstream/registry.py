@@ -67,7 +67,7 @@ def save(path: Path, specs: tuple[UpstreamSpec, ...]) -> None:
 def add(path: Path, spec: UpstreamSpec) -> tuple[UpstreamSpec, ...]:
     """Add ``spec`` (replacing an entry with the same name and URL); returns the new list."""
     kept = tuple(s for s in load(path) if (s.name, s.url) != (spec.name, spec.url))
-    specs = kept + (spec,)
+    specs = (*kept, spec)
     save(path, specs)
     return specs
 

@@ -20,6 +20,7 @@ every COOLING_CHECK_S while cooling down. Everything runs on the daemon's event 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -143,10 +144,8 @@ class UpstreamReply:
             return
         self._closed = True
         self.member.end()
-        try:
+        with contextlib.suppress(httpx.HTTPError):
             await self._response.aclose()
-        except httpx.HTTPError:
-            pass
 
 
 class Upstreams:

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from fakehub import FakeHub
+
 from localrun.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,7 +81,7 @@ def test_show_modelfile_output_creates_the_same_model(capsys: pytest.CaptureFixt
     ],
 )
 def test_errors_exit_1_with_a_message(capsys: pytest.CaptureFixture[str], argv: list[str], fragment: str) -> None:
-    code, out, err = run(capsys, *argv)
+    code, _out, err = run(capsys, *argv)
     assert code == 1
     assert err.startswith("Error: ") and fragment in err
 

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from fakehub import FakeHub
+from storefixtures import rot
+
 from localrun import config
 from localrun.store import ModelStore
-from storefixtures import rot
 
 ROOT = Path(__file__).resolve().parents[2]
 

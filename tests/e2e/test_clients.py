@@ -47,7 +47,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterato
         "LOCALRUN_NUM_PARALLEL": "2", "XDG_DATA_HOME": str(home / "data"), "XDG_STATE_HOME": str(home / "state"),
         "HF_HUB_OFFLINE": "1",
     })
-    log = open(home / "server.log", "wb")
+    log = open(home / "server.log", "wb")  # noqa: SIM115 - the daemon writes it until the finally block
     proc = subprocess.Popen([sys.executable, "-m", "localrun", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -308,7 +308,8 @@ def test_anthropic_create_stream_and_count_tokens(claude: anthropic.Anthropic) -
 def test_anthropic_forced_tool_and_structured_output(claude: anthropic.Anthropic) -> None:
     tool: Any = {"name": "get_weather", "description": "Weather in a city",
                  "input_schema": TOOLS[0]["function"]["parameters"]}
-    m = claude.messages.create(model=MODEL, max_tokens=80, tools=[tool], tool_choice={"type": "tool", "name": "get_weather"},
+    m = claude.messages.create(model=MODEL, max_tokens=80, tools=[tool],
+                               tool_choice={"type": "tool", "name": "get_weather"},
                                messages=[{"role": "user", "content": "weather in Paris?"}])
     if m.stop_reason != "max_tokens":
         assert m.stop_reason == "tool_use"

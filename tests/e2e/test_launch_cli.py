@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from daemonproc import stop_daemon
 
 from localrun import config
-from daemonproc import stop_daemon
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 FAKES = Path(__file__).parents[1] / "integration" / "server"
@@ -31,7 +31,8 @@ import json, os, sys, urllib.request
 
 name = {name!r}
 record = {{"argv": sys.argv[1:], "env": {{k: v for k, v in os.environ.items()
-                                      if k.startswith(("ANTHROPIC_", "CLAUDE_", "OPENCODE_", "LOCALRUN_API", "DISABLE_"))}}}}
+                                      if k.startswith(("ANTHROPIC_", "CLAUDE_", "OPENCODE_", "LOCALRUN_API",
+                                                       "DISABLE_"))}}}}
 if name == "claude":
     url = os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages"
     body = {{"model": os.environ["ANTHROPIC_MODEL"], "max_tokens": 50,

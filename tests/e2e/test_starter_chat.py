@@ -50,7 +50,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, starter_models: Path) -> It
     env.update({"LOCALRUN_HOST": f"127.0.0.1:{port}", "LOCALRUN_MODELS": str(starter_models),
                 "LOCALRUN_NUM_PARALLEL": "2", "XDG_DATA_HOME": str(home / "data"),
                 "XDG_STATE_HOME": str(home / "state"), "HF_HUB_OFFLINE": "1"})
-    log = open(home / "server.log", "wb")
+    log = open(home / "server.log", "wb")  # noqa: SIM115 - the daemon writes it until the finally block
     proc = subprocess.Popen([sys.executable, "-m", "localrun", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -121,7 +121,8 @@ def test_the_weather_question_becomes_a_get_weather_call(oll: ollama.Client, oai
     stream = oai.chat.completions.create(model=MODEL, messages=ask, tools=TOOLS, temperature=0, stream=True)  # type: ignore[arg-type]
     deltas = [d for chunk in stream if chunk.choices for d in (chunk.choices[0].delta.tool_calls or [])]
     assert len(deltas) == 1 and deltas[0].id and deltas[0].function is not None
-    assert deltas[0].function.name == "get_weather" and json.loads(deltas[0].function.arguments or "") == {"city": "Paris"}
+    assert deltas[0].function.name == "get_weather"
+    assert json.loads(deltas[0].function.arguments or "") == {"city": "Paris"}
     # Forced: even a greeting gets a call, in Qwen's own <tool_call> format (parsed away, not shown).
     forced = oai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hello!"}], tools=TOOLS,  # type: ignore[arg-type]
                                          tool_choice="required", temperature=0).choices[0]

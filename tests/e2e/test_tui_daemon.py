@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from daemonproc import stop_daemon
 from textual.widgets import DataTable, Markdown
 
 from localrun import config
@@ -24,7 +25,6 @@ from localrun.tui.backend import ClientBackend
 from localrun.tui.chat import ChatScreen
 from localrun.tui.session import ChatSession
 from localrun.tui.widgets import AssistantMessage, InfoMessage, PromptInput
-from daemonproc import stop_daemon
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 FAKES = Path(__file__).parents[1] / "integration" / "server"

@@ -6,18 +6,13 @@ reads is fixed, so the pictures are deterministic. Update after a deliberate cha
 from __future__ import annotations
 
 import itertools
-import sys
-from pathlib import Path
 
 import pytest
+from tui_fakes import FakeBackend
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "tui"))
-
-from tui_fakes import FakeBackend  # noqa: E402
-
-from localrun.tui.app import LocalrunApp  # noqa: E402
-from localrun.tui.session import ChatSession  # noqa: E402
-from localrun.tui.widgets import PromptInput  # noqa: E402
+from localrun.tui.app import LocalrunApp
+from localrun.tui.session import ChatSession
+from localrun.tui.widgets import PromptInput
 
 SIZE = (100, 32)
 REPLY = """Here is a **bold** answer with a list:

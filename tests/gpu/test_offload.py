@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tinymodel import write_tiny_gguf
 
-from localrun.hardware import devices
 from localrun.engine.load_report import LoadReport, parse_load_report
 from localrun.fmt import processor_split
+from localrun.hardware import devices
 from localrun.hardware.placement import Placement, plan_offload
-from tinymodel import write_tiny_gguf
 
 llama_cpp = pytest.importorskip("llama_cpp")
 

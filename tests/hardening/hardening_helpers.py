@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,7 +131,7 @@ class LiveDaemon:
             "PYTHONUNBUFFERED": "1",
         })
         env.update(self.env)
-        self._log = open(self.log_path, "ab")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the daemon; closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "localrun", "serve", "--log-level", self.log_level],
             cwd=str(self.models_dir.parent), env=env, stdout=self._log, stderr=subprocess.STDOUT,

@@ -21,7 +21,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from hardening_helpers import LiveDaemon, add_model, is_json_error, ndjson, record_figures
 from tinymodel import write_tiny_gguf
 
@@ -90,7 +89,7 @@ def healthy(daemon: LiveDaemon) -> None:
 
 def tree(root: Path, skip: tuple[Path, ...]) -> set[str]:
     out = set()
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         if any(Path(dirpath).is_relative_to(s) for s in skip):
             continue
         out.update(str(Path(dirpath, f).relative_to(root)) for f in filenames)
@@ -165,7 +164,8 @@ _OPTION_CASES = [
     ("num_ctx", -1, _BOTH), ("num_ctx", 0, ["ollama"]), ("num_ctx", 10**12, _BOTH), ("num_ctx", 2**63 + 5, ["ollama"]),
     ("num_predict", -(10**9), ["ollama"]), ("num_predict", 10**12, _BOTH),
     ("num_gpu", -5, ["ollama"]), ("num_gpu", 10**12, _BOTH),
-    ("num_batch", 0, ["ollama"]), ("num_batch", 10**15, _BOTH), ("num_batch", 1, ["ollama"]), ("num_batch", 8, ["openai"]),
+    ("num_batch", 0, ["ollama"]), ("num_batch", 10**15, _BOTH),
+    ("num_batch", 1, ["ollama"]), ("num_batch", 8, ["openai"]),
     ("num_ctx", 16, ["ollama"]),
     ("num_thread", -3, ["ollama"]), ("num_thread", 10**6, _BOTH),
     ("num_keep", 10**12, ["ollama"]), ("top_k", -1, ["ollama"]), ("top_k", 2**70, ["openai"]),

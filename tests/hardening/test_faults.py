@@ -24,7 +24,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from fakehub import FakeHub, _Handler
 from hardening_helpers import LiveDaemon, add_model, free_port, ndjson, record_figures, runner_env
 from tinymodel import write_tiny_gguf

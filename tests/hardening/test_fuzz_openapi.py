@@ -34,7 +34,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from hardening_helpers import LiveDaemon, add_model, engine_kind, free_port, load_spec, record_figures
 
 schemathesis = pytest.importorskip("schemathesis")
@@ -196,8 +195,8 @@ def test_fuzz_operation(daemon: LiveDaemon, operation: Any, mode: str) -> None:
         TALLY.requests += 1
         TALLY.statuses[response.status_code] += 1
         _check(case, response, daemon, mode)
-        if mode == "positive" and 200 <= response.status_code < 300:
-            if _ctype(response).startswith("application/json"):
+        if (mode == "positive" and 200 <= response.status_code < 300
+                and _ctype(response).startswith("application/json")):
                 case.validate_response(response, checks=[response_schema_conformance])
 
     run()

@@ -23,9 +23,8 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from gguf import GGUFValueType
-
 from fakehub import FakeHub
+from gguf import GGUFValueType
 from hardening_helpers import LiveDaemon, add_model, record_figures
 from tinymodel import write_tiny_gguf
 
@@ -99,7 +98,7 @@ class Background:
         def run() -> None:
             try:
                 self.results.append(fn(*args, **kw))
-            except Exception as exc:  # noqa: BLE001 - reported to the test, which asserts on it
+            except Exception as exc:
                 self.results.append(exc)
 
         thread = threading.Thread(target=run, daemon=True)

@@ -10,11 +10,10 @@ from typing import Any
 
 import jsonschema
 import pytest
+from hardening_helpers import HTTP_METHODS, app_operations, load_spec, spec_operations
 
 from localrun.config import load_settings
 from localrun.server.app import create_app
-
-from hardening_helpers import HTTP_METHODS, app_operations, load_spec, spec_operations
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +67,7 @@ def test_the_description_is_well_formed(spec: dict[str, Any]) -> None:
         for part in ref[2:].split("/"):
             assert part in node, f"dangling $ref {ref}"
             node = node[part]
-    for name, schema in spec["components"]["schemas"].items():
+    for schema in spec["components"]["schemas"].values():
         jsonschema.Draft202012Validator.check_schema(schema)
     operation_ids = [op["operationId"] for item in spec["paths"].values()
                      for method, op in item.items() if method in HTTP_METHODS]

@@ -24,7 +24,6 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-
 from hardening_helpers import LiveDaemon, add_model, free_port, load_spec, record_figures, spec_operations
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import importlib.util
 import json
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -314,7 +313,6 @@ _ENGINE = importlib.util.find_spec("localrun.engine.engine") is not None
 @pytest.mark.skipif(not _ENGINE, reason="the engine (localrun.engine.engine) is not written yet")
 @pytest.mark.timeout(180)
 async def test_short_bench_against_the_daemon_on_the_tiny_model(tiny_gguf: Path) -> None:
-    sys.path.insert(0, str(Path(__file__).parent / "server"))
     from daemon_helpers import DictStore  # the daemon tests' name -> GGUF store
 
     from localrun.config import load_settings

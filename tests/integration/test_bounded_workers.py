@@ -17,6 +17,9 @@ from localrun.errors import TemplateLimit
 from localrun.runtime.bounded import BoundedPool, Limits
 from localrun.server.prompts import render_pair
 
+# multi-process: spawns worker pools and waits out CPU, memory and time limits
+pytestmark = pytest.mark.slow
+
 MESSAGES = [{"role": "user", "content": "hi"}]
 SORTS = "{% for i in range(1000) %}{{ ((range(100000)|list) * 10)|sort|length }}{% endfor %}"  # ~100 s of CPU
 HOARD = ("{% set ns = namespace(l=[]) %}{% for i in range(1000) %}{% set ns.l = ns.l + [(range(100000)|list) * 10] %}"
@@ -68,8 +71,11 @@ def test_other_callers_are_served_while_one_worker_is_stuck() -> None:
     pool = BoundedPool(2, Limits(wall_seconds=20), error=TemplateLimit, what="the chat template")
     try:
         pool.warm()
-        stuck = threading.Thread(target=lambda: pytest.raises(TemplateLimit, pool.run, render_pair, SORTS,
-                                                               MESSAGES, None), daemon=True)
+        def render_stuck() -> None:
+            with pytest.raises(TemplateLimit):
+                pool.run(render_pair, SORTS, MESSAGES, None)
+
+        stuck = threading.Thread(target=render_stuck, daemon=True)
         stuck.start()
         time.sleep(0.5)
         started = time.monotonic()

@@ -30,7 +30,6 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-
 from hardening_helpers import LiveDaemon, add_model, engine_kind, record_figures, runners_of, template_workers_of
 
 SOAK_SECONDS = float(os.environ.get("LOCALRUN_SOAK_SECONDS", "100"))
@@ -245,6 +244,7 @@ def test_soak_mixed_traffic_loses_nothing_and_leaks_nothing(daemon: LiveDaemon) 
     # other descriptor must be back.
     assert workers_after <= max(4, workers_before), f"template workers {workers_before} -> {workers_after}"
     extra_pipes = 2 * (workers_after - workers_before)
-    assert fds_after <= fds_before + extra_pipes, f"file descriptors {fds_before} -> {fds_after} ({extra_pipes} template pipes)"
+    assert fds_after <= fds_before + extra_pipes, (
+        f"file descriptors {fds_before} -> {fds_after} ({extra_pipes} template pipes)")
     log = daemon.log_text()
     assert "Traceback" not in log, log[log.index("Traceback") - 500:][:4000]

@@ -8,7 +8,7 @@ from localrun import fmt
 
 
 def test_countdown_and_sizes() -> None:
-    now = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     assert fmt.countdown("2026-01-01T00:04:12Z", now) == "4m 12s"
     assert fmt.countdown("2026-01-01T01:05:00+00:00", now) == "1h 05m"
     assert fmt.countdown("2025-12-31T23:59:00Z", now) == "unloading"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from engine_helpers import collect
+
 from localrun.engine.engine import Engine
 from localrun.engine.types import (
     DoneReason,

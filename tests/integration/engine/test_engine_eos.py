@@ -10,12 +10,11 @@ import json
 from dataclasses import replace
 
 import pytest
+from engine_helpers import Result, collect
 
 from localrun.engine.engine import Engine
 from localrun.engine.sampling import eog_tokens
 from localrun.engine.types import DoneReason, GenerateRequest, SamplingOptions
-
-from engine_helpers import Result, collect
 
 MAX = 48
 PROMPT = "hello world"

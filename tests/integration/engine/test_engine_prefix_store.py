@@ -42,7 +42,7 @@ def test_a_reloaded_model_answers_cached_prompts_from_the_saved_cache(tiny_gguf:
         assert second.batcher.kv.cached_cells <= len(SYSTEM) + 3 * (12 + 16)
         after = [run(second, i) for i in range(3)]
         second.batcher.kv.check_integrity()
-    for b, a in zip(before, after):
+    for b, a in zip(before, after, strict=False):
         assert a.done.cached_tokens == len(prompt(0)) - 1  # all but the last prompt token came from disk
         assert a.text == b.text
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-
 from engine_helpers import collect
+
 from localrun.engine.engine import Engine
 from localrun.engine.types import DoneReason, GenerateRequest, LoadOptions, SamplingOptions
 
@@ -55,7 +55,7 @@ def test_prefix_reuse_beyond_the_sliding_window_gives_the_same_output(starter: E
         cold = collect(fresh.submit(GenerateRequest(second, options)))
     assert cold.done.cached_tokens == 0
     assert hit.generated == cold.generated and len(hit.text) > 20
-    for a, b in zip(hit.tokens[0].logprobs[0].top, cold.tokens[0].logprobs[0].top):
+    for a, b in zip(hit.tokens[0].logprobs[0].top, cold.tokens[0].logprobs[0].top, strict=False):
         assert a[0] == b[0] and abs(a[1] - b[1]) < 0.02
 
 

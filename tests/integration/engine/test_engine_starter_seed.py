@@ -138,7 +138,7 @@ def test_greedy_and_seeded_text_unchanged_by_a_cached_system_prompt_and_seven_ot
         reference = [collect(fresh.submit(r)) for r in requests]
     with RunnerEngine(str(gemma_gguf), deterministic()) as engine:
         collect(engine.submit(GenerateRequest(SYSTEM + "Question: What is a keel?\nAnswer:", seeded(1))))
-        for request, ref in zip(requests, reference):
+        for request, ref in zip(requests, reference, strict=False):
             together = with_seven_others(engine, request)
             assert together.done.cached_tokens > 0  # the system prompt came from the cache
             assert together.text == ref.text

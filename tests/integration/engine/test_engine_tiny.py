@@ -10,18 +10,26 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from engine_helpers import collect
 
 from localrun.engine import kvcache, native
 from localrun.engine.batcher import SHARE_MIN
 from localrun.engine.engine import Engine, kv_type
 from localrun.engine.types import (
-    DoneReason, GenerateRequest, LoadOptions, SamplingOptions, Truncation,
+    DoneReason,
+    GenerateRequest,
+    LoadOptions,
+    SamplingOptions,
+    Truncation,
 )
 from localrun.errors import (
-    ContextOverflow, EngineError, GrammarError, InvalidModelFile, InvalidRequest, OptionError,
+    ContextOverflow,
+    EngineError,
+    GrammarError,
+    InvalidModelFile,
+    InvalidRequest,
+    OptionError,
 )
-
-from engine_helpers import collect
 
 GREEDY = SamplingOptions(temperature=0, num_predict=24)
 
@@ -54,7 +62,8 @@ def test_concurrent_requests_beyond_the_slots_all_finish(tiny_engine: Engine) ->
 
 def test_same_seed_same_text_alone_and_alongside_others(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The deterministic mode (batch_invariant): also alongside other requests."""
-    monkeypatch.delenv("GGML_CPU_TILED_MM", raising=False)  # the engine sets it; later runner processes must not inherit it
+    # the engine sets it; later runner processes must not inherit it
+    monkeypatch.delenv("GGML_CPU_TILED_MM", raising=False)
     options = LoadOptions(num_ctx=256, num_parallel=4, num_batch=64, batch_invariant=True)
     with Engine(str(tiny_gguf), options) as engine:
         request = GenerateRequest(words(20, 3), SamplingOptions(seed=1234, temperature=0.9, num_predict=40))
@@ -84,7 +93,7 @@ def test_same_seed_same_text_when_repeated_alone_with_the_fast_kernels(tiny_gguf
 
 def test_prefix_cache_hit_gives_the_same_greedy_output(tiny_gguf: Path) -> None:
     prefix = words(128, 11)  # two num_batch chunks: the same chunking with and without the cache
-    first, second = prefix + [400, 401, 402], prefix + [500, 501, 502, 503]
+    first, second = [*prefix, 400, 401, 402], [*prefix, 500, 501, 502, 503]
     with Engine(str(tiny_gguf), LoadOptions(num_ctx=512, num_parallel=2, num_batch=64)) as engine:
         collect(engine.submit(GenerateRequest(first, GREEDY)))
         hit = collect(engine.submit(GenerateRequest(second, GREEDY)))
@@ -112,7 +121,7 @@ def test_finished_sequences_stay_cached_until_memory_is_needed(tiny_gguf: Path) 
 def test_shared_prefix_is_computed_once_for_concurrent_requests(tiny_gguf: Path) -> None:
     prefix = words(200, 5)
     with Engine(str(tiny_gguf), LoadOptions(num_ctx=512, num_parallel=4, num_batch=64)) as engine:
-        handles = [engine.submit(GenerateRequest(prefix + [600 + i, 610 + i], GREEDY)) for i in range(4)]
+        handles = [engine.submit(GenerateRequest([*prefix, 600 + i, 610 + i], GREEDY)) for i in range(4)]
         results = [collect(h) for h in handles]
         engine.batcher.kv.check_integrity()  # type: ignore[union-attr]
         stats = engine.stats()
@@ -236,7 +245,8 @@ def test_logprobs_are_reported_per_token(tiny_engine: Engine) -> None:
 
 
 def test_stop_strings_end_generation(tiny_engine: Engine) -> None:
-    reference = collect(tiny_engine.submit(GenerateRequest(words(12, 9), SamplingOptions(temperature=0, num_predict=40))))
+    reference = collect(tiny_engine.submit(GenerateRequest(words(12, 9),
+                                                           SamplingOptions(temperature=0, num_predict=40))))
     text = reference.text
     stop = text[len(text) // 2: len(text) // 2 + 3]
     cut = text.find(stop)
@@ -273,7 +283,7 @@ def test_calls_from_many_threads_and_close(tiny_gguf: Path) -> None:
             collect(engine.submit(GenerateRequest(words(5, i), SamplingOptions(num_predict=10))))
             engine.embed([f"text {i}"])
             engine.stats()
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]

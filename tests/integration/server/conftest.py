@@ -16,11 +16,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from daemon_helpers import DictStore  # noqa: F401  (re-exported for tests)
 
 from localrun.config import Settings, load_settings
 from localrun.server.app import create_app, runner_load_fn
-
-from daemon_helpers import DictStore  # noqa: F401  (re-exported for tests)
 
 HERE = Path(__file__).parent
 

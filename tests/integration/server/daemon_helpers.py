@@ -1,4 +1,4 @@
-"""Helpers shared by the daemon tests (importable: pytest puts this folder on sys.path)."""
+"""Helpers shared by the daemon tests (importable by name: pyproject's pytest `pythonpath` lists this folder)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from localrun.errors import ModelNotFound
+from localrun.store.records import ModelEntry
 
 
 @dataclasses.dataclass
@@ -39,5 +40,10 @@ class DictStore:
             raise ModelNotFound(f"model {name!r} not found, try pulling it first")
         return Resolved(full, str(self.models[full]), **self.fields.get(full, {}))
 
-    def list(self) -> list[Resolved]:
-        return [self.resolve(n) for n in self.models]
+    def list(self) -> list[ModelEntry]:
+        """Rows like the real store's: modified is the GGUF's mtime, size its length."""
+        rows = []
+        for name, path in self.models.items():
+            stat = Path(path).stat()
+            rows.append(ModelEntry(name, self.resolve(name).digest, stat.st_size, stat.st_mtime))
+        return rows

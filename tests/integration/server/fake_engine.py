@@ -16,13 +16,20 @@ import time
 from typing import Any
 
 from localrun.engine.types import (
-    DoneEvent, DoneReason, EmbedResult, EngineStats, GenerateRequest, LoadOptions, PrefixCacheLocation, TokenEvent,
+    DoneEvent,
+    DoneReason,
+    EmbedResult,
+    EngineStats,
+    GenerateRequest,
+    LoadOptions,
+    PrefixCacheLocation,
+    TokenEvent,
 )
 from localrun.errors import OptionError
 
 
 class Handle:
-    def __init__(self, engine: "FakeEngine", request: GenerateRequest) -> None:
+    def __init__(self, engine: FakeEngine, request: GenerateRequest) -> None:
         self.events: queue.Queue[Any] = queue.Queue()
         self.cancelled = threading.Event()
         self.engine, self.request = engine, request
@@ -37,7 +44,8 @@ class Handle:
                 self.engine.active -= 1
 
     def _generate(self) -> None:
-        prompt = self.request.prompt if isinstance(self.request.prompt, str) else " ".join(map(str, self.request.prompt))
+        prompt = (self.request.prompt if isinstance(self.request.prompt, str)
+                  else " ".join(map(str, self.request.prompt)))
         if "SAY:" in prompt:
             self._say(prompt)
             return

@@ -15,7 +15,6 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-
 from daemon_helpers import DictStore
 
 pytestmark = pytest.mark.timeout(120)

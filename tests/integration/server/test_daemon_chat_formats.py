@@ -100,7 +100,8 @@ async def test_a_forced_call_comes_back_as_a_call_on_both_apis(serve_app: Any, s
     assert message["finish_reason"] == "tool_calls"
     call = message["message"]["tool_calls"][0]
     assert call["id"].startswith("call_") and call["type"] == "function"
-    assert call["function"]["name"] == "get_weather" and isinstance(json.loads(call["function"]["arguments"])["city"], str)
+    assert call["function"]["name"] == "get_weather"
+    assert isinstance(json.loads(call["function"]["arguments"])["city"], str)
     assert message["message"]["content"] is None  # the <tool_call> frame is not left in the text
     chunks = _sse(await (await client.post("/v1/chat/completions", json={**body, "stream": True})).text())
     deltas = [tc for c in chunks if c["choices"] for tc in c["choices"][0]["delta"].get("tool_calls", [])]
@@ -108,8 +109,8 @@ async def test_a_forced_call_comes_back_as_a_call_on_both_apis(serve_app: Any, s
     assert deltas[0]["function"]["arguments"] == call["function"]["arguments"]  # temperature 0
     assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "tool_calls"
     # The call goes back into the conversation with its result, rendered by the template.
-    history = ASK + [{"role": "assistant", "content": "", "tool_calls": [call]},
-                     {"role": "tool", "tool_call_id": call["id"], "content": "18 C, sunny"}]
+    history = [*ASK, {"role": "assistant", "content": "", "tool_calls": [call]},
+               {"role": "tool", "tool_call_id": call["id"], "content": "18 C, sunny"}]
     r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": history, "tools": TOOLS,
                                                         "max_tokens": 4})
     assert r.status == 200

@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_helpers import DictStore
 
 from localrun.config import models_dir
-
-from daemon_helpers import DictStore
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -73,7 +72,8 @@ async def test_token_array_embeddings_match_the_text_they_encode(serve_app: Any,
     r = await client.post("/v1/embeddings", json={"model": "tiny", "input": tokens, "encoding_format": "float"})
     assert r.status == 200
     one = (await r.json())["data"]
-    assert len(one) == 1 and all(math.isclose(a, b, abs_tol=1e-4) for a, b in zip(one[0]["embedding"], text))
+    assert len(one) == 1
+    assert all(math.isclose(a, b, abs_tol=1e-4) for a, b in zip(one[0]["embedding"], text, strict=False))
     r = await client.post("/v1/embeddings", json={"model": "tiny", "input": [tokens, tokens[:2]],
                                                   "encoding_format": "float"})
     body = await r.json()
@@ -93,7 +93,8 @@ async def test_prefix_cache_hits_are_reported_in_each_apis_usage(serve_app: Any,
     first = (await (await client.post("/v1/messages", json=body)).json())["usage"]
     second = (await (await client.post("/v1/messages", json=body)).json())["usage"]
     prompt = first["input_tokens"] + first["cache_read_input_tokens"]
-    assert second["cache_read_input_tokens"] > 0 and second["input_tokens"] + second["cache_read_input_tokens"] == prompt
+    assert second["cache_read_input_tokens"] > 0
+    assert second["input_tokens"] + second["cache_read_input_tokens"] == prompt
     assert second["input_tokens"] < first["input_tokens"] and second["cache_creation_input_tokens"] == 0
     counted = await (await client.post("/v1/messages/count_tokens", json=body)).json()
     assert counted["input_tokens"] == prompt

@@ -6,12 +6,11 @@ import os
 from typing import Any
 
 from aiohttp import web
+from daemon_helpers import DictStore
 
 from localrun import __version__, config
 from localrun.server.keys import SCHEDULER, SHUTDOWN
 from localrun.server.lifecycle import DEFAULT_GRACE_S
-
-from daemon_helpers import DictStore
 
 
 async def test_status_names_the_process_and_its_effective_settings(serve_app: Any) -> None:

@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_helpers import DictStore
 
 from localrun.hardware.memory import MAX_AUTO_SLOTS
 from localrun.server.keys import SCHEDULER, SETTINGS
-
-from daemon_helpers import DictStore
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -261,7 +260,8 @@ async def test_slots_are_sized_from_memory_and_shown_in_ps(serve_app: Any, store
 
 async def test_the_prefix_cache_survives_a_daemon_restart(serve_app: Any, store: DictStore) -> None:
     prompt = "The history of the printing press begins in " * 6
-    body = {"model": "a", "prompt": prompt, "raw": True, "stream": False, "options": {"num_predict": 4, "temperature": 0}}
+    body = {"model": "a", "prompt": prompt, "raw": True, "stream": False,
+            "options": {"num_predict": 4, "temperature": 0}}
     first = await serve_app(store, num_parallel=2)
     r1 = await (await first.post("/api/generate", json=body)).json()
     assert r1["prompt_eval_cached_count"] == 0
@@ -275,7 +275,8 @@ async def test_the_prefix_cache_survives_a_daemon_restart(serve_app: Any, store:
 async def test_a_runner_stopped_by_a_signal_still_saves_its_prefix_cache(serve_app: Any, store: DictStore) -> None:
     """`systemctl stop` signals the daemon's whole process group: the runner must not die mid-way."""
     client = await serve_app(store, num_parallel=2)
-    body = {"model": "a", "prompt": "A signal arrives " * 8, "raw": True, "stream": False, "options": {"num_predict": 2}}
+    body = {"model": "a", "prompt": "A signal arrives " * 8, "raw": True, "stream": False,
+            "options": {"num_predict": 2}}
     assert (await client.post("/api/generate", json=body)).status == 200
     model = client.app[SCHEDULER].models["a:latest"]
     os.kill(model.backend.pid, signal.SIGTERM)

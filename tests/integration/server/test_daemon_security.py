@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from daemon_helpers import DictStore
 
 pytestmark = pytest.mark.timeout(120)
@@ -60,7 +59,8 @@ async def test_cors_allows_localhost_and_configured_origins_only(serve_app: Any,
     assert "POST" in r.headers["Access-Control-Allow-Methods"]
     assert r.headers["Access-Control-Allow-Origin"] == "http://127.0.0.1:3000"
     # Error responses carry CORS headers too, so a local web app can show the message.
-    r = await client.post("/api/generate", headers={"Origin": "http://localhost"}, json={"model": "nope", "prompt": "x"})
+    r = await client.post("/api/generate", headers={"Origin": "http://localhost"},
+                          json={"model": "nope", "prompt": "x"})
     assert r.status == 404 and r.headers["Access-Control-Allow-Origin"] == "http://localhost"
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from daemon_helpers import DictStore
 
 pytestmark = pytest.mark.timeout(300)

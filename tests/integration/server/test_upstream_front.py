@@ -64,7 +64,8 @@ class Recorder:
         if request.path == "/v1/models":
             return web.json_response({"object": "list", "data": [{"id": "big-model", "object": "model"}]})
         if request.path == "/v1/embeddings":
-            return web.json_response({"data": [{"index": i, "embedding": [0.6, 0.8]} for i, _ in enumerate(body["input"])],
+            return web.json_response({"data": [{"index": i, "embedding": [0.6, 0.8]}
+                                               for i, _ in enumerate(body["input"])],
                                       "usage": {"prompt_tokens": 4}})
         if request.path == "/v1/completions":
             chunks = [{"choices": [{"index": 0, "text": t, "finish_reason": None}]} for t in ("Once", " upon")]
@@ -83,7 +84,8 @@ class Recorder:
                       _delta({}, "tool_calls")]
         else:
             text = '{"a": 1}' if body.get("response_format") else "Hello from upstream"
-            chunks = [_delta({"role": "assistant", "content": ""})] + [_delta({"content": w}) for w in (text[:5], text[5:])]
+            chunks = ([_delta({"role": "assistant", "content": ""})]
+                      + [_delta({"content": w}) for w in (text[:5], text[5:])])
             chunks.append(_delta({}, "stop"))
         chunks.append({"choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 3,
                                                 "prompt_tokens_details": {"cached_tokens": 8}}})
@@ -102,7 +104,8 @@ class Recorder:
 
 
 @pytest.fixture
-async def front(tiny_gguf: Any, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[TestClient, Recorder, Recorder]]:
+async def front(tiny_gguf: Any,
+                monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[TestClient, Recorder, Recorder]]:
     v1, api = Recorder("openai"), Recorder("ollama")
     servers = [TestServer(v1.app, host="127.0.0.1"), TestServer(api.app, host="127.0.0.1")]
     for s in servers:
@@ -111,7 +114,8 @@ async def front(tiny_gguf: Any, monkeypatch: pytest.MonkeyPatch) -> AsyncIterato
     specs = [make_spec("gpu", str(servers[0].make_url("/v1")), api_key_env="GPU_KEY"),
              make_spec("old", str(servers[1].make_url("/")).rstrip("/"))]
     upstreams = Upstreams(specs, None)
-    app = create_app(dataclasses.replace(load_settings(), api_key=CLIENT_KEY), store=DictStore({"tiny": tiny_gguf}), upstreams=upstreams)
+    app = create_app(dataclasses.replace(load_settings(), api_key=CLIENT_KEY), store=DictStore({"tiny": tiny_gguf}),
+                     upstreams=upstreams)
     client = TestClient(TestServer(app, host="127.0.0.1", handler_cancellation=True))
     await client.start_server()
     yield client, v1, api
@@ -157,7 +161,8 @@ async def test_ollama_client_gets_tool_calls_and_thinking_from_a_v1_upstream(fro
 async def test_anthropic_client_gets_a_tool_use_block(front: Any) -> None:
     client, v1, _ = front
     claude = anthropic.AsyncAnthropic(base_url=_url(client), api_key=CLIENT_KEY, max_retries=0)
-    tool = {"name": "get_weather", "description": "Weather in a city", "input_schema": TOOLS[0]["function"]["parameters"]}
+    tool = {"name": "get_weather", "description": "Weather in a city",
+            "input_schema": TOOLS[0]["function"]["parameters"]}
     msg = await claude.messages.create(model="gpu/big-model", max_tokens=64, tools=[tool],
                                        messages=[{"role": "user", "content": "weather in Paris?"}])
     uses = [b for b in msg.content if b.type == "tool_use"]
@@ -207,7 +212,7 @@ async def test_an_ollama_only_upstream_serves_the_openai_api(front: Any) -> None
 
 
 async def test_the_key_shows_nowhere(front: Any, caplog: pytest.LogCaptureFixture) -> None:
-    client, v1, _ = front
+    client, _v1, _ = front
     caplog.set_level(logging.DEBUG)
     headers = {"Authorization": f"Bearer {CLIENT_KEY}"}
     await client.post("/api/chat", json={"model": "gpu/big-model", "stream": False,
@@ -215,7 +220,8 @@ async def test_the_key_shows_nowhere(front: Any, caplog: pytest.LogCaptureFixtur
     answers = []
     for method, path, body in (("POST", "/api/show", {"model": "gpu/big-model"}), ("GET", "/api/ps", None),
                                ("GET", "/metrics", None), ("GET", "/api/tags", None), ("GET", "/api/status", None),
-                               ("POST", "/api/chat", {"model": "gpu/missing", "messages": [{"role": "user", "content": "x"}]})):
+                               ("POST", "/api/chat",
+                                {"model": "gpu/missing", "messages": [{"role": "user", "content": "x"}]})):
         resp = await client.request(method, path, json=body, headers=headers)
         answers.append(await resp.text())
     show = json.loads(answers[0])

@@ -20,8 +20,8 @@ from typing import Any
 
 import psutil
 import pytest
-
 from fakehub import FakeHub
+
 from localrun.errors import LocalrunError, ModelNotFound, PullError
 from localrun.store import ModelStore, Progress, hfdownload, pull
 

@@ -8,11 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from fakehub import FakeHub
+
 from localrun.errors import DigestMismatch, InvalidModelFile, ModelNotFound, PullError
-from localrun.store import ModelStore, Progress, pull
-from localrun.store import curated, hfdownload
+from localrun.store import ModelStore, Progress, curated, hfdownload, pull
 
 REPO = "test-org/Tiny-GGUF"
 

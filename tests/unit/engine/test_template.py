@@ -115,7 +115,8 @@ def test_go_tools_variables_and_functions() -> None:
     tools = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
     messages = [
         {"role": "user", "content": "weather?"},
-        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "weather", "arguments": {"city": "Oslo"}}}]},
+        {"role": "assistant", "content": "",
+         "tool_calls": [{"function": {"name": "weather", "arguments": {"city": "Oslo"}}}]},
         {"role": "tool", "content": "cold"},
     ]
     out = ChatTemplate.from_source(source).render(messages, tools=tools)

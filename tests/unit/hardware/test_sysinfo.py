@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from localrun.hardware import hostgpu, sysinfo
 from localrun.cli.info_cmd import render
-from localrun.hardware.devices import BuildInfo, NativeReport, cpu_device, fake_gpu
 from localrun.errors import EngineError
+from localrun.hardware import hostgpu, sysinfo
+from localrun.hardware.devices import BuildInfo, NativeReport, cpu_device, fake_gpu
 from localrun.hardware.hostgpu import HostGpu
 
 CPU_INFO = "CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 0 | OPENMP = 1 | REPACK = 1 |"

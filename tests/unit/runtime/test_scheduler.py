@@ -289,7 +289,8 @@ async def test_layers_go_to_the_gpu_when_it_has_room_and_num_gpu_overrides(world
     assert s.models["a"].placement.processor() == "100% GPU"
     (await s.acquire(spec("b", num_gpu=0))).release()
     assert s.models["b"].placement.processor() == "100% CPU"
-    world.gpus = [Device("GPU0", "", DeviceKind.GPU, 8 * GiB, 712 * MiB, "CUDA")]  # room for one layer past the 512 MiB reserve
+    # room for one layer past the 512 MiB reserve
+    world.gpus = [Device("GPU0", "", DeviceKind.GPU, 8 * GiB, 712 * MiB, "CUDA")]
     world.sizes["/models/c.gguf"] = 300 * MiB
     (await s.acquire(spec("c"))).release()
     processor = s.models["c"].placement.processor()

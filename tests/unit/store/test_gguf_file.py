@@ -30,7 +30,7 @@ def _copy(src: Path, dst: Path, data: bytes | None = None) -> Path:
 def test_truncated_files_are_rejected(tiny_gguf: Path, tmp_path: Path, keep: float) -> None:
     data = tiny_gguf.read_bytes()
     bad = _copy(tiny_gguf, tmp_path / "cut.gguf", data[: int(len(data) * keep)])
-    with pytest.raises(InvalidModelFile, match="truncated|tensor"):
+    with pytest.raises(InvalidModelFile, match=r"truncated|tensor"):
         read_gguf(bad)
 
 
@@ -52,8 +52,8 @@ def test_garbage_is_rejected(tmp_path: Path, content: bytes, fragment: str) -> N
 
 
 def test_impossible_tensor_size_is_rejected(tiny_gguf: Path, tmp_path: Path) -> None:
-    from gguf import GGUFWriter
     import numpy as np
+    from gguf import GGUFWriter
 
     path = tmp_path / "huge.gguf"
     w = GGUFWriter(str(path), "llama")

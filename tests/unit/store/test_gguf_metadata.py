@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 from gguf import GGUFValueType
+from tinymodel import write_tiny_gguf
 
 from localrun.errors import InvalidModelFile
 from localrun.hardware.memory import read_geometry
 from localrun.store.gguf_file import read_gguf
-from tinymodel import write_tiny_gguf
 
 U32, I32, F32, STR, BOOL, U64 = (GGUFValueType.UINT32, GGUFValueType.INT32, GGUFValueType.FLOAT32,
                                  GGUFValueType.STRING, GGUFValueType.BOOL, GGUFValueType.UINT64)

@@ -18,8 +18,9 @@ def test_create_list_resolve(store: ModelStore, tiny_gguf: Path, tmp_path: Path)
     (tmp_path / "sub").mkdir()
     link = tmp_path / "sub" / "weights.gguf"
     os.link(tiny_gguf, link)
-    text = ('FROM ./weights.gguf\nTEMPLATE """{{ .Prompt }}"""\nSYSTEM You are tiny.\nPARAMETER num_ctx 512\n'
-            'PARAMETER stop "<|im_end|>"\nPARAMETER stop "</s>"\nLICENSE MIT\nMESSAGE user hi\nMESSAGE assistant hello\n')
+    text = ('FROM ./weights.gguf\nTEMPLATE """{{ .Prompt }}"""\nSYSTEM You are tiny.\n'
+            'PARAMETER num_ctx 512\nPARAMETER stop "<|im_end|>"\nPARAMETER stop "</s>"\nLICENSE MIT\n'
+            'MESSAGE user hi\nMESSAGE assistant hello\n')
     entry = store.create("me/tiny:v1", text, base_dir=tmp_path / "sub")
     assert entry.name == "me/tiny:v1" and len(entry.id) == 12
     assert [e.name for e in store.list()] == ["me/tiny:v1"]

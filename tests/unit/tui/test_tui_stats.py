@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from tui_fakes import METRICS
 
 from localrun.tui import stats as st
 from localrun.tui.backend import ReplyStats
-
-from tui_fakes import METRICS
 
 
 def test_parse_metrics_of_the_daemon_format() -> None:

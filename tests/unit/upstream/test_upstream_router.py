@@ -62,7 +62,8 @@ async def test_fails_over_before_the_first_event_and_cools_the_member_down() -> 
         if request.url.host == "b":
             return httpx.Response(503, json={"error": {"message": "loading"}})
         if request.url.host == "c":  # answers, then breaks before any content: still failover
-            return httpx.Response(200, stream=_Breaks(b'data: {"choices": [{"index": 0, "delta": {"role": "assistant"}}]}\n\n'))
+            return httpx.Response(200, stream=_Breaks(b'data: {"choices": [{"index": 0, '
+                                                      b'"delta": {"role": "assistant"}}]}\n\n'))
         return httpx.Response(200, content=_sse("Hel", "lo"))
 
     ups = _upstreams(handler, "http://a/v1", "http://b/v1", "http://c/v1", "http://d/v1")

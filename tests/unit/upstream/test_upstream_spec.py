@@ -55,7 +55,7 @@ def test_env_list_pools_and_json_form(monkeypatch: pytest.MonkeyPatch) -> None:
     full = parse_env('[{"name": "box", "url": "http://d/v1", "api_key_env": "BOX_KEY", "models": ["m1", "m2"]}]')
     assert full[0].models == ("m1", "m2") and full[0].api_key_env == "BOX_KEY"
     monkeypatch.setenv("LOCALRUN_UPSTREAMS", "gpu")
-    with pytest.raises(ConfigError, match="LOCALRUN_UPSTREAMS.*NAME=URL"):
+    with pytest.raises(ConfigError, match=r"LOCALRUN_UPSTREAMS.*NAME=URL"):
         config.upstreams()
     monkeypatch.setenv("LOCALRUN_UPSTREAMS", "gpu=http://a/v1")
     assert config.load_settings().report()["LOCALRUN_UPSTREAMS"] == "gpu=http://a/v1"

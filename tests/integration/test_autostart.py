@@ -14,10 +14,16 @@ from pathlib import Path, PureWindowsPath
 import pytest
 
 from localrun import autostart
-from localrun.errors import LocalrunError
 from localrun.autostart import (
-    ServiceKind, ServiceManager, ServicePaths, ServiceSpec, render_launchd, render_systemd, render_windows,
+    ServiceKind,
+    ServiceManager,
+    ServicePaths,
+    ServiceSpec,
+    render_launchd,
+    render_systemd,
+    render_windows,
 )
+from localrun.errors import LocalrunError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,7 +81,7 @@ def test_systemd_unit_runs_this_interpreter_and_logs_to_the_log_dir(tmp_path: Pa
 
 def test_the_command_the_unit_runs_starts_localrun_serve(tmp_path: Path) -> None:
     (exec_start,) = _unit_value(render_systemd(_spec(tmp_path)), "ExecStart")
-    proc = subprocess.run(shlex.split(exec_start) + ["--help"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([*shlex.split(exec_start), "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "usage: localrun serve" in proc.stdout
 

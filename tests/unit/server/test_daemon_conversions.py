@@ -11,14 +11,21 @@ import pytest
 
 from localrun import errors
 from localrun.engine.types import (
-    DoneEvent, DoneReason, ErrorEvent, GenerateRequest, LoadOptions, SamplingOptions, TokenEvent, TokenLogprob,
+    DoneEvent,
+    DoneReason,
+    ErrorEvent,
+    GenerateRequest,
+    LoadOptions,
+    SamplingOptions,
+    TokenEvent,
+    TokenLogprob,
     Truncation,
 )
 from localrun.runtime import protocol
 from localrun.server import openai_compat as oc
-from localrun.server.options import MISSING, merge_options, parse_keep_alive
 from localrun.server.chatformat import ToolFormat
 from localrun.server.chatparse import Reply, ToolCall
+from localrun.server.options import MISSING, merge_options, parse_keep_alive
 from localrun.server.tools import forced_call, forced_call_schema
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {

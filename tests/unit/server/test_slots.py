@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from localrun.engine.types import LoadOptions
 from localrun.hardware.devices import DeviceKind
-from localrun.hardware.memory import GiB, MAX_AUTO_SLOTS, MiB, Device, ModelGeometry, default_slots, kv_bytes_per_token
+from localrun.hardware.memory import MAX_AUTO_SLOTS, Device, GiB, MiB, ModelGeometry, default_slots, kv_bytes_per_token
 from localrun.server.options import merge_options
 
 

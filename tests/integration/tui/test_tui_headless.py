@@ -7,11 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from tui_fakes import FakeBackend
 
 from localrun.tui.app import LocalrunApp
 from localrun.tui.session import ChatSession
-
-from tui_fakes import FakeBackend
 
 
 def test_cli_and_headless_modules_do_not_import_textual() -> None:

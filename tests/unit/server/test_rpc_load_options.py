@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from localrun.engine.types import LoadOptions
-from localrun.runtime import protocol
 from localrun.hardware.placement import Placement
+from localrun.runtime import protocol
 from localrun.runtime.resident import LoadSpec
 from localrun.server import app as app_module
 

@@ -292,7 +292,7 @@ async def test_conversations_are_saved_private_and_reopen(tmp_path: Path) -> Non
         assert [str(w.render()) for w in app.screen.query(UserMessage)] == ["Plan a trip"]
         await type_and_send(pilot, "continue")
         await wait_idle(pilot)
-        assert [m["content"] for m in backend.chats[-1]["messages"]][0] == "Plan a trip"
+        assert next(m["content"] for m in backend.chats[-1]["messages"]) == "Plan a trip"
 
 
 async def test_daemon_gone_keeps_prompt_and_reconnects(tmp_path: Path) -> None:

@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from storefixtures import rot
 
 from localrun.errors import CorruptBlob, LocalrunError
 from localrun.store import ModelStore, integrity
 from localrun.store.blobs import BlobStore
-from storefixtures import rot
 
 
 @pytest.fixture
@@ -68,7 +68,8 @@ def test_verify_finds_bit_rot_and_repair_never_serves_it_again(store: ModelStore
 
 def test_orphaned_temp_files_are_removed_and_live_ones_kept(store: ModelStore) -> None:
     store.blobs.ensure_dirs()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
     orphan = store.blobs.dir / f".tmp-{int(dead.stdout)}-abc"
     orphan.write_bytes(b"x" * 1000)
     mine = store.blobs.dir / f".tmp-{os.getpid()}-def"

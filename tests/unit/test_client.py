@@ -68,7 +68,7 @@ def test_ps_table_matches_ollamas_columns() -> None:
     from localrun.cli.daemon_cmds import ps_table
     from localrun.fmt import until
 
-    now = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     assert until("2026-01-01T00:04:30Z", now) == "4 minutes from now"
     assert until("2318-11-22T00:00:00Z", now) == "Forever"
     assert until("2025-12-31T23:59:59Z", now) == "Stopping..."

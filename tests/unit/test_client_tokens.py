@@ -22,7 +22,8 @@ def _handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"model": "m:latest", "tokens": [1, 5, 6][: 3 if body["add_special"] else 2]})
     if request.url.path == "/api/detokenize":
         if any(t > 100 for t in body["tokens"]):
-            return httpx.Response(400, json={"error": "token id 999 is not in the vocabulary", "code": "invalid_request"})
+            return httpx.Response(400, json={"error": "token id 999 is not in the vocabulary",
+                                             "code": "invalid_request"})
         return httpx.Response(200, json={"model": "m:latest", "content": "hello world"})
     return httpx.Response(404, json={"error": "not found"})
 

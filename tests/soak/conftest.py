@@ -1,8 +1,0 @@
-"""The soak test shares the live-daemon helpers of tests/hardening."""
-
-from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hardening"))
