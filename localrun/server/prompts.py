@@ -20,6 +20,24 @@ from ..errors import InvalidRequest, TemplateError
 log = logging.getLogger(__name__)
 
 ROLES = ("system", "user", "assistant", "tool")
+"""A native message's roles: the one list every API's messages are checked against."""
+TURN_ROLES = ROLES[:3]
+"""The roles of APIs that carry tool results in their own items (Responses, Anthropic Messages)."""
+ROLE_ALIASES = {"developer": "system"}  # OpenAI's newer name for the system role (chat completions, Responses)
+
+
+def native_role(role: object, allowed: tuple[str, ...] = ROLES) -> str | None:
+    """``role`` as a native role (an alias such as ``developer`` resolved) when it is in ``allowed``, else None."""
+    if not isinstance(role, str):
+        return None
+    role = ROLE_ALIASES.get(role, role)
+    return role if role in allowed else None
+
+
+def role_names(allowed: tuple[str, ...] = ROLES, *, aliases: bool = True) -> str:
+    """``allowed`` (and the aliases of its roles) for an error message: "system, developer, user or assistant"."""
+    names = [n for r in allowed for n in (r, *(a for a, t in ROLE_ALIASES.items() if aliases and t == r))]
+    return ", ".join(names[:-1]) + " or " + names[-1]
 RENDER_TIMEOUT = 10.0  # seconds; templates are user-supplied code (Modelfile TEMPLATE, request template)
 
 
