@@ -30,15 +30,15 @@ import json
 import struct
 import typing
 from collections.abc import Callable
-from typing import IO, Any, ClassVar, Union
+from typing import IO, Any, ClassVar
 
 from .. import errors
 from ..engine.types import (
     DoneEvent,
     DoneReason,
+    EmbedInput,
     EmbedResult,
     EngineStats,
-    EmbedInput,
     ErrorEvent,
     Event,
     GenerateRequest,
@@ -386,9 +386,9 @@ class Batch:
     messages: tuple[Message, ...]
 
 
-ToRunner = Union[Load, Generate, Cancel, Embed, Tokenize, Detokenize, Stats, Close, DebugAbort]
-FromRunner = Union[Loaded, LoadFailed, Accepted, EventMessage, Result, Failed, Batch]
-Message = Union[ToRunner, FromRunner]
+ToRunner = Load | Generate | Cancel | Embed | Tokenize | Detokenize | Stats | Close | DebugAbort
+FromRunner = Loaded | LoadFailed | Accepted | EventMessage | Result | Failed | Batch
+Message = ToRunner | FromRunner
 
 MESSAGES: dict[str, type[Message]] = {
     cls.OP: cls for cls in typing.get_args(ToRunner) + typing.get_args(FromRunner)

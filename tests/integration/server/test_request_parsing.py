@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from daemon_helpers import DictStore
 
 pytestmark = pytest.mark.timeout(120)
