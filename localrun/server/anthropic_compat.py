@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequest
-from .http import get_number, get_whole, str_field
+from .http import get, get_number, get_whole, str_field
 from .openai_compat import NativeCall, options_from_openai
 from .options import parse_keep_alive
 from .prompts import TURN_ROLES, role_names
@@ -73,15 +73,11 @@ def messages_to_native(body: dict[str, Any], *, count_only: bool = False) -> Mes
         options["stop"] = list(stops)
     if max_tokens is not None:
         options["num_predict"] = max_tokens
-    metadata = body.get("metadata")
-    if metadata is not None and not isinstance(metadata, dict):
-        raise InvalidRequest("metadata: must be an object")
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise InvalidRequest("stream: must be true or false")
+    get(body, "metadata", dict)
+    stream = get(body, "stream", bool, False)
     messages = system_messages(body.get("system")) + conversation(body.get("messages"))
     call = NativeCall(model=body.get("model"), options=options, keep_alive=parse_keep_alive(body.get("keep_alive")),
-                      stream=bool(stream), messages=messages, tools=tools_to_native(body.get("tools")),
+                      stream=stream, messages=messages, tools=tools_to_native(body.get("tools")),
                       tool_choice=tool_choice(body.get("tool_choice")), format=output_format(body.get("output_config")))
     think = thinking(body.get("thinking"))
     if think.budget_tokens is not None and max_tokens is not None and think.budget_tokens >= max_tokens:

@@ -58,11 +58,7 @@ class NativeCall:
 def options_from_openai(body: dict[str, Any]) -> dict[str, Any]:
     """Sampling fields and localrun's extra fields -> an Ollama options dict."""
     options: dict[str, Any] = {}
-    extra = body.get("options")
-    if extra is not None:
-        if not isinstance(extra, dict):
-            raise InvalidRequest("'options' must be an object")
-        options.update(extra)
+    options.update(get(body, "options", dict, {}))
     for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
         value = get(body, name, float)
         if value is not None:
