@@ -32,10 +32,6 @@ from . import config, daemon_logs, errors
 
 PROBE_TIMEOUT_S = 3.0  # is_running(): a port held by something that does not answer HTTP is "not running"
 
-_BY_CODE: dict[str, type[errors.LocalrunError]] = {}
-for _cls in list(vars(errors).values()):
-    if isinstance(_cls, type) and issubclass(_cls, errors.LocalrunError):
-        _BY_CODE.setdefault(_cls.code, _cls)
 _BY_STATUS = {400: errors.InvalidRequest, 401: errors.Unauthorized, 403: errors.Forbidden, 404: errors.NotFound,
               413: errors.PayloadTooLarge, 502: errors.RunnerCrashed, 503: errors.Busy, 507: errors.ModelTooLarge}
 
@@ -53,16 +49,11 @@ def error_from(status: int, body: Any, headers: Any = None) -> errors.LocalrunEr
             message, code = str(err.get("message", message)), err.get("code")
         elif err is not None:
             message, code = str(err), body.get("code")
-    cls = _BY_CODE.get(str(code)) or _BY_STATUS.get(status, errors.LocalrunError)
+    cls = errors.BY_CODE.get(str(code)) or _BY_STATUS.get(status, errors.LocalrunError)
     if cls is errors.Busy:
         retry = float((headers or {}).get("Retry-After", 1) or 1)
         return errors.Busy(message, retry)
-    if cls is errors.ModelfileError:
-        return errors.ModelfileError(message)
-    try:
-        return cls(message)
-    except TypeError:
-        return errors.LocalrunError(message)
+    return errors.from_code(cls.code, message) or errors.LocalrunError(message)
 
 
 def _headers(api_key: str | None) -> dict[str, str]:

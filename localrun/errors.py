@@ -210,3 +210,30 @@ class BenchError(LocalrunError):
     """`localrun bench` cannot measure a target: unreachable, no model, or it rejects every request."""
 
     code = "bench_failed"
+
+
+def _by_code() -> dict[str, type[LocalrunError]]:
+    table: dict[str, type[LocalrunError]] = {}
+    pending: list[type[LocalrunError]] = [LocalrunError]
+    while pending:
+        cls = pending.pop(0)
+        table.setdefault(cls.code, cls)
+        pending.extend(cls.__subclasses__())
+    return table
+
+
+BY_CODE: dict[str, type[LocalrunError]] = _by_code()
+"""Every error class by its ``code``: the one mapping the runner pipe and the HTTP client rebuild errors with."""
+
+
+def from_code(code: object, message: str, *, retry_after: float = 1.0) -> LocalrunError | None:
+    """The error whose ``code`` is ``code`` carrying ``message``; None for a code nobody here defines.
+
+    ``retry_after`` is used only when the code is Busy's. Never imports or evaluates what ``code`` names.
+    """
+    cls = BY_CODE.get(code) if isinstance(code, str) else None
+    if cls is None:
+        return None
+    if cls is Busy:
+        return Busy(message, retry_after)
+    return cls(message)

@@ -37,56 +37,35 @@ import llama_cpp as lc
 import numpy as np
 
 from ..errors import GrammarError, OptionError
+from . import limits
 from .greedy import GreedyPenalties
 from .native import Vocab
 from .types import SamplingOptions, TokenLogprob
 
-MAX_TOP_LOGPROBS = 20
-MAX_STOP = 16
-MAX_STOP_CHARS = 1000
 _TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
 
 
 def validate(options: SamplingOptions) -> None:
-    """Raise OptionError naming the first impossible option."""
-    def number(name: str, value: object, low: float, high: float) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise OptionError(f"{name} must be a finite number, got {value!r}")
-        if not low <= value <= high:
-            raise OptionError(f"{name} must be between {low:g} and {high:g}, got {value!r}")
-        return float(value)
-
-    def integer(name: str, value: object, low: int, high: int | None = None) -> int:
+    """Raise OptionError naming the first impossible option (the ranges of :mod:`.limits`, which the
+    server already checked every request against)."""
+    def integer(name: str, value: object, low: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise OptionError(f"{name} must be a whole number, got {value!r}")
-        if value < low or (high is not None and value > high):
-            bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-            raise OptionError(f"{name} must be {bound}, got {value}")
+        if value < low:
+            raise OptionError(f"{name} must be at least {low}, got {value}")
         return value
 
-    number("temperature", options.temperature, 0.0, 100.0)
-    integer("top_k", options.top_k, 0)
-    number("top_p", options.top_p, 0.0, 1.0)
-    number("min_p", options.min_p, 0.0, 1.0)
-    number("typical_p", options.typical_p, 0.0, 1.0)
-    number("repeat_penalty", options.repeat_penalty, 0.0, 100.0)
-    integer("repeat_last_n", options.repeat_last_n, -1)
-    number("presence_penalty", options.presence_penalty, -2.0, 2.0)
-    number("frequency_penalty", options.frequency_penalty, -2.0, 2.0)
+    for name in limits.NUMBER_RANGES:
+        limits.check_number(name, getattr(options, name))
+    for name in limits.WHOLE_RANGES:
+        limits.check_whole(name, getattr(options, name))
     if options.seed is not None:
         integer("seed", options.seed, -(2**63))
     if options.num_predict is not None:
         integer("num_predict", options.num_predict, -2)
-    if not isinstance(options.stop, (tuple, list)) or not all(isinstance(s, str) for s in options.stop):
-        raise OptionError("stop must be a list of strings")
-    if len(options.stop) > MAX_STOP:
-        raise OptionError(f"at most {MAX_STOP} stop strings are supported, got {len(options.stop)}")
-    if any(len(s) > MAX_STOP_CHARS for s in options.stop):
-        raise OptionError(f"stop strings must be at most {MAX_STOP_CHARS} characters")
-    integer("top_logprobs", options.top_logprobs, 0, MAX_TOP_LOGPROBS)
+    limits.check_stop(options.stop)
     if not isinstance(options.ignore_eos, bool):
         raise OptionError(f"ignore_eos must be true or false, got {options.ignore_eos!r}")
-    integer("min_tokens", options.min_tokens, 0)
 
 
 def resolve_seed(seed: int | None) -> int:

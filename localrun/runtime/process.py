@@ -9,13 +9,12 @@ with the reason; the scheduler then forgets the model so the next request loads 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import logging
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import errors, trace
@@ -71,7 +70,7 @@ class RunnerStream:
         self._cancelled = True
         if self._process.alive:
             try:
-                await self._process._send({"op": "cancel", "id": self.rid})
+                await self._process._send(protocol.Cancel(self.rid))
             except (ConnectionError, errors.RunnerCrashed):
                 pass
 
@@ -92,6 +91,13 @@ class RunnerProcess:
         self._closing = False
         self.exited: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._reader_task: asyncio.Task[None] | None = None
+        self._handlers: dict[type[protocol.Message], Callable[[Any], None]] = {  # the one dispatch table
+            protocol.Batch: self._on_batch,
+            protocol.EventMessage: self._on_event,
+            protocol.Accepted: self._on_accepted,
+            protocol.Result: self._on_result,
+            protocol.Failed: self._on_failed,
+        }
 
     @classmethod
     async def start(
@@ -123,44 +129,38 @@ class RunnerProcess:
             runner.kill()
             await proc.wait()
             raise
-        if first is None or first.get("op") not in ("loaded", "load_error"):
+        if not isinstance(first, (protocol.Loaded, protocol.LoadFailed)):
             runner.kill()
             code = await proc.wait()
             raise errors.RunnerCrashed(f"the runner for {name} died while loading ({_describe_exit(code)})")
-        if first["op"] == "load_error":
+        if isinstance(first, protocol.LoadFailed):
             await proc.wait()
-            raise protocol.decode_error(first.get("error"))
-        runner.info = first.get("info") or {}
+            raise first.error
+        runner.info = first.info if isinstance(first.info, dict) else {}
         runner._reader_task = asyncio.create_task(runner._read_loop(), name=f"runner-reader-{name}")
         return runner
 
     async def _load(self, model_path: str, options: LoadOptions, template: str | None,
-                    factory: str | None, prefix_cache: PrefixCacheLocation | None) -> dict[str, Any] | None:
-        await self._send({
-            "op": "load",
-            "model_path": model_path,
-            "options": protocol.encode_load_options(options),
-            "template": template,
-            "factory": factory,
-            "prefix_cache": dataclasses.asdict(prefix_cache) if prefix_cache is not None else None,
-        })
+                    factory: str | None, prefix_cache: PrefixCacheLocation | None) -> protocol.Message | None:
+        await self._send(protocol.Load(model_path, options, template, factory, prefix_cache))
         assert self._proc.stdout is not None
         try:
-            return await protocol.read_frame(self._proc.stdout)
-        except errors.RunnerCrashed:
+            frame = await protocol.read_frame(self._proc.stdout)
+            return None if frame is None else protocol.decode_message(frame)
+        except errors.RunnerCrashed:  # ProtocolError included
             return None
 
     @property
     def alive(self) -> bool:
         return not self.exited.done()
 
-    async def _send(self, message: dict[str, Any]) -> None:
+    async def _send(self, message: protocol.ToRunner) -> None:
         stdin = self._proc.stdin
         if stdin is None or stdin.is_closing():
             raise errors.RunnerCrashed(f"the runner for {self.name} is not running")
         async with self._write_lock:
             try:
-                stdin.write(protocol.encode_frame(message))
+                stdin.write(protocol.encode_frame(protocol.encode_message(message)))
                 await stdin.drain()
             except (ConnectionError, BrokenPipeError) as exc:
                 raise errors.RunnerCrashed(f"the runner for {self.name} is not running") from exc
@@ -174,7 +174,7 @@ class RunnerProcess:
                 if message is None:
                     break
                 trace.mark("frame_read", self.pid)
-                self._dispatch(message)
+                self._dispatch(protocol.decode_message(message))
         except errors.RunnerCrashed as exc:
             problem = str(exc)
         code = await self._proc.wait()
@@ -185,30 +185,41 @@ class RunnerProcess:
         if not self.exited.done():
             self.exited.set_result(reason)
 
-    def _dispatch(self, message: dict[str, Any]) -> None:
-        op, rid = message.get("op"), message.get("id")
-        if op == "batch":  # several messages written at once (one engine step's events), in order
-            for inner in message.get("messages") or ():
-                if isinstance(inner, dict) and inner.get("op") != "batch":
-                    self._dispatch(inner)
-        elif op == "event" and isinstance(rid, int):
-            stream = self._streams.get(rid)
-            if stream is not None:
-                stream._push(protocol.decode_event(message["event"]))
-        elif op == "accepted" and isinstance(rid, int):
-            fut = self._accept.pop(rid, None)
-            if fut is not None and not fut.done():
-                fut.set_result(None)
-        elif op in ("result", "error"):
-            fut_any = self._calls.pop(rid, None) if isinstance(rid, int) else None
-            if fut_any is None and op == "error" and isinstance(rid, int):
-                fut_any = self._accept.pop(rid, None)
-                self._streams.pop(rid, None)
-            if fut_any is not None and not fut_any.done():
-                if op == "result":
-                    fut_any.set_result(message.get("result"))
-                else:
-                    fut_any.set_exception(protocol.decode_error(message.get("error")))
+    def _dispatch(self, message: protocol.Message) -> None:
+        """Route one message from the runner (the one table: ``self._handlers``); ops only the
+        daemon sends, or a second ``loaded``, are ignored."""
+        handler = self._handlers.get(type(message))
+        if handler is not None:
+            handler(message)
+
+    def _on_batch(self, message: protocol.Batch) -> None:
+        for inner in message.messages:  # one engine step's events for every stream, in order
+            self._dispatch(inner)
+
+    def _on_event(self, message: protocol.EventMessage) -> None:
+        stream = self._streams.get(message.id)
+        if stream is not None:
+            stream._push(message.event)
+
+    def _on_accepted(self, message: protocol.Accepted) -> None:
+        fut = self._accept.pop(message.id, None)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def _on_result(self, message: protocol.Result) -> None:
+        fut = self._calls.pop(message.id, None)
+        if fut is not None and not fut.done():
+            fut.set_result(message.result)
+
+    def _on_failed(self, message: protocol.Failed) -> None:
+        if message.id is None:
+            return
+        fut: asyncio.Future[Any] | None = self._calls.pop(message.id, None)
+        if fut is None:  # a refused generate
+            fut = self._accept.pop(message.id, None)
+            self._streams.pop(message.id, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(message.error)
 
     def _fail_all(self, reason: str) -> None:
         error = errors.RunnerCrashed(
@@ -235,7 +246,7 @@ class RunnerProcess:
             self._accept.pop(rid, None)
             raise errors.RunnerCrashed(f"the runner for model {self.name!r} is not running")
         try:
-            await self._send({"op": "generate", "id": rid, "request": protocol.encode_request(request)})
+            await self._send(protocol.Generate(rid, request))
             trace.mark_request("sent", f"{self.pid}:{rid}")
             await accepted
         except errors.LocalrunError:  # refused by the engine (OptionError...) or the runner died
@@ -248,13 +259,14 @@ class RunnerProcess:
             self._accept.pop(rid, None)
             if self.alive:
                 try:
-                    await self._send({"op": "cancel", "id": rid})
+                    await self._send(protocol.Cancel(rid))
                 except errors.RunnerCrashed:
                     pass
             raise
         return stream
 
-    async def _call(self, message: dict[str, Any]) -> Any:
+    async def _call(self, make: Callable[[int], protocol.ToRunner]) -> protocol.JSONValue:
+        """Send the RPC ``make(id)`` builds and wait for its result (raises the error it failed with)."""
         rid = next(self._ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._calls[rid] = fut
@@ -262,26 +274,26 @@ class RunnerProcess:
             self._calls.pop(rid, None)
             raise errors.RunnerCrashed(f"the runner for model {self.name!r} is not running")
         try:
-            await self._send({**message, "id": rid})
+            await self._send(make(rid))
             return await fut
         finally:
             self._calls.pop(rid, None)
 
     async def embed(self, inputs: list[EmbedInput], truncate: bool = True) -> EmbedResult:
-        return protocol.decode_embed_result(await self._call({"op": "embed", "input": inputs, "truncate": truncate}))
+        return protocol.decode_embed_result(await self._call(lambda rid: protocol.Embed(rid, inputs, truncate)))
 
     async def tokenize(self, text: str, add_special: bool = True) -> list[int]:
-        return [int(t) for t in await self._call({"op": "tokenize", "text": text, "add_special": add_special})]
+        return [int(t) for t in await self._call(lambda rid: protocol.Tokenize(rid, text, add_special))]
 
     async def detokenize(self, tokens: list[int]) -> str:
-        return str(await self._call({"op": "detokenize", "tokens": tokens}))
+        return str(await self._call(lambda rid: protocol.Detokenize(rid, tokens)))
 
     async def stats(self) -> EngineStats:
-        return protocol.decode_stats(await self._call({"op": "stats"}))
+        return protocol.decode_stats(await self._call(protocol.Stats))
 
     async def debug_abort(self) -> None:
         """Make the runner call os.abort() (honoured only with LOCALRUN_RUNNER_DEBUG=1)."""
-        await self._send({"op": "debug_abort"})
+        await self._send(protocol.DebugAbort())
 
     async def close(self, timeout: float = 10.0) -> None:
         """End the process (its memory returns to the system); kill it if it does not exit in time."""
@@ -289,7 +301,7 @@ class RunnerProcess:
             return
         self._closing = True
         try:
-            await self._send({"op": "close"})
+            await self._send(protocol.Close())
             if self._proc.stdin is not None:
                 self._proc.stdin.close()
         except errors.RunnerCrashed:

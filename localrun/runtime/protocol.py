@@ -14,6 +14,12 @@ Daemon -> runner ops (``op``):
 Runner -> daemon: loaded {info} | load_error {error} first, then accepted/event/result/error frames,
     or a batch {messages: [...]} frame holding several of those in order (what queued up since the
     runner's last write, e.g. one engine step's tokens for every stream).
+
+Each op is a frozen dataclass below (:class:`Generate`, :class:`Accepted`, ...); :func:`encode_message`
+and :func:`decode_message` are the one codec between them and frames, driven by the table ``MESSAGES``
+(op -> class) and one decoder per payload type (a GenerateRequest, an Event, an error...). Errors cross
+the pipe as ``{code, message[, retry_after]}`` and are rebuilt with :func:`localrun.errors.from_code`,
+the same mapping the HTTP client uses; a code nobody defines becomes an EngineError.
 """
 
 from __future__ import annotations
@@ -22,18 +28,22 @@ import asyncio
 import dataclasses
 import json
 import struct
-from typing import IO, Any
+import typing
+from collections.abc import Callable
+from typing import IO, Any, ClassVar
 
 from .. import errors
 from ..engine.types import (
     DoneEvent,
     DoneReason,
+    EmbedInput,
     EmbedResult,
     EngineStats,
     ErrorEvent,
     Event,
     GenerateRequest,
     LoadOptions,
+    PrefixCacheLocation,
     SamplingOptions,
     TokenEvent,
     TokenLogprob,
@@ -103,29 +113,23 @@ def read_frame_sync(stream: IO[bytes]) -> dict[str, Any] | None:
 
 
 def encode_error(exc: BaseException) -> dict[str, Any]:
+    """An exception as it crosses the pipe: its ``code`` (EngineError's for anything not localrun's)."""
     if isinstance(exc, errors.LocalrunError):
-        out: dict[str, Any] = {"type": type(exc).__name__, "message": exc.message}
+        out: dict[str, Any] = {"code": exc.code, "message": exc.message}
         if isinstance(exc, errors.Busy):
             out["retry_after"] = exc.retry_after
         return out
-    return {"type": "EngineError", "message": f"{type(exc).__name__}: {exc}"}
+    return {"code": errors.EngineError.code, "message": f"{type(exc).__name__}: {exc}"}
 
 
-def decode_error(data: Any) -> errors.LocalrunError:
+def decode_error(data: object) -> errors.LocalrunError:
+    """The error :func:`encode_error` sent; anything unrecognised is an EngineError with its message."""
     if not isinstance(data, dict):
         return errors.EngineError(str(data))
-    cls = getattr(errors, str(data.get("type", "")), None)
     message = str(data.get("message", "runner error"))
-    if not (isinstance(cls, type) and issubclass(cls, errors.LocalrunError)):
-        return errors.EngineError(message)
-    if cls is errors.Busy:
-        return errors.Busy(message, float(data.get("retry_after", 1.0)))
-    if cls is errors.ModelfileError:
-        return errors.ModelfileError(message)
-    try:
-        return cls(message)
-    except TypeError:
-        return errors.EngineError(message)
+    retry_after = data.get("retry_after", 1.0)
+    retry = float(retry_after) if isinstance(retry_after, (int, float)) and not isinstance(retry_after, bool) else 1.0
+    return errors.from_code(data.get("code"), message, retry_after=retry) or errors.EngineError(message)
 
 
 # --- requests -----------------------------------------------------------------------------
@@ -260,3 +264,240 @@ def to_jsonable(value: Any) -> Any:
     if hasattr(value, "__dict__"):
         return {k: to_jsonable(v) for k, v in vars(value).items() if not k.startswith("_")}
     return str(value)
+
+
+# --- messages -----------------------------------------------------------------------------
+# One frozen dataclass per op. Field annotations name their payload type; the codec below
+# looks each one up in _DECODERS (so a new field of a known type needs no new code).
+
+JSONValue = Any
+"""A value exactly as JSON carries it (a model's info, an RPC result before its caller decodes it)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Load:
+    OP: ClassVar[str] = "load"
+    model_path: str
+    options: LoadOptions
+    template: str | None = None
+    factory: str | None = None
+    prefix_cache: PrefixCacheLocation | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Generate:
+    OP: ClassVar[str] = "generate"
+    id: int
+    request: GenerateRequest
+
+
+@dataclasses.dataclass(frozen=True)
+class Cancel:
+    OP: ClassVar[str] = "cancel"
+    id: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Embed:
+    OP: ClassVar[str] = "embed"
+    id: int
+    input: list[EmbedInput]
+    truncate: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Tokenize:
+    OP: ClassVar[str] = "tokenize"
+    id: int
+    text: str
+    add_special: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Detokenize:
+    OP: ClassVar[str] = "detokenize"
+    id: int
+    tokens: list[int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    OP: ClassVar[str] = "stats"
+    id: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Close:
+    OP: ClassVar[str] = "close"
+
+
+@dataclasses.dataclass(frozen=True)
+class DebugAbort:
+    OP: ClassVar[str] = "debug_abort"
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    OP: ClassVar[str] = "loaded"
+    info: JSONValue = None
+    pid: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadFailed:
+    OP: ClassVar[str] = "load_error"
+    error: errors.LocalrunError
+
+
+@dataclasses.dataclass(frozen=True)
+class Accepted:
+    OP: ClassVar[str] = "accepted"
+    id: int
+
+
+@dataclasses.dataclass(frozen=True)
+class EventMessage:
+    OP: ClassVar[str] = "event"
+    id: int
+    event: Event
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    OP: ClassVar[str] = "result"
+    id: int
+    result: JSONValue
+
+
+@dataclasses.dataclass(frozen=True)
+class Failed:
+    """An op refused or failed: ``id`` names the generate or RPC it answers (None when unknown)."""
+
+    OP: ClassVar[str] = "error"
+    id: int | None
+    error: errors.LocalrunError
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """Several runner -> daemon messages written as one frame, in order (never nested)."""
+
+    OP: ClassVar[str] = "batch"
+    messages: tuple[Message, ...]
+
+
+ToRunner = Load | Generate | Cancel | Embed | Tokenize | Detokenize | Stats | Close | DebugAbort
+FromRunner = Loaded | LoadFailed | Accepted | EventMessage | Result | Failed | Batch
+Message = ToRunner | FromRunner
+
+MESSAGES: dict[str, type[Message]] = {
+    cls.OP: cls for cls in typing.get_args(ToRunner) + typing.get_args(FromRunner)
+}
+"""Every message class by its op: the codec's one table."""
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected a whole number, got {value!r}")
+    return value
+
+
+def _str(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r}")
+    return value
+
+
+def _optional(decode: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else decode(value)
+
+
+def _dict(value: object) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {value!r}")
+    return value
+
+
+def _batch(value: object) -> tuple[Message, ...]:
+    if not isinstance(value, list):
+        raise TypeError("a batch holds a list of messages")
+    inner = tuple(decode_message(_dict(item)) for item in value)
+    if any(isinstance(message, Batch) for message in inner):
+        raise TypeError("a batch inside a batch")
+    return inner
+
+
+_DECODERS: dict[str, Callable[[Any], Any]] = {
+    "int": _int,
+    "int | None": _optional(_int),
+    "str": _str,
+    "str | None": _optional(_str),
+    "bool": bool,
+    "JSONValue": lambda value: value,
+    "list[int]": lambda value: [_int(v) for v in value],
+    "list[EmbedInput]": list,  # the engine checks each input (a string or token ids) and says which is wrong
+    "LoadOptions": lambda value: decode_load_options(_dict(value)),
+    "PrefixCacheLocation | None": _optional(lambda value: PrefixCacheLocation(**_dict(value))),
+    "GenerateRequest": lambda value: decode_request(_dict(value)),
+    "Event": lambda value: decode_event(_dict(value)),
+    "errors.LocalrunError": decode_error,
+    "tuple[Message, ...]": _batch,
+}
+"""One decoder per payload type, keyed by the annotation text a message field carries."""
+
+
+def _encode_value(value: object) -> object:
+    if isinstance(value, BaseException):
+        return encode_error(value)
+    if isinstance(value, GenerateRequest):
+        return encode_request(value)
+    if isinstance(value, (TokenEvent, DoneEvent, ErrorEvent)):
+        return encode_event(value)
+    if isinstance(value, LoadOptions):
+        return encode_load_options(value)
+    if isinstance(value, PrefixCacheLocation):
+        return dataclasses.asdict(value)
+    if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+        return [encode_message(item) for item in value]
+    return value
+
+
+def encode_message(message: Message) -> dict[str, Any]:
+    """A message as the JSON object of its frame: ``{"op": ..., field: payload, ...}``."""
+    out: dict[str, Any] = {"op": message.OP}
+    for f in dataclasses.fields(message):
+        out[f.name] = _encode_value(getattr(message, f.name))
+    return out
+
+
+def encode_batch(encoded: list[dict[str, Any]]) -> dict[str, Any]:
+    """A :class:`Batch` of messages already encoded one by one (the runner's writer encodes each apart,
+    so one that cannot be encoded fails alone)."""
+    return {"op": Batch.OP, "messages": encoded}
+
+
+def decode_message(data: dict[str, Any]) -> Message:
+    """The message a frame holds; raises ProtocolError for an unknown op or a malformed field."""
+    op = data.get("op")
+    cls = MESSAGES.get(op) if isinstance(op, str) else None
+    if cls is None:
+        raise ProtocolError(f"unknown op {op!r}")
+    values: dict[str, Any] = {}
+    try:
+        for f in dataclasses.fields(cls):
+            if f.name in data:
+                values[f.name] = _DECODERS[str(f.type)](data[f.name])
+        return cls(**values)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProtocolError(f"malformed {op!r} message: {exc}") from exc
+
+
+def message_id(data: dict[str, Any]) -> int | None:
+    """The ``id`` of a raw frame, when it has a usable one (to answer a frame that did not decode)."""
+    rid = data.get("id")
+    return rid if isinstance(rid, int) and not isinstance(rid, bool) else None
+
+
+for _cls in MESSAGES.values():  # every field's annotation has a decoder (checked once, at import)
+    for _field in dataclasses.fields(_cls):
+        assert str(_field.type) in _DECODERS, f"{_cls.__name__}.{_field.name}: no decoder for {_field.type}"

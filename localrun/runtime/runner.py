@@ -26,8 +26,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, Callable
 
-from .. import config, trace
-from ..engine.types import ErrorEvent, PrefixCacheLocation, is_last
+from .. import config, errors, trace
+from ..engine.types import ErrorEvent, is_last
 from . import protocol
 
 log = logging.getLogger(__name__)
@@ -61,10 +61,19 @@ class Runner:
         self._handles_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="runner-rpc")
         self._traced: set[int] = set()  # request ids whose first event went out (tracing only)
+        self._handlers: dict[type[protocol.Message], Callable[[Any], None]] = {  # the one dispatch table
+            protocol.Generate: self._generate,
+            protocol.Cancel: self._cancel,
+            protocol.Embed: self._submit_rpc,
+            protocol.Tokenize: self._submit_rpc,
+            protocol.Detokenize: self._submit_rpc,
+            protocol.Stats: self._submit_rpc,
+            protocol.DebugAbort: self._debug_abort,
+        }
         self._writer = threading.Thread(target=self._write_loop, name="runner-writer", daemon=True)
         self._writer.start()
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: protocol.FromRunner) -> None:
         """Queue one message; the writer sends messages in the order they were queued."""
         self._outbox.put(message)
 
@@ -84,8 +93,7 @@ class Runner:
             stop = _STOP in items
             messages = [_as_message(item) for item in items if item is not _STOP]
             if messages:
-                frame = protocol.encode_frame(messages[0] if len(messages) == 1
-                                              else {"op": "batch", "messages": messages})
+                frame = protocol.encode_frame(messages[0] if len(messages) == 1 else protocol.encode_batch(messages))
                 try:
                     self._out.write(frame)
                     self._out.flush()
@@ -107,45 +115,51 @@ class Runner:
     def serve(self, stream: IO[bytes]) -> None:
         while True:
             message = protocol.read_frame_sync(stream)
-            if message is None or message.get("op") == "close":
+            if message is None or message.get("op") == protocol.Close.OP:
                 break
             self.dispatch(message)
         self.shutdown()
 
-    def dispatch(self, message: dict[str, Any]) -> None:
-        op = message.get("op")
-        rid = message.get("id")
-        if op == "generate":
-            trace.mark("recv", int(message["id"]))
-            self._generate(int(message["id"]), message["request"])
-        elif op == "cancel":
-            with self._handles_lock:
-                handle = self._handles.get(int(message["id"]))
-            if handle is not None:
-                handle.cancel()
-        elif op in ("embed", "tokenize", "detokenize", "stats"):
-            self._pool.submit(self._rpc, rid, op, message)
-        elif op == "debug_abort" and os.environ.get(DEBUG_ENV) == "1":
-            os.abort()  # simulate a native crash (tests only)
-        else:
-            self.send({"op": "error", "id": rid, "error": {"type": "EngineError", "message": f"unknown op {op!r}"}})
-
-    def _generate(self, rid: int, data: dict[str, Any]) -> None:
+    def dispatch(self, frame: dict[str, Any]) -> None:
+        """Decode one frame from the daemon and run its op (the one table: ``self._handlers``)."""
         try:
-            handle = self.engine.submit(protocol.decode_request(data))
+            message = protocol.decode_message(frame)
+            handler = self._handlers[type(message)]
+        except (protocol.ProtocolError, KeyError) as exc:
+            problem = str(exc) if isinstance(exc, protocol.ProtocolError) else f"unknown op {frame.get('op')!r}"
+            self.send(protocol.Failed(protocol.message_id(frame), errors.EngineError(problem)))
+            return
+        handler(message)
+
+    def _generate(self, message: protocol.Generate) -> None:
+        rid = message.id
+        trace.mark("recv", rid)
+        try:
+            handle = self.engine.submit(message.request)
         except Exception as exc:  # OptionError, GrammarError, ContextOverflow... go back as-is
-            self.send({"op": "error", "id": rid, "error": protocol.encode_error(exc)})
+            self.send(protocol.Failed(rid, _as_error(exc)))
             return
         with self._handles_lock:
             self._handles[rid] = handle
         if trace.enabled():
             trace.mark("submitted", rid, handle.request_id)
-        self.send({"op": "accepted", "id": rid})
+        self.send(protocol.Accepted(rid))
         forward = getattr(handle, "forward", None)
         if forward is not None:
             forward(lambda event: self._on_event(rid, event))
         else:  # an engine whose handles can only be iterated (test fakes): one pump thread per request
             threading.Thread(target=self._pump, args=(rid, handle), name=f"pump-{rid}", daemon=True).start()
+
+    def _cancel(self, message: protocol.Cancel) -> None:
+        with self._handles_lock:
+            handle = self._handles.get(message.id)
+        if handle is not None:
+            handle.cancel()
+
+    def _debug_abort(self, message: protocol.DebugAbort) -> None:
+        if os.environ.get(DEBUG_ENV) == "1":
+            os.abort()  # simulate a native crash (tests only)
+        self.send(protocol.Failed(None, errors.EngineError(f"unknown op {message.OP!r}")))
 
     def _pump(self, rid: int, handle: Any) -> None:
         try:
@@ -161,21 +175,24 @@ class Runner:
             with self._handles_lock:
                 self._handles.pop(rid, None)
 
-    def _rpc(self, rid: Any, op: str, message: dict[str, Any]) -> None:
+    def _submit_rpc(self, message: protocol.Embed | protocol.Tokenize | protocol.Detokenize | protocol.Stats) -> None:
+        """Blocking calls run in the pool, so a slow embed never delays a cancel read after it."""
+        self._pool.submit(self._rpc, message)
+
+    def _rpc(self, message: protocol.Embed | protocol.Tokenize | protocol.Detokenize | protocol.Stats) -> None:
         try:
-            if op == "embed":
-                result: Any = protocol.encode_embed_result(
-                    self.engine.embed(list(message["input"]), truncate=bool(message.get("truncate", True)))
-                )
-            elif op == "tokenize":
-                result = list(self.engine.tokenize(message["text"], add_special=bool(message.get("add_special", True))))
-            elif op == "detokenize":
-                result = self.engine.detokenize(list(message["tokens"]))
+            result: protocol.JSONValue
+            if isinstance(message, protocol.Embed):
+                result = protocol.encode_embed_result(self.engine.embed(message.input, truncate=message.truncate))
+            elif isinstance(message, protocol.Tokenize):
+                result = list(self.engine.tokenize(message.text, add_special=message.add_special))
+            elif isinstance(message, protocol.Detokenize):
+                result = self.engine.detokenize(message.tokens)
             else:
                 result = protocol.to_jsonable(self.engine.stats())
-            self.send({"op": "result", "id": rid, "result": result})
+            self.send(protocol.Result(message.id, result))
         except Exception as exc:
-            self.send({"op": "error", "id": rid, "error": protocol.encode_error(exc)})
+            self.send(protocol.Failed(message.id, _as_error(exc)))
 
     def shutdown(self) -> None:
         with self._handles_lock:
@@ -190,13 +207,19 @@ _STOP = object()
 
 
 def _as_message(item: Any) -> dict[str, Any]:
-    if isinstance(item, dict):
-        return item
-    rid, event = item
+    """A queued item encoded: a message as it is, a ``(rid, event)`` pair as an event message."""
+    message = protocol.EventMessage(*item) if isinstance(item, tuple) else item
     try:
-        return {"op": "event", "id": rid, "event": protocol.encode_event(event)}
+        return protocol.encode_message(message)
     except Exception as exc:  # an event that cannot be encoded ends its stream with an error, not the writer
-        return {"op": "event", "id": rid, "event": {"type": "error", "error": protocol.encode_error(exc)}}
+        rid = message.id if isinstance(message, protocol.EventMessage) else None
+        return protocol.encode_message(protocol.EventMessage(rid, ErrorEvent(error=_as_error(exc))) if rid is not None
+                                       else protocol.Failed(None, _as_error(exc)))
+
+
+def _as_error(exc: BaseException) -> errors.LocalrunError:
+    """What crosses the pipe for ``exc``: itself when it is localrun's, else an EngineError naming it."""
+    return protocol.decode_error(protocol.encode_error(exc))
 
 
 def _stop_gracefully(signum: int, _frame: object) -> None:
@@ -222,24 +245,26 @@ def main() -> int:
     if first is None:
         return 0
     writer = Runner(engine=None, out=out)
-    if first.get("op") != "load":
-        writer.send({"op": "load_error", "error": {"type": "EngineError", "message": "expected a load frame"}})
+    try:
+        load = protocol.decode_message(first)
+    except protocol.ProtocolError as exc:
+        load = exc  # type: ignore[assignment]
+    if not isinstance(load, protocol.Load):
+        writer.send(protocol.LoadFailed(errors.EngineError("expected a load frame")))
         writer.flush()
         return 2
     try:
-        factory = load_factory(str(first.get("factory") or DEFAULT_FACTORY))
-        options = protocol.decode_load_options(first.get("options") or {})
-        cache = first.get("prefix_cache")
-        extra = {"prefix_cache": PrefixCacheLocation(**cache)} if isinstance(cache, dict) else {}
-        engine = factory(str(first["model_path"]), options, template=first.get("template"), **extra)
+        factory = load_factory(load.factory or DEFAULT_FACTORY)
+        extra = {"prefix_cache": load.prefix_cache} if load.prefix_cache is not None else {}
+        engine = factory(load.model_path, load.options, template=load.template, **extra)
     except Exception as exc:
         log.info("load failed: %s", exc)
-        writer.send({"op": "load_error", "error": protocol.encode_error(exc)})
+        writer.send(protocol.LoadFailed(_as_error(exc)))
         writer.flush()
         return 1
     writer.flush()
     runner = Runner(engine, out)
-    runner.send({"op": "loaded", "info": protocol.to_jsonable(getattr(engine, "info", None)), "pid": os.getpid()})
+    runner.send(protocol.Loaded(protocol.to_jsonable(getattr(engine, "info", None)), os.getpid()))
     try:
         runner.serve(stream)
     except SystemExit:  # a signal: shut down as for a close frame

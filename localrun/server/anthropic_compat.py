@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequest
-from .http import str_field
+from .http import get, get_number, get_whole, str_field
 from .openai_compat import NativeCall, options_from_openai
 from .options import parse_keep_alive
+from .prompts import TURN_ROLES, role_names
 
 _UNSUPPORTED_BLOCKS = {"image": "images", "document": "documents", "search_result": "search results",
                        "container_upload": "container uploads"}
@@ -52,40 +53,17 @@ class MessagesCall:
     thinking: Thinking
 
 
-def _number(body: dict[str, Any], name: str, low: float, high: float | None) -> float | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise InvalidRequest(f"{name}: must be a number")
-    if value < low or (high is not None and value > high):
-        raise InvalidRequest(f"{name}: must be between {low:g} and {high:g}" if high is not None
-                             else f"{name}: must be at least {low:g}")
-    return value
-
-
-def _whole(body: dict[str, Any], name: str, low: int) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequest(f"{name}: must be a whole number")
-    if value < low:
-        raise InvalidRequest(f"{name}: must be at least {low}")
-    return value
-
-
 def messages_to_native(body: dict[str, Any], *, count_only: bool = False) -> MessagesCall:
     """Validate a ``/v1/messages`` body (or a count_tokens body) and convert it; InvalidRequest on bad input."""
-    max_tokens = _whole(body, "max_tokens", 1)
+    max_tokens = get_whole(body, "max_tokens", 1)
     if max_tokens is None and not count_only:
         raise InvalidRequest("max_tokens: field required")
     options = options_from_openai({k: body[k] for k in _LOCALRUN_FIELDS if k in body})  # localrun's extras
-    for name, high in (("temperature", 1.0), ("top_p", 1.0)):
-        value = _number(body, name, 0.0, high)
+    for name in ("temperature", "top_p"):  # Anthropic's range for both is [0, 1]
+        value = get_number(body, name, 0.0, 1.0)
         if value is not None:
             options[name] = value
-    top_k = _whole(body, "top_k", 0)
+    top_k = get_whole(body, "top_k", 0)
     if top_k is not None:
         options["top_k"] = top_k
     stops = body.get("stop_sequences")
@@ -95,15 +73,11 @@ def messages_to_native(body: dict[str, Any], *, count_only: bool = False) -> Mes
         options["stop"] = list(stops)
     if max_tokens is not None:
         options["num_predict"] = max_tokens
-    metadata = body.get("metadata")
-    if metadata is not None and not isinstance(metadata, dict):
-        raise InvalidRequest("metadata: must be an object")
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise InvalidRequest("stream: must be true or false")
+    get(body, "metadata", dict)
+    stream = get(body, "stream", bool, False)
     messages = system_messages(body.get("system")) + conversation(body.get("messages"))
     call = NativeCall(model=body.get("model"), options=options, keep_alive=parse_keep_alive(body.get("keep_alive")),
-                      stream=bool(stream), messages=messages, tools=tools_to_native(body.get("tools")),
+                      stream=stream, messages=messages, tools=tools_to_native(body.get("tools")),
                       tool_choice=tool_choice(body.get("tool_choice")), format=output_format(body.get("output_config")))
     think = thinking(body.get("thinking"))
     if think.budget_tokens is not None and max_tokens is not None and think.budget_tokens >= max_tokens:
@@ -139,8 +113,8 @@ def conversation(value: Any) -> list[dict[str, Any]]:
         if not isinstance(message, dict):
             raise InvalidRequest(f"{where}: must be an object with 'role' and 'content'")
         role = str_field(message, "role")
-        if role not in ("user", "assistant", "system"):
-            raise InvalidRequest(f"{where}.role: must be 'user', 'assistant' or 'system'")
+        if role not in TURN_ROLES:  # no alias: Anthropic's API has no 'developer' role
+            raise InvalidRequest(f"{where}.role: must be {role_names(TURN_ROLES, aliases=False)}")
         content = message.get("content")
         if role == "system":
             out.extend(system_messages(content, where=f"{where}.content"))

@@ -77,6 +77,7 @@ async def prepare(target: Target, messages: list[dict[str, Any]], *, tools: list
         think, split = False, False  # the grammar starts at the first token: no room for a reasoning block
     full = prompts.with_defaults(messages, target.system, target.messages)
     prompt, prefix = await prompts.render_async(target.template, full, tools,
-                                                inputs=template_inputs(target, think if fmt.thinking else None))
+                                                inputs=template_inputs(target, think if fmt.thinking else None),
+                                                num_ctx=target.spec.options.num_ctx)
     return ChatTurn(prompt=prompt, system_prefix=prefix, format=fmt, tools=tool_names(tools), think=split,
                     in_thinking=split and fmt.starts_in_thinking(prompt), forced=forced)

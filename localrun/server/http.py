@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextvars
 import datetime as dt
 import json
+import math
 from typing import Any
 
 from aiohttp import web
 
 from .. import trace
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, OptionError
 from ..fmt import FOREVER_ISO
 
 PRIORITY_HEADER = "X-Localrun-Priority"
@@ -58,7 +59,8 @@ _TYPE_NAMES = {str: "a string", bool: "true or false", int: "a whole number", fl
 
 
 def get(body: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
-    """``body[name]`` checked against ``kind`` (None/missing gives ``default``)."""
+    """``body[name]`` checked against ``kind`` (None/missing gives ``default``): the one JSON field
+    checker of every API (an int passes for a float; a bool never passes for an int)."""
     value = body.get(name)
     if value is None:
         return default
@@ -72,6 +74,24 @@ def get(body: dict[str, Any], name: str, kind: type | tuple[type, ...], default:
     if not ok:
         expected = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
         raise InvalidRequest(f"'{name}' must be {expected}, got {type(value).__name__}")
+    return value
+
+
+def get_whole(body: dict[str, Any], name: str, low: int, high: int | None = None) -> int | None:
+    """``body[name]`` as a whole number in [low, high] (None when missing); a value outside is an
+    OptionError on every API (the same class as an out-of-range option)."""
+    value: int | None = get(body, name, int)
+    if value is not None and (value < low or (high is not None and value > high)):
+        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise OptionError(f"'{name}' must be {bound}, got {value}")
+    return value
+
+
+def get_number(body: dict[str, Any], name: str, low: float, high: float) -> float | None:
+    """``body[name]`` as a finite number in [low, high] (None when missing); outside is an OptionError."""
+    value: float | None = get(body, name, float)
+    if value is not None and not (math.isfinite(value) and low <= value <= high):
+        raise OptionError(f"'{name}' must be between {low:g} and {high:g}, got {value!r}")
     return value
 
 

@@ -18,12 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.types import DoneReason, EmbedInput, TokenLogprob
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, OptionError
 from .chatformat import parse_think
 from .chatparse import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
-from .options import parse_keep_alive
+from .http import get, get_whole
+from .options import parse_keep_alive, top_logprobs
+from .prompts import native_role, role_names
 from .tools import validate_tools
 
+MAX_N = 16  # replies per request
+MAX_COMPLETION_LOGPROBS = 5  # /v1/completions' legacy ``logprobs``: OpenAI's own bound
 _EXTRA_OPTIONS = ("num_ctx", "top_k", "min_p", "typical_p", "repeat_penalty", "repeat_last_n", "num_batch",
                   "num_gpu", "num_thread", "num_keep", "use_mmap")
 
@@ -51,29 +55,16 @@ class NativeCall:
     min_tokens: int = 0       # ... until this many tokens were generated
 
 
-def _typed(body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str) -> Any:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-        raise InvalidRequest(f"'{name}' must be {what}")
-    return value
-
-
 def options_from_openai(body: dict[str, Any]) -> dict[str, Any]:
     """Sampling fields and localrun's extra fields -> an Ollama options dict."""
     options: dict[str, Any] = {}
-    extra = body.get("options")
-    if extra is not None:
-        if not isinstance(extra, dict):
-            raise InvalidRequest("'options' must be an object")
-        options.update(extra)
+    options.update(get(body, "options", dict, {}))
     for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
-        value = _typed(body, name, (int, float), "a number")
+        value = get(body, name, float)
         if value is not None:
             options[name] = value
     if body.get("seed") is not None:
-        options["seed"] = _typed(body, "seed", (int,), "a whole number")
+        options["seed"] = get(body, "seed", int)
     stop = body.get("stop")
     if stop is not None:
         if isinstance(stop, str):
@@ -82,10 +73,8 @@ def options_from_openai(body: dict[str, Any]) -> dict[str, Any]:
             raise InvalidRequest("'stop' must be a string or a list of strings")
         options["stop"] = stop
     for name in ("max_completion_tokens", "max_tokens"):
-        value = _typed(body, name, (int,), "a whole number")
+        value = get_whole(body, name, 1)
         if value is not None:
-            if value < 1:
-                raise InvalidRequest(f"'{name}' must be at least 1")
             options["num_predict"] = value
             break
     for name in _EXTRA_OPTIONS:
@@ -140,11 +129,9 @@ def messages_from_openai(messages: Any) -> list[dict[str, Any]]:
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
             raise InvalidRequest(f"messages[{i}] must be an object")
-        role = m.get("role")
-        if role == "developer":
-            role = "system"
-        if role not in ("system", "user", "assistant", "tool"):
-            raise InvalidRequest(f"messages[{i}].role must be system, developer, user, assistant or tool")
+        role = native_role(m.get("role"))
+        if role is None:
+            raise InvalidRequest(f"messages[{i}].role must be {role_names()}")
         item: dict[str, Any] = {"role": role, "content": _text_content(m.get("content"), f"messages[{i}]")}
         calls = m.get("tool_calls")
         if calls:
@@ -177,10 +164,8 @@ def _native_call(call: Any, where: str) -> dict[str, Any]:
 
 
 def _common(body: dict[str, Any]) -> NativeCall:
-    n = _typed(body, "n", (int,), "a whole number")
-    if n is not None and not 1 <= n <= 16:
-        raise InvalidRequest("'n' must be between 1 and 16")
-    stream = bool(_typed(body, "stream", (bool,), "true or false"))
+    n = get_whole(body, "n", 1, MAX_N)
+    stream = bool(get(body, "stream", bool))
     stream_options = body.get("stream_options")
     if stream_options is not None and not isinstance(stream_options, dict):
         raise InvalidRequest("'stream_options' must be an object")
@@ -196,12 +181,10 @@ def _common(body: dict[str, Any]) -> NativeCall:
 
 def _eos_controls(body: dict[str, Any], max_tokens: Any) -> tuple[bool, int]:
     """vLLM's ``ignore_eos`` and ``min_tokens`` (benchmarks use them to pin the output length)."""
-    ignore_eos = bool(_typed(body, "ignore_eos", (bool,), "true or false"))
-    min_tokens = _typed(body, "min_tokens", (int,), "a whole number") or 0
-    if min_tokens < 0:
-        raise InvalidRequest(f"'min_tokens' must be at least 0, got {min_tokens}")
+    ignore_eos = bool(get(body, "ignore_eos", bool))
+    min_tokens = get_whole(body, "min_tokens", 0) or 0
     if isinstance(max_tokens, int) and 0 < max_tokens < min_tokens:
-        raise InvalidRequest(f"'min_tokens' ({min_tokens}) must not be more than 'max_tokens' ({max_tokens})")
+        raise OptionError(f"'min_tokens' ({min_tokens}) must not be more than 'max_tokens' ({max_tokens})")
     return ignore_eos, min_tokens
 
 
@@ -212,11 +195,8 @@ def chat_to_native(body: dict[str, Any]) -> NativeCall:
     call.tool_choice = body.get("tool_choice")
     call.think = think_from_openai(body)
     call.format = response_format(body.get("response_format"))
-    call.logprobs = bool(_typed(body, "logprobs", (bool,), "true or false"))
-    top = _typed(body, "top_logprobs", (int,), "a whole number") or 0
-    if not 0 <= top <= 20:
-        raise InvalidRequest("'top_logprobs' must be between 0 and 20")
-    call.top_logprobs = top
+    call.logprobs = bool(get(body, "logprobs", bool))
+    call.top_logprobs = top_logprobs(body)
     return call
 
 
@@ -252,12 +232,10 @@ def completion_to_native(body: dict[str, Any]) -> NativeCall:
         raise InvalidRequest("'prompt' must be a string or a list of strings")
     if body.get("suffix"):
         raise InvalidRequest("this model does not support insert ('suffix')")
-    logprobs = _typed(body, "logprobs", (int,), "a whole number between 0 and 5")
+    logprobs = get_whole(body, "logprobs", 0, MAX_COMPLETION_LOGPROBS)
     if logprobs is not None:
-        if not 0 <= logprobs <= 5:
-            raise InvalidRequest("'logprobs' must be between 0 and 5")
         call.logprobs, call.top_logprobs = True, logprobs
-    call.echo = bool(_typed(body, "echo", (bool,), "true or false"))
+    call.echo = bool(get(body, "echo", bool))
     return call
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import parse_duration
+from ..engine import limits
 from ..engine.types import LoadOptions, SamplingOptions
 from ..errors import ConfigError, OptionError
 
@@ -35,15 +36,21 @@ IGNORED = {"numa", "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mlock"
 
 
 def check_option(name: str, value: Any) -> Any:
-    """Validate one option's type and range; returns the normalised value."""
+    """Validate one option's type and range; returns the normalised value.
+
+    The sampling options' ranges are the engine's own (:mod:`localrun.engine.limits`), so every API
+    refuses what the engine would, with the same OptionError, before a runner sees the request.
+    """
     if name in _INT:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
             raise OptionError(f"option {name!r} must be a whole number, got {value!r}")
+        if name in limits.WHOLE_RANGES:
+            return limits.check_whole(name, value)
         if name in ("num_ctx", "num_batch") and value < 1:
             raise OptionError(f"option {name!r} must be at least 1, got {value}")
-        if name in ("num_thread", "num_gpu", "main_gpu", "num_keep", "top_k", "top_logprobs") and value < 0 and not (
+        if name in ("num_thread", "num_gpu", "main_gpu", "num_keep") and value < 0 and not (
             name == "num_gpu" and value == -1
         ):
             raise OptionError(f"option {name!r} must not be negative, got {value}")
@@ -53,24 +60,24 @@ def check_option(name: str, value: Any) -> Any:
     if name in _FLOAT:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise OptionError(f"option {name!r} must be a number, got {value!r}")
-        if value != value or value in (float("inf"), float("-inf")):
-            raise OptionError(f"option {name!r} must be a finite number")
-        if name in ("temperature", "top_p", "min_p", "typical_p", "repeat_penalty") and value < 0:
-            raise OptionError(f"option {name!r} must not be negative, got {value}")
-        if name in ("top_p", "min_p", "typical_p") and value > 1:
-            raise OptionError(f"option {name!r} must be between 0 and 1, got {value}")
-        return float(value)
+        return limits.check_number(name, value)
     if name in _BOOL:
         if not isinstance(value, bool):
             raise OptionError(f"option {name!r} must be true or false, got {value!r}")
         return value
     if name == "stop":
-        if isinstance(value, str):
-            return (value,) if value else ()
-        if not isinstance(value, (list, tuple)) or not all(isinstance(s, str) for s in value):
-            raise OptionError(f"option 'stop' must be a string or a list of strings, got {value!r}")
-        return tuple(s for s in value if s)
+        return limits.check_stop(value)
     return value
+
+
+def top_logprobs(body: Mapping[str, Any]) -> int:
+    """A request's top-level ``top_logprobs`` (0 when unset), as every API that has it reads it."""
+    value = body.get("top_logprobs")
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise OptionError(f"option 'top_logprobs' must be a whole number, got {value!r}")
+    return limits.check_whole("top_logprobs", value)
 
 
 def merge_options(

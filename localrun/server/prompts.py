@@ -20,6 +20,24 @@ from ..errors import InvalidRequest, TemplateError
 log = logging.getLogger(__name__)
 
 ROLES = ("system", "user", "assistant", "tool")
+"""A native message's roles: the one list every API's messages are checked against."""
+TURN_ROLES = ROLES[:3]
+"""The roles of APIs that carry tool results in their own items (Responses, Anthropic Messages)."""
+ROLE_ALIASES = {"developer": "system"}  # OpenAI's newer name for the system role (chat completions, Responses)
+
+
+def native_role(role: object, allowed: tuple[str, ...] = ROLES) -> str | None:
+    """``role`` as a native role (an alias such as ``developer`` resolved) when it is in ``allowed``, else None."""
+    if not isinstance(role, str):
+        return None
+    role = ROLE_ALIASES.get(role, role)
+    return role if role in allowed else None
+
+
+def role_names(allowed: tuple[str, ...] = ROLES, *, aliases: bool = True) -> str:
+    """``allowed`` (and the aliases of its roles) for an error message: "system, developer, user or assistant"."""
+    names = [n for r in allowed for n in (r, *(a for a, t in ROLE_ALIASES.items() if aliases and t == r))]
+    return ", ".join(names[:-1]) + " or " + names[-1]
 RENDER_TIMEOUT = 10.0  # seconds; templates are user-supplied code (Modelfile TEMPLATE, request template)
 
 
@@ -43,29 +61,42 @@ NO_INPUTS = TemplateInputs()
 
 async def render_async(source: str | None, messages: list[dict[str, Any]],
                        tools: list[dict[str, Any]] | None = None, *,
-                       inputs: TemplateInputs = NO_INPUTS) -> tuple[str, str | None]:
+                       inputs: TemplateInputs = NO_INPUTS, num_ctx: int | None = None) -> tuple[str, str | None]:
     """Render the prompt and the system prefix in a bounded worker process (:mod:`.templating`).
 
     A hostile or buggy template (huge arithmetic, nested loops, huge output) must not freeze or
     exhaust the daemon that serves every other client: it gets a TemplateError (400) within
-    RENDER_TIMEOUT. Returns (prompt, system prefix or None).
+    RENDER_TIMEOUT. Returns (prompt, system prefix or None). With ``num_ctx``, the system prefix
+    (a second render, only ever used to keep the system prompt when truncating) is rendered only
+    when the prompt :func:`might_overflow` that context; otherwise it is None.
     """
     from . import templating
 
     if not source:  # no template code to run: the messages joined
-        prompt, prefix = render_pair(source, messages, tools)
+        prompt, prefix = render_pair(source, messages, tools, None, num_ctx)
     else:
-        prompt, prefix = await templating.run(render_pair, source, messages, tools, asdict(inputs))
+        prompt, prefix = await templating.run(render_pair, source, messages, tools, asdict(inputs), num_ctx)
     trace.mark_request("rendered")
     return str(prompt), prefix if prefix is None else str(prefix)
 
 
 def render_pair(source: str | None, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-                inputs: dict[str, Any] | None = None) -> list[str | None]:
+                inputs: dict[str, Any] | None = None, num_ctx: int | None = None) -> list[str | None]:
     """Worker side of :func:`render_async`: [prompt, system prefix or None] (JSON-friendly, as the
-    pipe to the worker carries JSON: ``inputs`` is a TemplateInputs as a dict)."""
+    pipe to the worker carries JSON: ``inputs`` is a TemplateInputs as a dict). The prefix is
+    rendered only when ``num_ctx`` is None or the prompt might not fit it."""
     given = TemplateInputs(**inputs) if inputs else NO_INPUTS
-    return [render(source, messages, tools, inputs=given), system_prefix(source, messages, tools, given)]
+    prompt = render(source, messages, tools, inputs=given)
+    if num_ctx is not None and not might_overflow(prompt, num_ctx):
+        return [prompt, None]
+    return [prompt, system_prefix(source, messages, tools, given)]
+
+
+def might_overflow(prompt: str, num_ctx: int) -> bool:
+    """Whether ``prompt`` could be too long for ``num_ctx``: every token covers at least one UTF-8
+    byte, except the few special tokens a tokenizer adds (BOS, EOS), so a prompt of fewer bytes
+    always fits and needs no ``num_keep`` (the tokenize round trip to the runner is skipped)."""
+    return len(prompt.encode("utf-8", "replace")) + 8 >= num_ctx
 
 
 @lru_cache(maxsize=32)

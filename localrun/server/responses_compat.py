@@ -30,14 +30,14 @@ from typing import Any
 
 from ..engine.types import Truncation
 from ..errors import InvalidRequest
-from .http import get, str_field
+from .http import get, get_whole, str_field
 from .openai_compat import NativeCall, options_from_openai
 from .options import parse_keep_alive
+from .prompts import TURN_ROLES, native_role, role_names
 
 _PASSED_OPTIONS = ("temperature", "top_p", "seed", "options", "num_ctx", "top_k", "min_p", "typical_p",
                    "repeat_penalty", "repeat_last_n", "num_batch", "num_gpu", "num_thread", "num_keep", "use_mmap",
                    "presence_penalty", "frequency_penalty")
-_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 _UNSUPPORTED_PARTS = {"input_image": "images", "input_file": "files", "input_audio": "audio"}
 
 
@@ -68,9 +68,7 @@ def responses_to_native(body: dict[str, Any]) -> ResponsesCall:
         get(body, name, bool)
     instructions = get(body, "instructions", str)
     metadata = get(body, "metadata", dict)
-    max_output = get(body, "max_output_tokens", int)
-    if max_output is not None and max_output < 1:
-        raise InvalidRequest("'max_output_tokens' must be at least 1")
+    max_output = get_whole(body, "max_output_tokens", 1)
     truncation = get(body, "truncation", str)
     if truncation not in (None, "auto", "disabled"):
         raise InvalidRequest("'truncation' must be 'auto' or 'disabled'")
@@ -149,9 +147,9 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
             raise InvalidRequest(f"{where} must be an object")
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "message":
-            role = _ROLES.get(str_field(item, "role") or "")
+            role = native_role(item.get("role"), TURN_ROLES)
             if role is None:
-                raise InvalidRequest(f"{where}.role must be user, system, developer or assistant")
+                raise InvalidRequest(f"{where}.role must be {role_names(TURN_ROLES)}")
             out.append({"role": role, "content": _text_parts(item.get("content"), where)})
         elif kind == "function_call":
             name, call_id, namespace = item.get("name"), item.get("call_id"), item.get("namespace")

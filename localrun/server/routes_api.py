@@ -29,7 +29,7 @@ from .http import NDJSONStream, get, now_iso, read_json
 from .keys import SERVICE
 from .native_shapes import CHAT, GENERATE, Shape
 from .openai_compat import NativeCall
-from .options import parse_keep_alive
+from .options import parse_keep_alive, top_logprobs
 from .output import LocalOutput, Output
 from .service import Service, Target
 from .tools import validate_tools
@@ -79,9 +79,7 @@ def sampling_with_logprobs(target: Target, body: dict[str, Any]) -> Any:
     from dataclasses import replace
 
     logprobs = get(body, "logprobs", bool, False)
-    top = get(body, "top_logprobs", int, 0)
-    if top < 0 or top > 20:
-        raise errors.OptionError("'top_logprobs' must be between 0 and 20")
+    top = top_logprobs(body)
     if logprobs or top:
         return replace(target.sampling, logprobs=True, top_logprobs=top)
     return target.sampling
@@ -171,7 +169,7 @@ async def _generate_upstream(service: Service, body: dict[str, Any], prompt: str
             raise UnsupportedCapability(f"'{name}' is not available for upstream models")
     call = NativeCall(model=body.get("model"), options=get(body, "options", dict, {}), keep_alive=keep_alive,
                       format=check_format(body.get("format")), think=think,
-                      logprobs=get(body, "logprobs", bool, False), top_logprobs=get(body, "top_logprobs", int, 0))
+                      logprobs=get(body, "logprobs", bool, False), top_logprobs=top_logprobs(body))
     if suffix or get(body, "raw", bool, False):
         call.prompts = [prompt]
         run = await start_completions(service, call, call.format, "/api/generate", suffix=suffix or None)
@@ -200,9 +198,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
     stream = get(body, "stream", bool, True)
     if not messages:
         return await _load_or_unload(request, body, keep_alive, chat=True)
-    top = get(body, "top_logprobs", int, 0)
-    if top < 0 or top > 20:
-        raise errors.OptionError("'top_logprobs' must be between 0 and 20")
+    top = top_logprobs(body)
     call = NativeCall(model=body.get("model"), options=get(body, "options", dict, {}), keep_alive=keep_alive,
                       stream=stream, messages=messages, tools=tools, think=think,
                       format=check_format(body.get("format")),

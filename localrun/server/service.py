@@ -40,6 +40,7 @@ from .executors import Executors, run_in
 from .http import interactive_hint
 from .metrics import Metrics
 from .options import MISSING, merge_options
+from .prompts import might_overflow
 
 log = logging.getLogger("localrun.requests")
 
@@ -145,13 +146,6 @@ class Generation:
             done.eval_count if done else "-", done.done_reason.value if done else "-",
             self.load_duration_ns / 1e6, f"{ttft:.0f}" if ttft is not None else "-", self.total_duration_ns / 1e6,
         )
-
-
-def might_overflow(prompt: str, num_ctx: int) -> bool:
-    """Whether ``prompt`` could be too long for ``num_ctx``: every token covers at least one UTF-8
-    byte, except the few special tokens a tokenizer adds (BOS, EOS), so a prompt of fewer bytes
-    always fits and needs no ``num_keep`` (the tokenize round trip to the runner is skipped)."""
-    return len(prompt.encode("utf-8", "replace")) + 8 >= num_ctx
 
 
 class Service:

@@ -5,7 +5,8 @@ engine contract: ``submit`` returns an iterable handle with ``get``/``cancel``; 
 per ``num_parallel``, extra requests wait. A prompt containing ``SLOW`` produces a token every
 20 ms until ``num_predict`` (default 10000) or cancel; a prompt containing ``SAY:`` answers the
 rest of that line (after the last ``SAY:``, up to a newline or ``<|im_end|>``) in 3-character
-tokens, honouring ``num_predict`` and stop strings, then ends with STOP; other prompts echo 5 words.
+tokens, honouring ``num_predict`` and stop strings, then ends with STOP; a prompt containing ``KEEP?``
+answers ``num_keep=N`` (the tokens the request asked to keep when truncating); other prompts echo 5 words.
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ class Handle:
                   else " ".join(map(str, self.request.prompt)))
         if "SAY:" in prompt:
             self._say(prompt)
+            return
+        if "KEEP?" in prompt:
+            self.events.put(TokenEvent(text=f"num_keep={self.request.num_keep}"))
+            self.events.put(DoneEvent(done_reason=DoneReason.STOP, prompt_eval_count=len(prompt.split()),
+                                      cached_tokens=0, eval_count=1, prompt_eval_duration=1000, eval_duration=2000))
             return
         slow = "SLOW" in prompt
         limit = self.request.sampling.num_predict or (10000 if slow else 5)
