@@ -416,7 +416,8 @@ class Settings:
         }
 
 
-# The variables Settings.report() names, and those read elsewhere on purpose (test seams of the runner, the profiling trace).
+# The variables Settings.report() names, and those read elsewhere on purpose (test seams of the runner,
+# the profiling trace).
 SETTING_VARIABLES = (
     "LOCALRUN_HOST", "LOCALRUN_MODELS", "LOCALRUN_KEEP_ALIVE", "LOCALRUN_MAX_LOADED_MODELS", "LOCALRUN_NUM_PARALLEL",
     "LOCALRUN_KV_CACHE_TYPE", "LOCALRUN_BATCH_INVARIANT", "LOCALRUN_MAX_QUEUE", "LOCALRUN_ORIGINS", "LOCALRUN_API_KEY",

@@ -22,12 +22,12 @@ import llama_cpp as lc
 
 from ..errors import ContextOverflow, EngineError, InvalidRequest, OptionError, TemplateError
 from . import native, prefix_store
-from .load_report import parse_load_report
 from .batcher import Batcher
 from .detok import TextStream
 from .embedding import Embedder
 from .grammar import grammar_for
 from .kvcache import KVCache
+from .load_report import parse_load_report
 from .prefix_store import PrefixStore
 from .sampling import build_sampler, validate
 from .sequence import RequestHandle, Sequence
@@ -88,18 +88,18 @@ class Engine:
         self._prefix_store: PrefixStore | None = None
         if options.batch_invariant:
             native.use_batch_invariant_matmuls()
-        self._model = native.load_model(model_path, options)
+        model = native.load_model(model_path, options)
+        self._model: lc.llama_model_p | None = model  # None once freed
         self._ctx: lc.llama_context_p | None = None
         self._closed = False
         try:
-            self._setup(model_path, options, template, prefix_cache)
+            self._setup(model, model_path, options, template, prefix_cache)
         except BaseException:
             self._free_native()
             raise
 
-    def _setup(self, model_path: str, options: LoadOptions, template: str | None,
+    def _setup(self, model: lc.llama_model_p, model_path: str, options: LoadOptions, template: str | None,
                prefix_cache: PrefixCacheLocation | None) -> None:
-        model = self._model
         self.vocab = native.Vocab(model)
         n_ctx_train = int(lc.llama_model_n_ctx_train(model))
         num_ctx = min(options.num_ctx, n_ctx_train) if n_ctx_train > 0 else options.num_ctx
@@ -321,4 +321,4 @@ class Engine:
         self.close()
 
 
-__all__ = ["Engine", "RequestHandle", "ErrorEvent"]
+__all__ = ["Engine", "ErrorEvent", "RequestHandle"]

@@ -202,5 +202,6 @@ class ModelInfo:
     offload_layers: int = 0        # offloadable layers in all (n_layer + 1 for the output layer)
     gpu_buffer_bytes: int = 0      # weights in GPU buffers
     cpu_buffer_bytes: int = 0      # weights in host buffers
-    buffer_bytes: dict[str, int] = field(default_factory=dict)  # weights per llama.cpp buffer (CPU_Mapped, RPC0[h:p]...)
+    # weights per llama.cpp buffer (CPU_Mapped, RPC0[h:p]...)
+    buffer_bytes: dict[str, int] = field(default_factory=dict)
     rpc_servers: tuple[str, ...] = ()  # RPC workers the model was loaded with

@@ -9,6 +9,7 @@ with the reason; the scheduler then forgets the model so the next request loads 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -69,10 +70,8 @@ class RunnerStream:
             return
         self._cancelled = True
         if self._process.alive:
-            try:
+            with contextlib.suppress(ConnectionError, errors.RunnerCrashed):
                 await self._process._send(protocol.Cancel(self.rid))
-            except (ConnectionError, errors.RunnerCrashed):
-                pass
 
 
 class RunnerProcess:
@@ -258,10 +257,8 @@ class RunnerProcess:
             self._streams.pop(rid, None)
             self._accept.pop(rid, None)
             if self.alive:
-                try:
+                with contextlib.suppress(errors.RunnerCrashed):
                     await self._send(protocol.Cancel(rid))
-                except errors.RunnerCrashed:
-                    pass
             raise
         return stream
 
@@ -308,16 +305,14 @@ class RunnerProcess:
             pass
         try:
             await asyncio.wait_for(asyncio.shield(self.exited), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("runner for %s (pid %d) did not exit in %.0fs; killing it", self.name, self.pid, timeout)
             self.kill()
             await self.exited
 
     def kill(self) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             self._proc.kill()
-        except ProcessLookupError:
-            pass
 
 
 def _describe_exit(code: int | None) -> str:

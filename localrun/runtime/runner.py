@@ -23,8 +23,9 @@ import queue
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 from .. import config, errors, trace
 from ..engine.types import ErrorEvent, is_last

@@ -97,14 +97,14 @@ def get_number(body: dict[str, Any], name: str, low: float, high: float) -> floa
 
 def now_iso() -> str:
     """RFC 3339 UTC timestamp with microseconds, as Ollama's ``created_at``."""
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def iso(ts: float | None) -> str:
     if ts is None:
         return FOREVER_ISO
     try:
-        return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     except (OverflowError, ValueError, OSError):
         return FOREVER_ISO
 

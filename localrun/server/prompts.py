@@ -149,7 +149,7 @@ def check_messages(messages: Any) -> list[dict[str, Any]]:
         if not isinstance(content, str):
             raise InvalidRequest(f"messages[{i}].content must be a string")
         if message.get("images"):
-            raise InvalidRequest("this model does not support images (messages[%d].images)" % i)
+            raise InvalidRequest(f"this model does not support images (messages[{i}].images)")
         item = {"role": role, "content": content}
         if message.get("tool_calls"):
             item["tool_calls"] = _check_calls(message["tool_calls"], f"messages[{i}].tool_calls")

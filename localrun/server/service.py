@@ -10,6 +10,7 @@ the one log line per request.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
@@ -34,6 +35,7 @@ from ..hardware import memory
 from ..hardware.memory import ModelGeometry
 from ..runtime.resident import Phase, ProbeFn
 from ..runtime.scheduler import DEFAULT, LoadSpec, Scheduler
+from ..store.records import ResolvedModel
 from ..upstream.router import Upstreams
 from . import templating
 from .executors import Executors, run_in
@@ -48,7 +50,7 @@ log = logging.getLogger("localrun.requests")
 class ModelSource(Protocol):
     """The part of the store the service needs (``localrun.store.ModelStore``)."""
 
-    def resolve(self, name: str) -> Any: ...
+    def resolve(self, name: str) -> ResolvedModel: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +58,7 @@ class Target:
     """A resolved model with the options of one request."""
 
     name: str
-    resolved: Any
+    resolved: ResolvedModel
     geometry: ModelGeometry
     spec: LoadSpec
     sampling: SamplingOptions
@@ -67,16 +69,16 @@ class Target:
     @property
     def template(self) -> str | None:
         """The chat template source: the request's, else the Modelfile TEMPLATE, else the GGUF's own."""
-        return self.template_override or getattr(self.resolved, "template", None) or self.geometry.chat_template
+        return self.template_override or self.resolved.template or self.geometry.chat_template
 
     @property
     def system(self) -> str | None:
-        return getattr(self.resolved, "system", None)
+        return self.resolved.system
 
     @property
     def messages(self) -> list[dict[str, Any]]:
         return [dict(m) if isinstance(m, Mapping) else {"role": m.role, "content": m.content}
-                for m in (getattr(self.resolved, "messages", None) or [])]
+                for m in self.resolved.messages]
 
 
 @dataclass(slots=True)
@@ -187,25 +189,25 @@ class Service:
             raise errors.InvalidRequest("'model' is required and must be a model name")
         resolved = await run_in(self._store_pool, self.store.resolve, name.strip())
         geometry = await run_in(self._store_pool, self._geometry, str(resolved.model_path))
-        if not getattr(resolved, "template", None) and geometry.chat_template \
-                and not await templating.vet(str(getattr(resolved, "name", name)), geometry.chat_template):
+        if not resolved.template and geometry.chat_template \
+                and not await templating.vet(resolved.name, geometry.chat_template):
             geometry = dataclasses.replace(geometry, chat_template=None)  # refused: plain prompt, warned once
-        params = getattr(resolved, "parameters", None) or {}
+        params = resolved.parameters or {}
         load, sampling, extras = merge_options(params, options, num_parallel=1, n_ctx_train=geometry.n_ctx_train,
                                                base=self._load_defaults)
         slots = await self.slots(str(resolved.model_path), load, geometry)
         if slots != 1:
             load, _, _ = merge_options(params, options, num_parallel=slots, n_ctx_train=geometry.n_ctx_train,
                                        base=self._load_defaults)
-        adapter = getattr(resolved, "adapter_path", None)
+        adapter = resolved.adapter_path
         if adapter:
             load = replace(load, adapter=str(adapter))
         spec = LoadSpec(
-            name=str(getattr(resolved, "name", name)),
+            name=resolved.name,
             model_path=str(resolved.model_path),
             options=load,
-            template=getattr(resolved, "template", None),
-            digest=getattr(resolved, "digest", None),
+            template=resolved.template,
+            digest=resolved.digest,
         )
         trace.mark_request("target")
         return Target(
@@ -317,8 +319,6 @@ class Service:
 
     async def unload(self, name: str) -> bool:
         resolved_name = name
-        try:
-            resolved_name = str(getattr(await run_in(self._store_pool, self.store.resolve, name), "name", name))
-        except errors.LocalrunError:
-            pass
+        with contextlib.suppress(errors.LocalrunError):
+            resolved_name = (await run_in(self._store_pool, self.store.resolve, name)).name
         return await self.scheduler.unload(resolved_name)

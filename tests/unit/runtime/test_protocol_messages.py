@@ -36,7 +36,7 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, BaseException):
         return type(a) is type(b) and str(a) == str(b)
     if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     if hasattr(a, "__dataclass_fields__") and type(a) is type(b):
         return all(_same(getattr(a, f), getattr(b, f)) for f in a.__dataclass_fields__)
     return bool(a == b)
