@@ -194,11 +194,9 @@ class BoundedPool:
         raise self._rebuild(reply.get("error") or {})
 
     def _rebuild(self, error: dict[str, Any]) -> errors.LocalrunError:
-        kind = getattr(errors, str(error.get("type")), None)
         message = str(error.get("message") or "failed")
-        if isinstance(kind, type) and issubclass(kind, errors.LocalrunError):
-            return kind(message)
-        return self._error(f"{self._what} failed: {message}")
+        rebuilt = errors.from_code(error.get("code"), message)  # the same mapping as the runner pipe's
+        return rebuilt if rebuilt is not None else self._error(f"{self._what} failed: {message}")
 
     def _acquire(self) -> _Worker:
         with self._cond:

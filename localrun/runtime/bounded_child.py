@@ -4,7 +4,8 @@ Started as ``python -m localrun.runtime.bounded_child '<limits as JSON>'``. It c
 space and disables core dumps once, then serves frames from stdin: before each job it re-arms
 ``RLIMIT_CPU`` so that job may use ``cpu_seconds`` more (the kernel kills the process past it),
 imports the named localrun function, calls it and writes ``{"ok": result}`` or ``{"error":
-{"type", "message"}}`` to stdout. A MemoryError is an error reply; the worker keeps serving.
+{"code", "message"}}`` to stdout (``code`` is a LocalrunError's, absent for any other failure).
+A MemoryError is an error reply; the worker keeps serving.
 Anything printed goes to stderr, so stdout carries frames only.
 """
 
@@ -49,18 +50,18 @@ def _arm_cpu(cpu_seconds: int) -> None:
 def _execute(request: dict[str, Any]) -> dict[str, Any]:
     module_name, _, qualname = str(request.get("fn", "")).partition(":")
     if not module_name.startswith("localrun.") or not qualname.isidentifier():
-        return {"error": {"type": "ValueError", "message": f"not a job: {request.get('fn')!r}"}}
+        return {"error": {"message": f"not a job: {request.get('fn')!r}"}}
     try:
         fn = getattr(importlib.import_module(module_name), qualname)
         return {"ok": fn(*request.get("args", []))}
     except LocalrunError as exc:
-        return {"error": {"type": type(exc).__name__, "message": exc.message}}
+        return {"error": {"code": exc.code, "message": exc.message}}
     except MemoryError:
-        return {"error": {"type": "MemoryError", "message": "it needed more memory than it may use"}}
+        return {"error": {"message": "it needed more memory than it may use"}}
     except RecursionError:
-        return {"error": {"type": "Exception", "message": "it recursed too deeply"}}
+        return {"error": {"message": "it recursed too deeply"}}
     except Exception as exc:
-        return {"error": {"type": "Exception", "message": f"{type(exc).__name__}: {exc}"}}
+        return {"error": {"message": f"{type(exc).__name__}: {exc}"}}
 
 
 def main() -> None:
@@ -74,7 +75,7 @@ def main() -> None:
         try:
             write_frame(stdout, reply)
         except (TypeError, ValueError) as exc:  # the result was not JSON, or too large
-            write_frame(stdout, {"error": {"type": "Exception", "message": f"unusable result: {exc}"}})
+            write_frame(stdout, {"error": {"message": f"unusable result: {exc}"}})
 
 
 if __name__ == "__main__":
