@@ -214,6 +214,7 @@ def main() -> int:
         format="%(asctime)s %(levelname)s runner[%(process)d] %(name)s: %(message)s",
     )
     trace.configure(config.trace_dir())
+    trace.mark("runner_main")  # after the interpreter and this module's imports
     out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)  # stray native prints go to stderr, never into the frame stream
     sys.stdout = sys.stderr
@@ -227,7 +228,9 @@ def main() -> int:
         writer.flush()
         return 2
     try:
+        trace.mark("load_frame")
         factory = load_factory(str(first.get("factory") or DEFAULT_FACTORY))
+        trace.mark("factory_imported")  # llama_cpp and the engine
         options = protocol.decode_load_options(first.get("options") or {})
         cache = first.get("prefix_cache")
         extra = {"prefix_cache": PrefixCacheLocation(**cache)} if isinstance(cache, dict) else {}
@@ -237,6 +240,7 @@ def main() -> int:
         writer.send({"op": "load_error", "error": protocol.encode_error(exc)})
         writer.flush()
         return 1
+    trace.mark("engine_built")
     writer.flush()
     runner = Runner(engine, out)
     runner.send({"op": "loaded", "info": protocol.to_jsonable(getattr(engine, "info", None)), "pid": os.getpid()})
