@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from pathlib import Path
 
 import llama_cpp as lc
 
+from .. import trace
 from ..errors import ContextOverflow, EngineError, InvalidRequest, OptionError, TemplateError
 from . import native, prefix_store
-from .batcher import Batcher
+from .batcher import BURST_GAP, BURST_MAX, Batcher
 from .detok import TextStream
 from .embedding import Embedder
 from .grammar import grammar_for
@@ -90,6 +92,7 @@ class Engine:
             native.use_batch_invariant_matmuls()
         model = native.load_model(model_path, options)
         self._model: lc.llama_model_p | None = model  # None once freed
+        trace.mark("model_loaded")
         self._ctx: lc.llama_context_p | None = None
         self._closed = False
         try:
@@ -134,6 +137,7 @@ class Engine:
                                       n_batch=n_batch, n_threads=self.threads, swa_full=n_swa > 0,
                                       kv_type=kv_type(options))
             self._ctx = native.create_context(model, spec)
+            trace.mark("context_created", 0, spec.n_ctx)
             n_cells = int(lc.llama_n_ctx(self._ctx))
             kv = KVCache(lc.llama_get_memory(self._ctx), n_cells, n_seq_max, enabled=not recurrent,
                          reorder_when_idle=options.batch_invariant)
@@ -144,6 +148,7 @@ class Engine:
                                                  prefix_store.fingerprint(Path(model_path)), spec.kv_type,
                                                  n_cells // 2)
                 prefix_store.restore(self._prefix_store, self._ctx, kv)
+                trace.mark("prefix_restored", 0, kv.cached_cells)
         report = parse_load_report(native.last_load_log)
         self._info = ModelInfo(
             architecture=arch, n_params=int(lc.llama_model_n_params(model)), n_ctx_train=n_ctx_train,
@@ -290,6 +295,8 @@ class Engine:
                         break
                 if self._closed:
                     break
+                if not batcher.has_work():
+                    self._gather_burst()
                 batcher.waiting.extend(self._incoming)
                 self._incoming.clear()
             try:
@@ -301,6 +308,26 @@ class Engine:
         batcher.waiting.extend(self._incoming)
         self._incoming.clear()
         batcher.fail_all(error)
+
+    def _gather_burst(self) -> None:
+        """Idle engine, a request arrived: let the rest of a burst arrive before the first prefill.
+
+        Requests sent together reach the engine one or two milliseconds apart (each crosses the
+        daemon and the runner pipe). Without this the first one's prefill runs alone and the others
+        wait for that whole step; gathered, their prefills share one decode batch. Waits while
+        requests keep arriving at most :data:`BURST_GAP` apart, never over :data:`BURST_MAX`;
+        a lone request pays one gap. Called with ``self._cond`` held (wait releases it).
+        """
+        deadline = time.monotonic() + BURST_MAX
+        seen = len(self._incoming)
+        while not self._closed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._cond.wait(timeout=min(BURST_GAP, left))
+            if len(self._incoming) == seen:
+                return
+            seen = len(self._incoming)
 
     def _free_native(self) -> None:
         if getattr(self, "batcher", None) is not None:

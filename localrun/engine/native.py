@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import EngineError, InvalidModelFile
 from . import rpc
-from .types import LoadOptions
+from .types import MAX_UBATCH, LoadOptions
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -181,7 +181,9 @@ def create_context(model: lc.llama_model_p, spec: ContextSpec) -> lc.llama_conte
     params = lc.llama_context_default_params()
     params.n_ctx = spec.n_ctx
     params.n_batch = spec.n_batch
-    params.n_ubatch = spec.n_batch
+    # Generation splits a step into physical batches of MAX_UBATCH (as llama-server's -ub 512);
+    # pooled embeddings need each input inside one physical batch.
+    params.n_ubatch = spec.n_batch if spec.embeddings else min(spec.n_batch, MAX_UBATCH)
     params.n_seq_max = spec.n_seq_max
     params.n_threads = params.n_threads_batch = spec.n_threads
     params.kv_unified = True

@@ -12,12 +12,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+MAX_UBATCH = 512  # tokens llama.cpp computes at once (n_ubatch): its compute buffers scale with this
+
+
 @dataclass(frozen=True, slots=True)
 class LoadOptions:
     """Options fixed when a model is loaded; a request asking for different ones reloads it."""
 
     num_ctx: int = 4096          # context length per sequence slot, in tokens
-    num_batch: int = 512         # max tokens per llama_decode call (prefill chunk budget)
+    # max tokens per llama_decode call (a step's prefill budget); llama.cpp runs them in physical
+    # batches of at most MAX_UBATCH (llama-server's -b 2048 -ub 512): a burst's prompts share one step
+    num_batch: int = 2048
     num_gpu: int | None = None   # layers to offload; None = decided by the fit check
     main_gpu: int = 0
     num_thread: int | None = None  # None = all physical cores

@@ -365,6 +365,15 @@ class _Cache:
             assert self.devices is not None
             return [with_current_ram(d) for d in self.devices]
 
+    def invalidate(self) -> None:
+        """Forget free GPU memory. A machine probed without GPUs keeps its list: its devices do not
+        change, and CPU memory is read from psutil at every get (a model switch there used to wait
+        0.3-0.8 s for a probe process, issue #15)."""
+        with self.lock:
+            if self.devices is not None and not any(d.is_gpu for d in self.devices):
+                return
+            self.devices, self.error = None, None
+
 
 def with_current_ram(d: Device) -> Device:
     """``d`` with the RAM figures psutil reports now, when it is a CPU device (ggml's CPU device
@@ -392,6 +401,5 @@ def list_devices(probe: DeviceProbe | None = None) -> list[Device]:
 
 
 def invalidate() -> None:
-    """Forget cached devices: the next :func:`list_devices` probes again (after loads/unloads)."""
-    with _cache.lock:
-        _cache.devices, _cache.error = None, None
+    """Loads and unloads changed free memory: the next :func:`list_devices` probes a GPU machine again."""
+    _cache.invalidate()

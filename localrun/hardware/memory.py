@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..engine.types import LoadOptions
+from ..engine.types import MAX_UBATCH, LoadOptions
 from ..errors import InvalidModelFile
 from ..store.geometry import ModelGeometry as ModelGeometry  # the store reader's record, for the runtime
 from ..store.gguf_file import read_gguf
@@ -119,7 +119,7 @@ def estimate(geometry: ModelGeometry, options: LoadOptions) -> MemoryEstimate:
     g = geometry
     kv_tokens = options.num_ctx * max(1, options.num_parallel)
     kv = kv_tokens * kv_bytes_per_token(g)
-    batch = max(1, min(options.num_batch, kv_tokens))
+    batch = max(1, min(options.num_batch, MAX_UBATCH, kv_tokens))  # buffers follow the physical batch
     # Activations for one batch, plus one row of logits per sequence slot, plus allocator slack.
     compute = batch * (g.n_embd + g.n_ff) * 4 * 4 + max(1, options.num_parallel) * g.n_vocab * 4 + 32 * MiB
     return MemoryEstimate(weights=g.file_size, kv_cache=kv, compute=compute, n_layer=g.n_layer)

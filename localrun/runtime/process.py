@@ -114,6 +114,7 @@ class RunnerProcess:
 
         Raises the runner's load error (e.g. InvalidModelFile) or RunnerCrashed if it died.
         """
+        trace.mark("runner_spawn", name)
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "localrun.runtime.runner",
             stdin=asyncio.subprocess.PIPE,
@@ -122,6 +123,7 @@ class RunnerProcess:
             limit=protocol.MAX_FRAME,
         )
         runner = cls(name, proc)
+        trace.mark("runner_spawned", name, proc.pid)
         try:
             first = await runner._load(model_path, options, template, factory, prefix_cache)
         except BaseException:  # a failed, timed-out or abandoned load must not leave a process behind

@@ -238,6 +238,7 @@ def main() -> int:
         format="%(asctime)s %(levelname)s runner[%(process)d] %(name)s: %(message)s",
     )
     trace.configure(config.trace_dir())
+    trace.mark("runner_main")  # after the interpreter and this module's imports
     out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)  # stray native prints go to stderr, never into the frame stream
     sys.stdout = sys.stderr
@@ -255,7 +256,9 @@ def main() -> int:
         writer.flush()
         return 2
     try:
+        trace.mark("load_frame")
         factory = load_factory(load.factory or DEFAULT_FACTORY)
+        trace.mark("factory_imported")  # llama_cpp and the engine
         extra = {"prefix_cache": load.prefix_cache} if load.prefix_cache is not None else {}
         engine = factory(load.model_path, load.options, template=load.template, **extra)
     except Exception as exc:
@@ -263,6 +266,7 @@ def main() -> int:
         writer.send(protocol.LoadFailed(_as_error(exc)))
         writer.flush()
         return 1
+    trace.mark("engine_built")
     writer.flush()
     runner = Runner(engine, out)
     runner.send(protocol.Loaded(protocol.to_jsonable(getattr(engine, "info", None)), os.getpid()))

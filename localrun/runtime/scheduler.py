@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import errors
+from .. import errors, trace
 from ..engine.types import LoadOptions
 from ..hardware.devices import Device
 from ..fmt import human_bytes
@@ -312,6 +312,7 @@ class Scheduler:
             if current.refcount > 0 and current.backend.alive:
                 return False
             await self._unload(current, "reload with new options" if current.backend.alive else "runner exited")
+        trace.mark("schedule", spec.name)
         try:
             geometry = self._geometry(spec.model_path)
         except errors.LocalrunError as exc:
@@ -320,6 +321,7 @@ class Scheduler:
         est = estimate(geometry, spec.options)
         probed = self._probe()
         free_ram, gpus = await probed if inspect.isawaitable(probed) else probed
+        trace.mark("probed", spec.name)
         plan = self._plan(est, spec, free_ram, gpus)
         if isinstance(plan, errors.LocalrunError):
             req.future.set_exception(plan)
@@ -386,8 +388,10 @@ class Scheduler:
             spec.name, spec.options.num_ctx, spec.options.num_parallel, human_bytes(placement.size),
             placement.processor(),
         )
+        trace.mark("load_start", spec.name)
         try:
             backend = await asyncio.wait_for(self._load_fn(spec, placement), self.load_timeout)
+            trace.mark("load_done", spec.name)
         except asyncio.CancelledError:
             raise
         except asyncio.TimeoutError:

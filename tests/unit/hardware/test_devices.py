@@ -223,6 +223,15 @@ def test_cache_probes_a_cpu_only_machine_once_and_a_gpu_machine_again_after_inva
     cache = devices._Cache()
     gpu = _CountingProbe([cpu_device(1), fake_gpu(8)])
     cache.get(gpu)
-    cache.devices = None  # what invalidate() does
+    cache.invalidate()  # a model loaded or unloaded: free GPU memory changed
     cache.get(gpu)
     assert gpu.calls == 2
+
+
+def test_a_model_switch_on_a_cpu_only_machine_starts_no_probe_process() -> None:
+    cache = devices._Cache()
+    cpu_only = _CountingProbe([cpu_device(1)])
+    cache.get(cpu_only)
+    cache.invalidate()  # what every load and unload does
+    assert cache.get(cpu_only)[0].total_bytes > 1 * GiB  # free RAM still read fresh, from psutil
+    assert cpu_only.calls == 1
