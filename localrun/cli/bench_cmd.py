@@ -127,7 +127,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     o.add_argument("--markdown", metavar="FILE", help="write the table as Markdown")
     o.add_argument("--baseline", metavar="FILE",
                    help="compare with a stored --json result; a throughput drop or a latency rise of more than "
-                   f"{BASELINE_THRESHOLD:.0%} is flagged as a regression (exit status 1)")
+                   f"{BASELINE_THRESHOLD:.0%}% is flagged as a regression (exit status 1)")  # %% for argparse
     o.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
 

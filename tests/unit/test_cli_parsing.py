@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from localrun.cli.main import build_parser
+from localrun.cli.main import COMMANDS, build_parser
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -87,3 +87,12 @@ def test_every_command_is_found_when_only_its_own_module_is_imported() -> None:
     assert every == set(COMMANDS)
     for name in every:
         assert name in _commands(build_parser([name]))
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_prints_its_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`localrun COMMAND --help` shows the usage and exits 0 (a stray % in a help text once crashed it)."""
+    with pytest.raises(SystemExit) as exited:
+        build_parser([command]).parse_args([command, "--help"])
+    assert exited.value.code == 0
+    assert "usage: localrun " in capsys.readouterr().out  # aliases (ls) show their command's usage
