@@ -32,7 +32,7 @@ from ..errors import EngineError, GrammarError, LocalrunError
 from .kvcache import KVCache
 from .native import Batch, Vocab
 from .sampling import GrammarDeadEnd, TokenData, accept_prompt, sample, token_logprobs
-from .sequence import Sequence, SeqState
+from .sequence import SeqState, Sequence
 from .types import DoneEvent, DoneReason, ErrorEvent, TokenEvent, TokenLogprob
 
 log = logging.getLogger(__name__)
@@ -254,9 +254,7 @@ class Batcher:
             seq.handle.put(TokenEvent(text, logprobs))
         if seq.text.stopped:
             self._finish(seq, DoneReason.STOP)
-        elif seq.num_predict is not None and seq.generated >= seq.num_predict:
-            self._finish(seq, DoneReason.LENGTH)
-        elif len(seq.tokens) >= seq.num_ctx:
+        elif (seq.num_predict is not None and seq.generated >= seq.num_predict) or len(seq.tokens) >= seq.num_ctx:
             self._finish(seq, DoneReason.LENGTH)
 
     # -- retiring ----------------------------------------------------------------------

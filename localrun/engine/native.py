@@ -146,7 +146,7 @@ def load_model(path: str, options: LoadOptions) -> lc.llama_model_p:
     with _load_lock:
         _load_capture = []
         try:
-            model = lc.llama_model_load_from_file(path.encode(), params)
+            model: lc.llama_model_p = lc.llama_model_load_from_file(path.encode(), params)
         finally:
             last_load_log, _load_capture = "".join(_load_capture), None
     if not model:
@@ -195,7 +195,7 @@ def create_context(model: lc.llama_model_p, spec: ContextSpec) -> lc.llama_conte
         params.embeddings = True
         if spec.pooling is not None:
             params.pooling_type = spec.pooling
-    ctx = lc.llama_init_from_model(model, params)
+    ctx: lc.llama_context_p = lc.llama_init_from_model(model, params)
     if not ctx:
         raise EngineError(f"llama.cpp could not create a context of {spec.n_ctx} tokens "
                           f"for {spec.n_seq_max} sequences (out of memory?)")
@@ -327,13 +327,17 @@ class Batch:
         self._seq_ptrs = (ctypes.POINTER(ctypes.c_int32) * capacity)(
             *[ctypes.cast(base + 4 * i, ctypes.POINTER(ctypes.c_int32)) for i in range(capacity)]
         )
+        # llama_cpp annotates llama_batch's pointer fields as ctypes Arrays; ctypes takes the pointers we
+        # assign (the C struct holds pointers), hence the ignores.
         self.struct = lc.llama_batch()
-        self.struct.token = self.token.ctypes.data_as(ctypes.POINTER(lc.llama_token))
-        self.struct.embd = ctypes.cast(None, ctypes.POINTER(ctypes.c_float))
-        self.struct.pos = self.pos.ctypes.data_as(ctypes.POINTER(lc.llama_pos))
-        self.struct.n_seq_id = self.n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
-        self.struct.seq_id = ctypes.cast(self._seq_ptrs, ctypes.POINTER(ctypes.POINTER(lc.llama_seq_id)))
-        self.struct.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        self.struct.token = self.token.ctypes.data_as(ctypes.POINTER(lc.llama_token))  # type: ignore[assignment]
+        self.struct.embd = ctypes.POINTER(ctypes.c_float)()  # type: ignore[assignment]  # NULL: token input
+        self.struct.pos = self.pos.ctypes.data_as(ctypes.POINTER(lc.llama_pos))  # type: ignore[assignment]
+        self.struct.n_seq_id = self.n_seq_id.ctypes.data_as(  # type: ignore[assignment]
+            ctypes.POINTER(ctypes.c_int32))
+        self.struct.seq_id = ctypes.cast(  # type: ignore[assignment]
+            self._seq_ptrs, ctypes.POINTER(ctypes.POINTER(lc.llama_seq_id)))
+        self.struct.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))  # type: ignore[assignment]
         self.n_tokens = 0
 
     def clear(self) -> None:

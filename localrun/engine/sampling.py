@@ -1,10 +1,10 @@
 """Per-sequence native sampling: option validation, llama_sampler chains, grammar, logprobs.
 
-Each sequence owns one chain (greedy without a grammar skips the chain: greedy.py) (penalty history and RNG are per stream, so sampling adds no
-dependence on what runs alongside; whether the logits do is explained in native.py) and, when
-output is constrained, one grammar sampler kept outside the chain. Chain order is llama.cpp's:
-penalties, top_k, typical_p, top_p, min_p, temperature, then dist (or greedy when temperature
-is 0).
+Each sequence owns one chain (greedy without a grammar skips the chain: greedy.py) (penalty history
+and RNG are per stream, so sampling adds no dependence on what runs alongside; whether the logits
+do is explained in native.py) and, when output is constrained, one grammar sampler kept outside
+the chain. Chain order is llama.cpp's: penalties, top_k, typical_p, top_p, min_p, temperature,
+then dist (or greedy when temperature is 0).
 
 Speed: penalties over a 262k vocabulary cost more than the rest of the chain. When they can only
 lower logits (repeat_penalty >= 1, presence/frequency >= 0) and a top_k applies, the chain first
@@ -84,10 +84,11 @@ class TokenData:
         self.data = np.zeros(n_vocab, dtype=_TOKEN_DATA)
         self.data["id"] = np.arange(n_vocab, dtype=np.int32)
         self.array = lc.llama_token_data_array()
-        self.array.data = self.data.ctypes.data_as(lc.llama_token_data_p)
+        # llama_cpp annotates the data field as an Array; the C struct holds a pointer
+        self.array.data = self.data.ctypes.data_as(lc.llama_token_data_p)  # type: ignore[assignment]
         self.one = np.zeros(1, dtype=_TOKEN_DATA)
         self.one_array = lc.llama_token_data_array()
-        self.one_array.data = self.one.ctypes.data_as(lc.llama_token_data_p)
+        self.one_array.data = self.one.ctypes.data_as(lc.llama_token_data_p)  # type: ignore[assignment]
         self.ref = ctypes.byref(self.array)
         self.one_ref = ctypes.byref(self.one_array)
 

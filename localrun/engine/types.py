@@ -11,7 +11,6 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-
 MAX_UBATCH = 512  # tokens llama.cpp computes at once (n_ubatch): its compute buffers scale with this
 
 

@@ -25,6 +25,7 @@ Seams for tests: ``load_fn`` (start a backend), ``probe`` (free RAM and GPUs), `
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -37,8 +38,8 @@ from typing import Any
 
 from .. import errors, trace
 from ..engine.types import LoadOptions
-from ..hardware.devices import Device
 from ..fmt import human_bytes
+from ..hardware.devices import Device
 from ..hardware.memory import MemoryEstimate, ModelGeometry, estimate, place, reconcile
 from ..hardware.placement import Placement
 from .resident import (  # re-exported: the scheduler's public vocabulary
@@ -128,10 +129,8 @@ class Scheduler:
         """Stop the loop, fail waiting requests and unload every model."""
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
         while self._pending:
             p = self._pending.popleft()
@@ -157,7 +156,7 @@ class Scheduler:
     def queue_depth(self) -> int:
         return sum(1 for p in self._pending if not p.future.done()) + sum(m.queued for m in self.models.values())
 
-    async def acquire(self, spec: LoadSpec, keep_alive: float | None | object = DEFAULT) -> Lease:
+    async def acquire(self, spec: LoadSpec, keep_alive: float | object | None = DEFAULT) -> Lease:
         """Hold ``spec``'s model for one request, loading it if needed.
 
         ``keep_alive`` (seconds, None = forever) becomes the model's idle timeout; pass
@@ -291,7 +290,7 @@ class Scheduler:
             return await self._schedule(req)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - any bug here must fail one request, not the queue
+        except Exception as exc:
             log.exception("scheduling %s failed; failing that request", req.spec.name)
             if not req.future.done():
                 req.future.set_exception(exc if isinstance(exc, errors.LocalrunError) else errors.EngineError(
@@ -394,7 +393,7 @@ class Scheduler:
             trace.mark("load_done", spec.name)
         except asyncio.CancelledError:
             raise
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("loading %s took longer than %.0fs; gave up", spec.name, self.load_timeout)
             if not req.future.done():
                 req.future.set_exception(errors.EngineError(
