@@ -29,6 +29,7 @@ class Daemon:
         full.update({"LOCALRUN_HOST": f"127.0.0.1:{port}", "XDG_DATA_HOME": str(home / "data"),
                      "XDG_STATE_HOME": str(home / "state"), "XDG_CACHE_HOME": str(home / "cache"),
                      "HF_HUB_OFFLINE": "1", **env})
+        self.env = full  # what a CLI run against this daemon needs (LOCALRUN_HOST, ...)
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "localrun", "serve"], env=full, stdout=out,
                                          stderr=subprocess.STDOUT, start_new_session=True)
@@ -50,3 +51,10 @@ class Daemon:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, sig)
             self.proc.wait(30)
+
+    def stop(self) -> None:
+        """SIGTERM (the daemon unloads its models), SIGKILL if it is not gone in 30 s."""
+        try:
+            self.kill(signal.SIGTERM)
+        except subprocess.TimeoutExpired:
+            self.kill()

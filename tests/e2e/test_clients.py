@@ -8,11 +8,6 @@ is random; the tests check what a client sees: shapes, streaming, counts, errors
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +17,7 @@ import httpx
 import ollama
 import openai
 import pytest
+from servedaemon import Daemon, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -31,46 +27,17 @@ TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[str]:
     home = tmp_path_factory.mktemp("daemon")
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOCALRUN_", "OLLAMA_"))}
-    env.update({
-        "LOCALRUN_HOST": f"127.0.0.1:{port}", "LOCALRUN_MODELS": str(home / "models"),
-        "LOCALRUN_NUM_PARALLEL": "2", "XDG_DATA_HOME": str(home / "data"), "XDG_STATE_HOME": str(home / "state"),
-        "HF_HUB_OFFLINE": "1",
-    })
-    log = open(home / "server.log", "wb")  # noqa: SIM115 - the daemon writes it until the finally block
-    proc = subprocess.Popen([sys.executable, "-m", "localrun", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    live = Daemon(home, free_port(), {"LOCALRUN_MODELS": str(home / "models"), "LOCALRUN_NUM_PARALLEL": "2"})
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None:
-                pytest.fail("daemon exited:\n" + (home / "server.log").read_text())
-            time.sleep(0.1)
-        client = ollama.Client(host=url)
+        client = ollama.Client(host=live.url)
         digest = client.create_blob(tiny_gguf)
         client.create(model="tiny", files={"tiny.gguf": digest}, parameters={"num_ctx": 512, "temperature": 0.0})
-        yield url
+        yield live.url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        live.stop()
 
 
 @pytest.fixture

@@ -9,18 +9,15 @@ the model's greedy ones; the assertions are what a user would check by reading t
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import ollama
 import openai
 import pytest
+from servedaemon import Daemon, free_port
 from tuiscreen import screen_lines
 
 from localrun.tui.app import LocalrunApp
@@ -43,34 +40,11 @@ TOOLS = [{"type": "function", "function": {
 def daemon(tmp_path_factory: pytest.TempPathFactory, starter_models: Path) -> Iterator[dict[str, str]]:
     """The daemon's environment (LOCALRUN_HOST, LOCALRUN_MODELS...); its URL is ``env["URL"]``."""
     home = tmp_path_factory.mktemp("starter-daemon")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOCALRUN_", "OLLAMA_"))}
-    env.update({"LOCALRUN_HOST": f"127.0.0.1:{port}", "LOCALRUN_MODELS": str(starter_models),
-                "LOCALRUN_NUM_PARALLEL": "2", "XDG_DATA_HOME": str(home / "data"),
-                "XDG_STATE_HOME": str(home / "state"), "HF_HUB_OFFLINE": "1"})
-    log = open(home / "server.log", "wb")  # noqa: SIM115 - the daemon writes it until the finally block
-    proc = subprocess.Popen([sys.executable, "-m", "localrun", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    live = Daemon(home, free_port(), {"LOCALRUN_MODELS": str(starter_models), "LOCALRUN_NUM_PARALLEL": "2"})
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None:
-                pytest.fail("daemon exited:\n" + (home / "server.log").read_text())
-            time.sleep(0.1)
-        yield {**env, "URL": url}
+        yield {**live.env, "URL": live.url}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        live.stop()
 
 
 @pytest.fixture
