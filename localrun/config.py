@@ -293,6 +293,31 @@ def prefix_cache_dir() -> Path | None:
     return path
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "kb": 1000, "m": 1 << 20, "mib": 1 << 20,
+               "mb": 1000**2, "g": 1 << 30, "gib": 1 << 30, "gb": 1000**3}
+
+
+def prefix_cache_ram() -> int:
+    """``LOCALRUN_PREFIX_CACHE_RAM``: host RAM, per loaded model, for cached prefixes moved out of
+    the KV cache so they do not slow down decoding (``512MiB``, ``2GiB``, ``4G``, a byte count;
+    ``0`` or ``off``: none, idle prefixes then stay in the KV cache). Default: 2 GiB, at most an
+    eighth of the machine's memory. Only what is cached takes memory."""
+    raw = _env("LOCALRUN_PREFIX_CACHE_RAM")
+    if raw is None:
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):  # not POSIX
+            total = 16 << 30
+        return min(2 << 30, total // 8)
+    if raw.lower() in _FALSE:
+        return 0
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]*)", raw)
+    unit = _SIZE_UNITS.get(match.group(2).lower()) if match else None
+    if match is None or unit is None:
+        raise ConfigError(f"LOCALRUN_PREFIX_CACHE_RAM={raw!r}: expected a size like 512MiB or 2GiB, or off")
+    return int(float(match.group(1)) * unit)
+
+
 def trace_dir() -> Path | None:
     """``LOCALRUN_TRACE``: a folder where the daemon and its runners write timestamps through the
     serving path (``localrun.trace``; ``bench/trace_report.py`` reads them). Default unset: off."""
@@ -387,6 +412,7 @@ class Settings:
     origins: tuple[str, ...]
     api_key: str | None
     prefix_cache_dir: Path | None = None
+    prefix_cache_ram: int = 0
     log_level: str = "INFO"
     upstreams: tuple[UpstreamSpec, ...] = ()
     rpc_servers: tuple[str, ...] = ()
@@ -411,6 +437,7 @@ class Settings:
             "LOCALRUN_API_KEY": "(set)" if self.api_key else "",
             "LOCALRUN_LOG_LEVEL": self.log_level,
             "LOCALRUN_PREFIX_CACHE": "off" if self.prefix_cache_dir is None else str(self.prefix_cache_dir),
+            "LOCALRUN_PREFIX_CACHE_RAM": f"{self.prefix_cache_ram >> 20}MiB" if self.prefix_cache_ram else "off",
             "LOCALRUN_UPSTREAMS": ",".join(f"{u.name}={u.display_url}" for u in self.upstreams),
             "LOCALRUN_RPC_SERVERS": ",".join(self.rpc_servers),
         }
@@ -421,7 +448,8 @@ class Settings:
 SETTING_VARIABLES = (
     "LOCALRUN_HOST", "LOCALRUN_MODELS", "LOCALRUN_KEEP_ALIVE", "LOCALRUN_MAX_LOADED_MODELS", "LOCALRUN_NUM_PARALLEL",
     "LOCALRUN_KV_CACHE_TYPE", "LOCALRUN_BATCH_INVARIANT", "LOCALRUN_MAX_QUEUE", "LOCALRUN_ORIGINS", "LOCALRUN_API_KEY",
-    "LOCALRUN_LOG_LEVEL", "LOCALRUN_PREFIX_CACHE", "LOCALRUN_UPSTREAMS", "LOCALRUN_RPC_SERVERS",
+    "LOCALRUN_LOG_LEVEL", "LOCALRUN_PREFIX_CACHE", "LOCALRUN_PREFIX_CACHE_RAM", "LOCALRUN_UPSTREAMS",
+    "LOCALRUN_RPC_SERVERS",
 )
 _SEAMS = ("LOCALRUN_RUNNER_FACTORY", "LOCALRUN_RUNNER_DEBUG", "LOCALRUN_TRACE")
 
@@ -463,6 +491,7 @@ def load_settings() -> Settings:
         origins=origins(),
         api_key=api_key(),
         prefix_cache_dir=prefix_cache_dir(),
+        prefix_cache_ram=prefix_cache_ram(),
         log_level=log_level(),
         upstreams=upstreams(),
         rpc_servers=rpc_servers(),

@@ -31,6 +31,7 @@ from .. import trace
 from ..errors import EngineError, GrammarError, LocalrunError
 from .kvcache import KVCache
 from .native import Batch, Vocab
+from .radix import common_prefix_len
 from .sampling import GrammarDeadEnd, TokenData, accept_prompt, sample, token_logprobs
 from .sequence import SeqState, Sequence
 from .types import DoneEvent, DoneReason, ErrorEvent, TokenEvent, TokenLogprob
@@ -77,6 +78,8 @@ class Batcher:
         """Run one step; returns False when there was nothing to decode."""
         self._retire_cancelled()
         self._admit()
+        if self.running:
+            self.kv.trim_idle()  # idle cached cells slow every decode: keep few (host_cache.py)
         participants = self._build()
         if not participants:
             return False
@@ -140,7 +143,7 @@ class Batcher:
         cached = self.kv.tree.match_prefix(prompt[:-1]).length
         for other in self.running:
             if other.state is SeqState.PREFILL and other.n_past < other.prompt_len:
-                shared = _common_prefix_len(prompt[:-1], other.tokens[: other.prompt_len])
+                shared = common_prefix_len(prompt[:-1], other.tokens[: other.prompt_len])
                 if shared >= cached + SHARE_MIN and other.n_past < shared:
                     return True
         return False
@@ -301,16 +304,3 @@ class Batcher:
             stop_string=seq.text.matched,
         )
 
-
-def _common_prefix_len(a: list[int], b: list[int]) -> int:
-    """Length of the common prefix, found with C-speed slice comparisons (binary search)."""
-    lo, hi = 0, min(len(a), len(b))
-    if a[:hi] == b[:hi]:
-        return hi
-    while lo < hi:  # invariant: a[:lo] == b[:lo], a[:hi+1] != b[:hi+1] somewhere
-        mid = (lo + hi + 1) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo

@@ -28,6 +28,7 @@ from .batcher import BURST_GAP, BURST_MAX, Batcher
 from .detok import TextStream
 from .embedding import Embedder
 from .grammar import grammar_for
+from .host_cache import HostCache
 from .kvcache import KVCache
 from .load_report import parse_load_report
 from .prefix_store import PrefixStore
@@ -139,8 +140,9 @@ class Engine:
             self._ctx = native.create_context(model, spec)
             trace.mark("context_created", 0, spec.n_ctx)
             n_cells = int(lc.llama_n_ctx(self._ctx))
+            host = HostCache(options.prefix_cache_ram) if options.prefix_cache_ram > 0 else None
             kv = KVCache(lc.llama_get_memory(self._ctx), n_cells, n_seq_max, enabled=not recurrent,
-                         reorder_when_idle=options.batch_invariant)
+                         reorder_when_idle=options.batch_invariant, ctx=self._ctx, host=host)
             self.batcher = Batcher(self._ctx, self.vocab, kv, n_batch=n_batch,
                                    num_parallel=options.num_parallel)
             if prefix_cache is not None and kv.enabled:

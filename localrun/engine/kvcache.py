@@ -21,6 +21,13 @@ sequence gives up are *parked* on a reserved sequence id instead of freed, until
 out of room: freed cells below a sequence's own would let its next cells land out of position
 order, which changes the attention kernel's summation order. The default mode frees them at once.
 
+Two tiers (default mode, with a :class:`~.host_cache.HostCache`): every cell in the context costs
+every decode step (host_cache.py says why), so while requests run the tree keeps at most
+:data:`RESIDENT_IDLE_CELLS` cells that no running request uses (:meth:`trim_idle`), and an evicted
+leaf's KV moves to host RAM instead of being forgotten. :meth:`acquire` brings back the segments
+that extend a prompt's cached prefix before it matches. The deterministic mode keeps one tier:
+a restored segment's cells could land out of position order.
+
 :meth:`export_order`, :meth:`export_segment` and :meth:`adopt` save the tree to disk and put it
 back (``prefix_store.py``), between loads of the model.
 
@@ -34,9 +41,15 @@ from dataclasses import dataclass
 
 import llama_cpp as lc
 
+from .host_cache import HostCache, Segment
 from .radix import RadixCache, RadixNode
 
 log = logging.getLogger(__name__)
+
+# Idle cached cells the context keeps while requests decode: at most ~5 % of a decode step for
+# Qwen2.5-Coder 0.5B (about 0.25 ms per 1,000 cells on 2 EPYC cores; BENCHMARKS.md). About as
+# many as llama.cpp's server keeps in its slots for a handful of short chats.
+RESIDENT_IDLE_CELLS = 1024
 
 
 @dataclass(slots=True)
@@ -51,8 +64,13 @@ class SeqLease:
 
 class KVCache:
     def __init__(self, mem: lc.llama_memory_t, n_cells: int, n_seq_max: int, enabled: bool,
-                 *, reorder_when_idle: bool = False) -> None:
+                 *, reorder_when_idle: bool = False, ctx: lc.llama_context_p | None = None,
+                 host: HostCache | None = None) -> None:
+        """``ctx`` and ``host`` together turn on the host-RAM tier (not in the deterministic mode)."""
         self.mem = mem
+        self.ctx = ctx
+        self.host = host if ctx is not None and enabled and not reorder_when_idle else None
+        self.resident_idle = RESIDENT_IDLE_CELLS  # trim_idle's limit
         self.n_cells = n_cells
         self.enabled = enabled
         self.tree = RadixCache()
@@ -77,6 +95,8 @@ class KVCache:
         self._active.add(seq)
         if not self.enabled or len(prompt) < 2:
             return SeqLease(seq, 0, 0)
+        if self.host is not None and len(self.host):
+            self._restore_from_host(prompt[:-1])
         match = self.tree.match_prefix(prompt[:-1])
         if match.length == 0:
             return SeqLease(seq, 0, 0)
@@ -147,7 +167,7 @@ class KVCache:
             stack.extend(sorted(node.children.values(), key=lambda n: n.last_access))
         return out
 
-    def export_segment(self, ctx: lc.llama_context_p, node: RadixNode) -> bytes | None:
+    def export_segment(self, ctx: lc.llama_context_p, node: RadixNode) -> bytearray | None:
         """The KV of ``node``'s own positions ``[start, end)`` as llama.cpp serialises a sequence
         (copied to the parked id for the call, so nothing cached moves)."""
         from .prefix_store import state_of
@@ -162,32 +182,98 @@ class KVCache:
         finally:
             lc.llama_memory_seq_rm(self.mem, self.parked_id, -1, -1)
 
-    def adopt(self, ctx: lc.llama_context_p, tokens: list[int], start: int, state: bytes) -> bool:
+    def adopt(self, ctx: lc.llama_context_p, tokens: list[int], start: int, state: bytes | bytearray) -> bool:
         """Put saved KV back: ``state`` holds positions ``[start, len(tokens))`` and the tree
-        already caches ``tokens[:start]``. False (nothing changed) when llama.cpp refuses it or
-        no sequence id is free."""
+        already caches ``tokens[:start]``. Positions the tree caches beyond ``start`` are taken
+        from the tree, not from ``state`` (each position is cached once). False (nothing changed)
+        when llama.cpp refuses it or no room can be made."""
         from .prefix_store import load_state
 
-        match = self.tree.match_prefix(tokens[:start])
-        if not self.enabled or match.length != start or not self._free:
+        if not self.enabled or self.tree.match_prefix(tokens[:start]).length != start:
             return False
-        holder = self.tree.path_owner(match.node) if start else None
-        seq = self._free.pop()
-        if not load_state(ctx, seq, state):
-            lc.llama_memory_seq_rm(self.mem, seq, -1, -1)
-            self._free.append(seq)
+        try:
+            seq = self._take_id()
+        except RuntimeError:
             return False
-        if holder is not None:
-            lc.llama_memory_seq_cp(self.mem, holder, seq, 0, start)
-        result = self.tree.insert(tokens, seq)
-        if not result.created:
+        loaded = load_state(ctx, seq, state)
+        if not loaded and self.evict(len(tokens) - start):  # no room: make some, once
+            loaded = load_state(ctx, seq, state)
+        full = self.tree.match_prefix(tokens)
+        if not loaded or full.length < start:  # refused, or the eviction took the prefix it continues
+            self._drop(seq)
+            return False
+        if full.length == len(tokens):  # cached meanwhile
             self._drop(seq)
             return True
+        if full.length > start and not lc.llama_memory_seq_rm(self.mem, seq, start, full.length):
+            self._drop(seq)
+            return False
+        if full.length:
+            holder = self.tree.path_owner(full.node)
+            assert holder is not None and holder != seq
+            lc.llama_memory_seq_cp(self.mem, holder, seq, 0, full.length)
+        result = self.tree.insert(tokens, seq)
+        assert result.created
         if result.displaced_owner is not None:  # the parent's holder: ``seq`` now covers its path
             self._owned.pop(result.displaced_owner, None)
-            self._drop(result.displaced_owner)
+            if result.displaced_owner not in self._active:
+                self._drop(result.displaced_owner)
         self._owned[seq] = result.node
         return True
+
+    # -- host RAM (host_cache.py) -----------------------------------------------------------
+    def trim_idle(self) -> int:
+        """Move least recently used idle cached cells to host RAM until at most ``resident_idle``
+        remain in the context; returns the cells moved. Nothing without a host tier."""
+        if self.host is None or not self.enabled:
+            return 0
+        excess = self.tree.evictable_size - self.resident_idle
+        return self.evict(excess) if excess > 0 else 0
+
+    def resident_budget(self) -> int:
+        """Cached cells worth restoring into the context from disk: what :meth:`trim_idle` keeps
+        with a host tier, half the context without one."""
+        return self.resident_idle if self.host is not None else self.n_cells // 2
+
+    def host_segments(self) -> list[Segment]:
+        return self.host.segments() if self.host is not None else []
+
+    def keep_in_host(self, tokens: list[int], start: int, state: bytearray) -> bool:
+        """Store saved KV of positions ``[start, len(tokens))`` in host RAM (prefix_store's replay,
+        beyond what the context keeps); False without a host tier or room."""
+        return self.host is not None and self.host.put(tokens, start, state)
+
+    def _restore_from_host(self, prompt: list[int]) -> None:
+        """Bring back the host segments that extend the cached prefix of ``prompt``, one by one."""
+        assert self.host is not None and self.ctx is not None
+        while True:
+            match = self.tree.match_prefix(prompt)
+            seg = self.host.best(prompt, match.length)
+            if seg is None:
+                return
+            self.tree.lock(match.node)  # room for the segment must not come from the prefix it continues
+            try:
+                restored = self.adopt(self.ctx, seg.path, seg.start, seg.state)
+            finally:
+                self.tree.unlock(match.node)
+            if not restored:
+                log.debug("prefix cache: a host segment of %d tokens could not go back", seg.end - seg.start)
+                self.host.put(seg.path, seg.start, seg.state)
+                return
+            self.host.restored_tokens += seg.end - seg.start
+
+    def _offload(self, owner: int, leaf: RadixNode) -> None:
+        """Keep the KV of an evicted ``leaf`` (held by ``owner``) in host RAM."""
+        from .prefix_store import state_of
+
+        assert self.host is not None and self.ctx is not None
+        path = leaf.path()
+        lc.llama_memory_seq_cp(self.mem, owner, self.parked_id, leaf.start, leaf.end)
+        try:
+            state = state_of(self.ctx, self.parked_id)
+        finally:
+            lc.llama_memory_seq_rm(self.mem, self.parked_id, -1, -1)
+        self.host.put(path, leaf.start, state)
 
     # -- memory ------------------------------------------------------------------------
     @property
@@ -253,6 +339,8 @@ class KVCache:
     def _on_evict(self, leaf: RadixNode, inherited: bool) -> None:
         owner = leaf.owner
         assert owner is not None and owner not in self._active, "evicted a leaf of a running sequence"
+        if self.host is not None:
+            self._offload(owner, leaf)
         self._owned.pop(owner, None)
         if inherited and self._give_up(owner, leaf.start, -1):
             assert leaf.parent is not None
@@ -288,6 +376,9 @@ class KVCache:
         self.release_parked()
         self._owned.clear()
         self.tree = RadixCache()
+        if self.host is not None:
+            self.host.clear()
+            self.host = None
 
     def check_integrity(self) -> None:
         """Tree invariants plus: owners are exactly the owned sequences, none is free."""
@@ -296,3 +387,4 @@ class KVCache:
         assert owners == set(self._owned), f"{owners} != {set(self._owned)}"
         assert not (set(self._free) & (self._active | set(self._owned)))
         assert self.parked_id not in set(self._free) | self._active | set(self._owned)
+

@@ -1,11 +1,13 @@
 """The prefix cache on disk: saved when a model unloads, restored when it loads again.
 
 One file per model digest and KV cache type (``<dir>/<digest>.<kv type>.kvc``). It holds the
-prefix tree's nodes parent-first; each node's record is its tokens and the KV of exactly its own
-positions ``[start, end)``, as ``llama_state_seq_get_data`` serialises them, so a long prefix shared
-by many cached prompts is stored once. Restoring replays the records: a node's KV goes into a new
-sequence, which then shares its parent's positions ``[0, start)`` with ``llama_memory_seq_cp`` (no
-copy of the cells), and the node joins the tree through :meth:`KVCache.adopt`.
+prefix tree's nodes parent-first, then the host-RAM tier's segments (host_cache.py); each
+record is a node's tokens and the KV of exactly its own positions ``[start, end)``, as
+``llama_state_seq_get_data`` serialises them, so a long prefix shared by many cached prompts is
+stored once. Restoring replays the records: a node's KV goes into a new sequence, which then
+shares its parent's positions ``[0, start)`` with ``llama_memory_seq_cp`` (no copy of the cells),
+and the node joins the tree through :meth:`KVCache.adopt`. Beyond what the context keeps idle
+(``KVCache.resident_budget``), records go back to the host tier instead.
 
 Checked before use: the file's header must name the same model digest, the same model file
 (size and a hash of its first and last bytes), KV cache type and format version, and llama.cpp
@@ -75,29 +77,44 @@ def fingerprint(model_path: Path) -> str:
 
 
 def save(store: PrefixStore, ctx: lc.llama_context_p, kv: KVCache) -> int:
-    """Write the cached prefixes (most recently used first, up to ``max_tokens``); returns
-    the positions saved. An empty cache removes the file."""
+    """Write the cached prefixes (the context's, most recently used first, up to ``max_tokens``,
+    then the host tier's); returns the positions saved. An empty cache removes the file."""
     nodes = kv.export_order(store.max_tokens)
-    if not nodes:
+    segments = sorted(kv.host_segments(), key=lambda seg: seg.start)  # a parent before its children
+    if not nodes and not segments:
         store.path.unlink(missing_ok=True)
         return 0
     store.directory.mkdir(parents=True, exist_ok=True)
     tmp = store.path.with_name(store.path.name + f".{os.getpid()}.tmp")
     index: dict[int, int] = {}
+    by_path: dict[tuple[int, ...], int] = {}  # a record's whole token path -> its index
+    written = 0  # records
     saved = 0
     with tmp.open("wb") as f:
         f.write(MAGIC + json.dumps(store.header()).encode() + b"\n")
-        for i, (node, parent) in enumerate(nodes):
-            blob = kv.export_segment(ctx, node)
-            if blob is None:
-                continue
-            index[id(node)] = i
+
+        def record(parent_i: int, start: int, path: list[int], blob: bytes | bytearray) -> int:
+            nonlocal saved, written
+            by_path[tuple(path)] = written
+            tokens = np.asarray(path[start:], dtype=np.int32).tobytes()
+            f.write(_RECORD.pack(parent_i, start, len(path) - start, len(blob)) + tokens)
+            f.write(blob)
+            saved += len(path) - start
+            written += 1
+            return written - 1
+
+        for node, parent in nodes:
             parent_i = -1 if parent is None else index.get(id(parent), -2)
             if parent_i == -2:  # its parent could not be saved: neither can it
                 continue
-            tokens = np.asarray(node.key, dtype=np.int32).tobytes()
-            f.write(_RECORD.pack(parent_i, node.start, len(node.key), len(blob)) + tokens + blob)
-            saved += len(node.key)
+            blob = kv.export_segment(ctx, node)
+            if blob is None:
+                continue
+            index[id(node)] = record(parent_i, node.start, node.path(), blob)
+        for seg in segments:
+            parent_i = by_path.get(tuple(seg.path[: seg.start]), -2) if seg.start else -1
+            if parent_i != -2:
+                record(parent_i, seg.start, seg.path, seg.state)
     os.replace(tmp, store.path)
     log.info("prefix cache: saved %d positions to %s", saved, store.path)
     return saved
@@ -125,7 +142,9 @@ def restore(store: PrefixStore, ctx: lc.llama_context_p, kv: KVCache) -> int:
 
 
 def _replay(data: bytes, pos: int, store: PrefixStore, ctx: lc.llama_context_p, kv: KVCache) -> int:
-    paths: list[list[int] | None] = []  # None: not restored (nor can its children be)
+    # per record: its token path and where it went (True: the context, False: host RAM), None when dropped
+    records: list[tuple[list[int], bool] | None] = []
+    budget = min(store.max_tokens, kv.resident_budget())
     restored = 0
     while pos < len(data):
         parent, start, n_tokens, n_bytes = _RECORD.unpack_from(data, pos)
@@ -136,33 +155,42 @@ def _replay(data: bytes, pos: int, store: PrefixStore, ctx: lc.llama_context_p, 
         pos += n_bytes
         if len(blob) != n_bytes:
             raise ValueError("truncated record")
-        if parent >= len(paths):
+        if parent >= len(records):
             raise ValueError("records out of order")
-        prefix = paths[parent] if parent >= 0 else []
-        if prefix is None or restored + n_tokens > store.max_tokens:
-            paths.append(None)
+        above = records[parent] if parent >= 0 else ([], True)
+        if above is None:
+            records.append(None)
             continue
+        prefix, resident = above
         if len(prefix) != start:
             raise ValueError("a record does not continue its parent")
         path = prefix + tokens
-        if not kv.adopt(ctx, path, start, blob):
-            paths.append(None)
-            continue
-        paths.append(path)
-        restored += n_tokens
+        if resident and restored + n_tokens <= budget and kv.adopt(ctx, path, start, blob):
+            records.append((path, True))
+            restored += n_tokens
+        elif kv.keep_in_host(path, start, bytearray(blob)):
+            records.append((path, False))
+        else:
+            records.append(None)
     log.info("prefix cache: restored %d positions from %s", restored, store.path)
     return restored
 
 
-def state_of(ctx: lc.llama_context_p, seq_id: int) -> bytes:
-    """``llama_state_seq_get_data`` of one sequence."""
+def state_of(ctx: lc.llama_context_p, seq_id: int) -> bytearray:
+    """``llama_state_seq_get_data`` of one sequence (written straight into the returned buffer)."""
     size = int(lc.llama_state_seq_get_size(ctx, seq_id))
-    buf = (ctypes.c_uint8 * size)()
-    written = int(lc.llama_state_seq_get_data(ctx, buf, size, seq_id))
-    return bytes(buf[:written])
+    buf = bytearray(size)
+    written = int(lc.llama_state_seq_get_data(ctx, (ctypes.c_uint8 * size).from_buffer(buf), size, seq_id))
+    del buf[written:]
+    return buf
 
 
-def load_state(ctx: lc.llama_context_p, seq_id: int, blob: bytes) -> bool:
+def load_state(ctx: lc.llama_context_p, seq_id: int, blob: bytes | bytearray) -> bool:
     """``llama_state_seq_set_data`` into ``seq_id`` (replacing its cells); False when refused."""
-    buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
+    if not blob:
+        return False
+    if isinstance(blob, bytearray):  # no copy
+        buf = (ctypes.c_uint8 * len(blob)).from_buffer(blob)
+    else:
+        buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
     return int(lc.llama_state_seq_set_data(ctx, buf, len(blob), seq_id)) > 0

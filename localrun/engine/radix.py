@@ -46,6 +46,15 @@ class RadixNode:
     def is_leaf(self) -> bool:
         return not self.children
 
+    def path(self) -> list[int]:
+        """The tokens from the root to the end of this node (a detached node keeps its parent link)."""
+        keys: list[list[int]] = []
+        cur: RadixNode | None = self
+        while cur is not None:
+            keys.append(cur.key)
+            cur = cur.parent
+        return [t for key in reversed(keys) for t in key]
+
 
 @dataclass(frozen=True, slots=True)
 class MatchResult:
@@ -255,3 +264,20 @@ def _common_len(key: Sequence[int], tokens: Sequence[int], offset: int) -> int:
     while i < n and key[i] == tokens[offset + i]:
         i += 1
     return i
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int], offset: int = 0) -> int:
+    """How many tokens ``a`` and ``b`` agree on from ``offset`` (list slices compare at C speed;
+    a binary search over them finds the first difference)."""
+    lo, hi = 0, min(len(a), len(b)) - offset
+    if hi <= 0:
+        return 0
+    if a[offset: offset + hi] == b[offset: offset + hi]:
+        return hi
+    while lo < hi:  # invariant: the first lo tokens agree, the first hi + 1 do not
+        mid = (lo + hi + 1) // 2
+        if a[offset + lo: offset + mid] == b[offset + lo: offset + mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -38,6 +38,9 @@ class LoadOptions:
     # llama.cpp RPC workers (host:port) the layers are spread over: LOCALRUN_RPC_SERVERS, set by the
     # daemon for every load, never by a request (engine/rpc.py)
     rpc_servers: tuple[str, ...] = ()
+    # bytes of host RAM for cached prefixes moved out of the context (engine/host_cache.py; 0: none):
+    # LOCALRUN_PREFIX_CACHE_RAM, set by the daemon for every load
+    prefix_cache_ram: int = 2 << 30
 
 
 @dataclass(frozen=True, slots=True)

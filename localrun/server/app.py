@@ -154,7 +154,8 @@ def create_app(
     app[SERVICE] = Service(store, scheduler, metrics, num_parallel=settings.num_parallel,
                            geometry=memory.read_geometry, probe=_probe_devices(executors),
                            load_defaults=LoadOptions(batch_invariant=settings.batch_invariant,
-                                                     kv_cache_type=settings.kv_cache_type),
+                                                     kv_cache_type=settings.kv_cache_type,
+                                                     prefix_cache_ram=settings.prefix_cache_ram),
                            executors=executors, upstreams=upstreams)
     app[STARTED_AT] = 0.0
     app[DAEMON] = daemon or DaemonInfo(pid=os.getpid(), started_at=time.time())

@@ -1,0 +1,87 @@
+"""Idle cached prefixes leave the KV cache for host RAM while requests run, and come back on a hit.
+
+What a user notices: a conversation continued after other requests ran is still answered from the
+cache (``cached_tokens``), with the same text, and the KV cache does not fill with idle prefixes
+that would slow every decode step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine_helpers import collect
+
+from localrun.engine.engine import Engine
+from localrun.engine.types import GenerateRequest, LoadOptions, PrefixCacheLocation, SamplingOptions
+
+GREEDY = SamplingOptions(temperature=0, num_predict=16)
+OPTIONS = LoadOptions(num_ctx=256, num_parallel=4, num_batch=64)
+SYSTEM = [1] + [300 + (7 * i) % 400 for i in range(60)]
+RESIDENT = 48  # idle cells the test lets the context keep (the default is 1,024)
+
+
+def prompt(i: int) -> list[int]:
+    return SYSTEM + [310 + (13 * i + k) % 300 for k in range(40)]
+
+
+def run(engine: Engine, i: int):  # type: ignore[no-untyped-def]
+    return collect(engine.submit(GenerateRequest(prompt(i), GREEDY)))
+
+
+def small_resident(engine: Engine) -> None:
+    assert engine.batcher is not None
+    engine.batcher.kv.resident_idle = RESIDENT
+
+
+def test_prefixes_moved_to_host_ram_answer_later_prompts_with_the_same_text(tiny_gguf: Path) -> None:
+    with Engine(str(tiny_gguf), OPTIONS) as engine:
+        small_resident(engine)
+        kv = engine.batcher.kv  # type: ignore[union-attr]
+        first = [run(engine, i) for i in range(6)]
+        assert kv.tree.evictable_size <= RESIDENT + len(prompt(0)) + 16  # at most the last one beyond the limit
+        assert kv.host is not None and len(kv.host) > 0
+        again = [run(engine, i) for i in range(6)]
+        kv.check_integrity()
+        assert kv.host.restored_tokens > 0
+    for a, b in zip(first, again, strict=True):
+        assert b.done.cached_tokens == len(prompt(0)) - 1
+        assert b.text == a.text
+
+
+def test_with_no_host_ram_idle_prefixes_stay_in_the_kv_cache(tiny_gguf: Path) -> None:
+    options = LoadOptions(num_ctx=256, num_parallel=4, num_batch=64, prefix_cache_ram=0)
+    with Engine(str(tiny_gguf), options) as engine:
+        small_resident(engine)
+        for i in range(4):
+            run(engine, i)
+        kv = engine.batcher.kv  # type: ignore[union-attr]
+        assert kv.host is None and kv.tree.evictable_size >= 4 * 40
+        assert run(engine, 0).done.cached_tokens == len(prompt(0)) - 1
+
+
+def test_a_full_kv_cache_moves_prefixes_to_host_ram_instead_of_forgetting_them(tiny_gguf: Path) -> None:
+    # 2 slots x 128 cells: five 100-token prompts with their answers (61 shared) do not fit together
+    options = LoadOptions(num_ctx=128, num_parallel=2, num_batch=64)
+    with Engine(str(tiny_gguf), options) as engine:
+        first = [run(engine, i) for i in range(5)]
+        kv = engine.batcher.kv  # type: ignore[union-attr]
+        assert kv.host is not None and len(kv.host) > 0
+        again = run(engine, 0)
+        kv.check_integrity()
+    assert again.done.cached_tokens == len(prompt(0)) - 1 and again.text == first[0].text
+
+
+def test_saved_to_disk_with_the_host_tier_and_restored_across_a_reload(tiny_gguf: Path, tmp_path: Path) -> None:
+    where = PrefixCacheLocation(str(tmp_path / "cache"), "sha256:tiny")
+    with Engine(str(tiny_gguf), OPTIONS, prefix_cache=where) as engine:
+        small_resident(engine)
+        before = [run(engine, i) for i in range(5)]
+        assert len(engine.batcher.kv.host or ()) > 0  # type: ignore[union-attr]
+    with Engine(str(tiny_gguf), OPTIONS, prefix_cache=where) as engine:
+        kv = engine.batcher.kv  # type: ignore[union-attr]
+        kv.check_integrity()
+        after = [run(engine, i) for i in range(5)]
+        kv.check_integrity()
+    for b, a in zip(before, after, strict=True):
+        assert a.done.cached_tokens == len(prompt(0)) - 1
+        assert a.text == b.text
