@@ -43,6 +43,7 @@ from ..engine.types import (
     Event,
     GenerateRequest,
     LoadOptions,
+    ModelInfo,
     PrefixCacheLocation,
     SamplingOptions,
     TokenEvent,
@@ -145,6 +146,15 @@ def decode_load_options(data: dict[str, Any]) -> LoadOptions:
     if "rpc_servers" in kwargs:  # a JSON list on the wire
         kwargs["rpc_servers"] = tuple(kwargs["rpc_servers"])
     return LoadOptions(**kwargs)
+
+
+def decode_model_info(data: dict[str, Any]) -> ModelInfo:
+    """The runner's load report: the engine's ModelInfo (unknown fields from a newer runner are dropped)."""
+    names = {f.name for f in dataclasses.fields(ModelInfo)}
+    kwargs = {k: v for k, v in data.items() if k in names}
+    if "rpc_servers" in kwargs:  # a JSON list on the wire
+        kwargs["rpc_servers"] = tuple(kwargs["rpc_servers"])
+    return ModelInfo(**kwargs)
 
 
 def encode_request(request: GenerateRequest) -> dict[str, Any]:
@@ -338,8 +348,10 @@ class DebugAbort:
 
 @dataclasses.dataclass(frozen=True)
 class Loaded:
+    """The model is loaded: ``info`` is the engine's report of what it loaded and where it put it."""
+
     OP: ClassVar[str] = "loaded"
-    info: JSONValue = None
+    info: ModelInfo | None = None
     pid: int | None = None
 
 
@@ -437,6 +449,7 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
     "list[int]": lambda value: [_int(v) for v in value],
     "list[EmbedInput]": list,  # the engine checks each input (a string or token ids) and says which is wrong
     "LoadOptions": lambda value: decode_load_options(_dict(value)),
+    "ModelInfo | None": _optional(lambda value: decode_model_info(_dict(value))),
     "PrefixCacheLocation | None": _optional(lambda value: PrefixCacheLocation(**_dict(value))),
     "GenerateRequest": lambda value: decode_request(_dict(value)),
     "Event": lambda value: decode_event(_dict(value)),
@@ -455,7 +468,7 @@ def _encode_value(value: object) -> object:
         return encode_event(value)
     if isinstance(value, LoadOptions):
         return encode_load_options(value)
-    if isinstance(value, PrefixCacheLocation):
+    if isinstance(value, (PrefixCacheLocation, ModelInfo)):
         return dataclasses.asdict(value)
     if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
         return [encode_message(item) for item in value]

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..engine.types import EmbedInput, EmbedResult, EngineStats, Event, GenerateRequest, LoadOptions
+from ..engine.types import EmbedInput, EmbedResult, EngineStats, Event, GenerateRequest, LoadOptions, ModelInfo
 from ..hardware.devices import Device
 from ..hardware.memory import MemoryEstimate
 from ..hardware.placement import Placement
@@ -50,7 +50,7 @@ class Backend(Protocol):
 
     name: str
     pid: int
-    info: dict[str, Any]  # the runner's load report (JSON: n_ctx, buffer_bytes, rpc_servers, ...)
+    info: ModelInfo | None  # the engine's load report (None: it sent none, e.g. a fake)
     exited: asyncio.Future[str]
 
     @property

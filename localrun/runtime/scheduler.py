@@ -34,7 +34,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from .. import errors, trace
 from ..engine.types import LoadOptions
@@ -69,7 +68,7 @@ class Lease:
         self._released = False
 
     @property
-    def backend(self) -> Any:
+    def backend(self) -> Backend:
         return self.model.backend
 
     def release(self) -> None:
@@ -405,7 +404,7 @@ class Scheduler:
                 req.future.set_exception(exc if isinstance(exc, errors.LocalrunError) else errors.EngineError(str(exc)))
             return
         load_ns = time.perf_counter_ns() - started
-        reported = reconcile(placement, getattr(backend, "info", None))
+        reported = reconcile(placement, backend.info)
         if reported != placement:
             log.warning("llama.cpp placed %d/%d layers of %s on GPUs where %d were planned; showing %s",
                         reported.gpu_layers, reported.total_layers, spec.name, placement.gpu_layers,
