@@ -24,6 +24,7 @@ from ..hardware.memory import read_geometry
 from ..store.blobs import BlobStore
 from ..store.model_store import ModelStore
 from ..store.modelfile import quote as _quote
+from ..store.records import ModelEntry
 from . import remote
 from .chat import upstream_route
 from .chatformat import capabilities, describe
@@ -36,48 +37,31 @@ from .routes_status import details
 log = logging.getLogger(__name__)
 
 
-def _iso(value: Any) -> str:
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.UTC)
-        return str(value.isoformat())
-    if isinstance(value, (int, float)):
-        return dt.datetime.fromtimestamp(value, dt.UTC).isoformat()
-    return str(value or dt.datetime.now(dt.UTC).isoformat())
+def _iso(modified: float) -> str:
+    """A store timestamp (seconds since the epoch) as Ollama's ``modified_at``."""
+    return dt.datetime.fromtimestamp(modified, dt.UTC).isoformat()
 
 
-def _field(obj: Any, *names: str, default: Any = None) -> Any:
-    for name in names:
-        if isinstance(obj, dict) and name in obj:
-            return obj[name]
-        if hasattr(obj, name):
-            return getattr(obj, name)
-    return default
-
-
-def _details_for(path: Any) -> dict[str, Any]:
+def _details_for(path: Path | str | None) -> dict[str, Any]:
     try:
         return details(read_geometry(str(path))) if path else {"format": "gguf"}
     except errors.LocalrunError:
         return {"format": "gguf"}
 
 
-def tag_entry(item: Any, store: Any) -> dict[str, Any]:
-    name = str(_field(item, "name", "model"))
-    path = _field(item, "model_path")
-    if path is None:
-        try:
-            path = store.resolve(name).model_path
-        except errors.LocalrunError:
-            path = None
-    item_details = _field(item, "details")
+def tag_entry(item: ModelEntry, store: ModelStore) -> dict[str, Any]:
+    """One /api/tags row; the details come from the GGUF header the name resolves to."""
+    try:
+        path: Path | None = store.resolve(item.name).model_path
+    except errors.LocalrunError:
+        path = None
     return {
-        "name": name,
-        "model": name,
-        "modified_at": _iso(_field(item, "modified_at", "modified")),
-        "size": int(_field(item, "size", default=0) or 0),
-        "digest": str(_field(item, "digest", default="") or "").removeprefix("sha256:"),
-        "details": item_details if isinstance(item_details, dict) else _details_for(path),
+        "name": item.name,
+        "model": item.name,
+        "modified_at": _iso(item.modified),
+        "size": item.size,
+        "digest": item.digest.removeprefix("sha256:"),
+        "details": _details_for(path),
     }
 
 
@@ -114,30 +98,25 @@ async def show(request: web.Request) -> web.Response:
     if route is not None and service.upstreams is not None:
         return web.json_response(await remote.show(service.upstreams, route))
     info = await asyncio.to_thread(request.app[STORE].show, name)
-    params = _field(info, "parameters", default={}) or {}
-    template = _field(info, "template") or ""
-    licenses = _field(info, "licenses") or ([_field(info, "license")] if _field(info, "license") else [])
-    item_details = _field(info, "details")
+    template = info.template or ""
     out: dict[str, Any] = {
-        "modelfile": _field(info, "modelfile", default="") or "",
-        "parameters": params if isinstance(params, str) else _parameters_text(params),
+        "modelfile": info.modelfile,
+        "parameters": _parameters_text(info.parameters),
         "template": template,
-        "system": _field(info, "system") or "",
-        "license": "\n".join(str(x) for x in licenses),
-        "details": item_details if isinstance(item_details, dict) and item_details
-        else _details_for(_field(info, "model_path")),
-        "model_info": _field(info, "model_info", default={}) or {},
-        "capabilities": _capabilities(template, _field(info, "model_path")),
-        "defaults": _defaults(params, _field(info, "model_path"), request.app[SERVICE].num_parallel),
-        "modified_at": _iso(_field(info, "modified_at", "modified")),
+        "system": info.system or "",
+        "license": "\n".join(info.licenses),
+        "details": info.details or _details_for(info.model_path),
+        "model_info": info.model_info,
+        "capabilities": _capabilities(template, info.model_path),
+        "defaults": _defaults(info.parameters, info.model_path, request.app[SERVICE].num_parallel),
+        "modified_at": _iso(info.modified),
     }
-    messages = _field(info, "messages") or []
-    if messages:
-        out["messages"] = [m if isinstance(m, dict) else {"role": m.role, "content": m.content} for m in messages]
+    if info.messages:
+        out["messages"] = [{"role": m.role, "content": m.content} for m in info.messages]
     return web.json_response(out, dumps=lambda o: json.dumps(o, default=str))
 
 
-def _capabilities(template: str, path: Any) -> list[str]:
+def _capabilities(template: str, path: Path) -> list[str]:
     """What the model can do, from its template and GGUF header (see ``chatformat.capabilities``)."""
     try:
         geometry = read_geometry(str(path))
@@ -146,7 +125,7 @@ def _capabilities(template: str, path: Any) -> list[str]:
     return capabilities(describe(template or None), geometry)
 
 
-def _defaults(params: Any, path: Any, num_parallel: int | None) -> dict[str, Any]:
+def _defaults(params: dict[str, Any], path: Path, num_parallel: int | None) -> dict[str, Any]:
     """What a request without options gets (Modelfile PARAMETERs over the engine's defaults).
 
     A localrun field (Ollama's ``parameters`` lists only what the Modelfile sets); the chat UI
@@ -157,7 +136,7 @@ def _defaults(params: Any, path: Any, num_parallel: int | None) -> dict[str, Any
     except errors.LocalrunError:
         n_ctx_train = None
     # Slots sized from memory (num_parallel None) change none of the values shown here.
-    load, sampling, _ = merge_options(params if isinstance(params, dict) else {}, {}, num_parallel=num_parallel or 1,
+    load, sampling, _ = merge_options(params, {}, num_parallel=num_parallel or 1,
                                       n_ctx_train=n_ctx_train)
     return {
         "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
