@@ -45,6 +45,7 @@ from .resident import (  # re-exported: the scheduler's public vocabulary
     DEFAULT,
     Backend,
     Clock,
+    KeepAlive,
     LoadFn,
     LoadSpec,
     Phase,
@@ -53,8 +54,8 @@ from .resident import (  # re-exported: the scheduler's public vocabulary
     SystemClock,
 )
 
-__all__ = ["DEFAULT", "Backend", "Clock", "Lease", "LoadFn", "LoadSpec", "Phase", "ProbeFn", "ResidentModel",
-           "Scheduler", "SystemClock"]
+__all__ = ["DEFAULT", "Backend", "Clock", "KeepAlive", "Lease", "LoadFn", "LoadSpec", "Phase", "ProbeFn",
+           "ResidentModel", "Scheduler", "SystemClock"]
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +156,7 @@ class Scheduler:
     def queue_depth(self) -> int:
         return sum(1 for p in self._pending if not p.future.done()) + sum(m.queued for m in self.models.values())
 
-    async def acquire(self, spec: LoadSpec, keep_alive: float | object | None = DEFAULT) -> Lease:
+    async def acquire(self, spec: LoadSpec, keep_alive: KeepAlive = DEFAULT) -> Lease:
         """Hold ``spec``'s model for one request, loading it if needed.
 
         ``keep_alive`` (seconds, None = forever) becomes the model's idle timeout; pass

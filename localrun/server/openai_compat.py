@@ -19,6 +19,7 @@ from typing import Any
 
 from ..engine.types import DoneReason, EmbedInput, TokenLogprob
 from ..errors import InvalidRequest, OptionError
+from ..runtime.resident import KeepAlive
 from .chatformat import parse_think
 from .chatparse import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
 from .http import get, get_whole
@@ -38,7 +39,7 @@ class NativeCall:
 
     model: Any
     options: dict[str, Any]
-    keep_alive: Any
+    keep_alive: KeepAlive
     stream: bool = False
     include_usage: bool = False
     n: int = 1

@@ -22,10 +22,11 @@ from localrun.engine.types import (
     Truncation,
 )
 from localrun.runtime import protocol
+from localrun.runtime.scheduler import DEFAULT
 from localrun.server import openai_compat as oc
 from localrun.server.chatformat import ToolFormat
 from localrun.server.chatparse import Reply, ToolCall
-from localrun.server.options import MISSING, merge_options, parse_keep_alive
+from localrun.server.options import merge_options, parse_keep_alive
 from localrun.server.tools import forced_call, forced_call_schema
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -97,7 +98,7 @@ def test_bad_options_name_the_option(options: dict[str, object]) -> None:
 
 
 def test_keep_alive_values() -> None:
-    assert parse_keep_alive(None) is MISSING
+    assert parse_keep_alive(None) is DEFAULT
     assert parse_keep_alive("5m") == 300 and parse_keep_alive(0) == 0 and parse_keep_alive("-1") is None
     with pytest.raises(errors.OptionError):
         parse_keep_alive("later")
