@@ -97,6 +97,27 @@ def test_bad_options_name_the_option(options: dict[str, object]) -> None:
         merge_options({}, options, num_parallel=1)
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"top_p": 2.0}, {"top_p": -0.1}, {"temperature": -1.0}, {"temperature": float("nan")},
+        {"temperature": 150}, {"top_k": -5}, {"min_p": 1.5}, {"typical_p": 3}, {"repeat_penalty": -1.0},
+        {"repeat_last_n": -2}, {"presence_penalty": 5.0}, {"frequency_penalty": -3.0}, {"top_logprobs": 21},
+        {"top_k": 1.5}, {"stop": ["a", 3]}, {"stop": [str(i) for i in range(17)]}, {"stop": ["x" * 100_000]},
+        {"temperature": True}, {"num_keep": -1},
+    ],
+)
+def test_impossible_sampling_options_are_refused_once_here_before_any_engine(bad: dict[str, object]) -> None:
+    """The one validation layer: the engine only asserts these ranges (tests/unit/engine)."""
+    with pytest.raises(errors.OptionError, match=next(iter(bad))):
+        merge_options({}, bad, num_parallel=1)
+
+
+def test_negative_num_predict_means_no_limit_and_negative_seed_means_random() -> None:
+    _, sampling, _ = merge_options({}, {"num_predict": -3, "seed": -1}, num_parallel=1)
+    assert sampling.num_predict is None and sampling.seed is None
+
+
 def test_keep_alive_values() -> None:
     assert parse_keep_alive(None) is DEFAULT
     assert parse_keep_alive("5m") == 300 and parse_keep_alive(0) == 0 and parse_keep_alive("-1") is None
