@@ -19,13 +19,14 @@ from typing import Any
 from aiohttp import web
 
 from .. import errors
+from ..chatevents import ChatEvent, ContentDelta, collect
 from ..engine.types import EmbedInput, EmbedResult, GenerateRequest, TokenLogprob, Truncation
 from ..errors import UnsupportedCapability
 from ..runtime.resident import KeepAlive
 from . import chatturn, prompts, remote
 from .chat import start_chat, start_completions, upstream_route
 from .chatformat import parse_think
-from .chatparse import ChatEvent, ChatStreamParser, ContentDelta, collect
+from .chatparse import ChatStreamParser
 from .http import NDJSONStream, get, now_iso, read_json
 from .keys import SERVICE
 from .native_shapes import CHAT, GENERATE, Shape

@@ -15,7 +15,7 @@ Several URLs under one NAME form a pool.
     router.py     Upstreams: routing ``NAME/model``, failover before the first event, health checks
 
 Nothing here imports aiohttp: the server's seam (``localrun/server/remote.py``) drives it.
-Replies are the server's chat events (``ContentDelta``, ``ThinkingDelta``, ``ToolCall`` of
-``localrun.server.chatparse``) ended by an engine ``DoneEvent``, so every API the server speaks
+Replies are the chat events a local model's reply is parsed into (``ContentDelta``, ``ThinkingDelta``,
+``ToolCall`` of ``localrun.chatevents``) ended by an engine ``DoneEvent``, so every API the server speaks
 writes an upstream's reply the way it writes a local model's.
 """

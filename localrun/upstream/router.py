@@ -32,8 +32,8 @@ from typing import Protocol
 import httpx
 
 from .. import errors
+from ..chatevents import ChatEvent
 from ..engine.types import DoneEvent, EmbedResult
-from ..server.chatparse import ChatEvent
 from . import ollama_api, openai_api, registry, transport
 from .pool import Member, MemberState, Pool, latency_ms
 from .requests import ChatRequest, CompletionRequest, EmbedRequest

@@ -10,6 +10,7 @@ import struct
 import pytest
 
 from localrun import errors
+from localrun.chatevents import Reply, ToolCall
 from localrun.engine.types import (
     DoneEvent,
     DoneReason,
@@ -25,7 +26,6 @@ from localrun.runtime import protocol
 from localrun.runtime.scheduler import DEFAULT
 from localrun.server import openai_compat as oc
 from localrun.server.chatformat import ToolFormat
-from localrun.server.chatparse import Reply, ToolCall
 from localrun.server.options import merge_options, parse_keep_alive
 from localrun.server.tools import forced_call, forced_call_schema
 
