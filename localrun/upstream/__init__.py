@@ -13,6 +13,7 @@ Several URLs under one NAME form a pool.
     transport.py  httpx with explicit timeouts, bounded lines and bodies, redacted errors
     pool.py       members' state and the choice: healthy, affinity, least-loaded, cool-down (pure)
     router.py     Upstreams: routing ``NAME/model``, failover before the first event, health checks
+    reply.py      UpstreamReply (a reply under way from one member) and Retry (try the next member)
 
 Nothing here imports aiohttp: the server's seam (``localrun/server/remote.py``) drives it.
 Replies are the chat events a local model's reply is parsed into (``ContentDelta``, ``ThinkingDelta``,
