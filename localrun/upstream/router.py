@@ -13,8 +13,8 @@ the first event is in, the :class:`UpstreamReply` is the caller's; a failure aft
 stream with an UpstreamError (the member is cooled down too).
 
 Each member is checked (``GET /v1/models`` or ``/api/tags``, which also says which API it
-speaks and which models it serves) when first needed, every CHECK_INTERVAL_S while healthy and
-every COOLING_CHECK_S while cooling down. Everything runs on the daemon's event loop.
+speaks and which models it serves: :meth:`Upstreams.probe`) when first needed, then as
+:mod:`.health` schedules it. Everything runs on the daemon's event loop.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from .. import errors
 from ..chatevents import ChatEvent
 from ..engine.types import EmbedResult
 from . import ollama_api, openai_api, registry, transport
+from .health import CHECK_INTERVAL_S, HealthChecks
 from .pool import Member, MemberState, Pool, latency_ms
 from .reply import Decoder, Retry, UpstreamReply, batches, empty
 from .requests import ChatRequest, CompletionRequest, EmbedRequest
@@ -40,9 +41,6 @@ from .spec import Api, UpstreamSpec
 
 log = logging.getLogger("localrun.upstream")
 
-CHECK_INTERVAL_S = 15.0
-COOLING_CHECK_S = 2.0
-LOOP_TICK_S = 1.0
 RELOAD_EVERY_S = 1.0
 KeyLookup = Callable[[str], str | None]  # environment variable name -> its value
 
@@ -100,8 +98,7 @@ class Upstreams:
         self._specs: tuple[UpstreamSpec, ...] | None = None
         self._file_stamp: tuple[int, int] | None = None
         self._reload_at = -1e9
-        self._task: asyncio.Task[None] | None = None
-        self._checks: dict[str, asyncio.Task[None]] = {}
+        self.health = HealthChecks(self.probe, self._members, clock)
         self.reload(force=True)
 
     # -- configuration -------------------------------------------------------------------------
@@ -366,15 +363,10 @@ class Upstreams:
 
     async def check(self, member: Member) -> None:
         """Ask ``member`` for its models (learning its API); one check at a time per member."""
-        running = self._checks.get(member.url)
-        if running is not None and not running.done():
-            await asyncio.shield(running)
-            return
-        task = asyncio.ensure_future(self._check(member))
-        self._checks[member.url] = task
-        await asyncio.shield(task)
+        await self.health.check(member)
 
-    async def _check(self, member: Member) -> None:
+    async def probe(self, member: Member) -> None:
+        """One check of ``member``: which API it speaks and which models it serves (call :meth:`check`)."""
         apis = [member.api] if member.api is not None else [Api.OPENAI, Api.OLLAMA]
         reason = "no answer"
         for api in apis:
@@ -409,45 +401,22 @@ class Upstreams:
 
     async def refresh(self, stale_after: float = CHECK_INTERVAL_S) -> None:
         """Check (concurrently) every member not checked within ``stale_after`` seconds."""
-        self.reload()
-        now = self.clock()
-        due = [m for p in self.pools.values() for m in p.members
-               if m.checked_at is None or now - m.checked_at >= stale_after]
-        if due:
-            await asyncio.gather(*(self.check(m) for m in due), return_exceptions=True)
-
-    async def _loop(self) -> None:
-        while True:
-            try:
-                await asyncio.sleep(LOOP_TICK_S)
-                self.reload()
-                now = self.clock()
-                due = [m for p in self.pools.values() for m in p.members
-                       if m.checked_at is None
-                       or now - m.checked_at >= (COOLING_CHECK_S if m.state(now) is MemberState.COOLING
-                                                 else CHECK_INTERVAL_S)]
-                for m in due:
-                    if m.url not in self._checks or self._checks[m.url].done():
-                        self._checks[m.url] = asyncio.ensure_future(self._check(m))
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the loop must outlive any one bad check
-                log.exception("upstream health check failed")
+        await self.health.refresh(stale_after)
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.ensure_future(self._loop())
+        """Start the background health checks."""
+        self.health.start()
 
     async def close(self) -> None:
-        tasks = [t for t in [self._task, *self._checks.values()] if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._task = None
-        self._checks.clear()
+        await self.health.close()
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+    def _members(self) -> list[Member]:
+        """Every member of the current pools (after picking up a changed configuration)."""
+        self.reload()
+        return [m for p in self.pools.values() for m in p.members]
 
     # -- what the daemon shows -----------------------------------------------------------------
 
