@@ -20,7 +20,7 @@ from aiohttp import web
 
 from .. import errors
 from ..chatevents import ChatEvent, ContentDelta, collect
-from ..engine.types import EmbedInput, EmbedResult, GenerateRequest, TokenLogprob, Truncation
+from ..engine.types import EmbedInput, EmbedResult, GenerateRequest, SamplingOptions, TokenLogprob, Truncation
 from ..errors import UnsupportedCapability
 from ..runtime.resident import KeepAlive
 from . import chatturn, prompts, remote
@@ -77,7 +77,7 @@ def logprobs_json(logprobs: tuple[TokenLogprob, ...]) -> list[dict[str, Any]]:
     ]
 
 
-def sampling_with_logprobs(target: Target, body: dict[str, Any]) -> Any:
+def sampling_with_logprobs(target: Target, body: dict[str, Any]) -> SamplingOptions:
     from dataclasses import replace
 
     logprobs = get(body, "logprobs", bool, False)

@@ -24,6 +24,7 @@ from ..hardware.memory import read_geometry
 from ..store.blobs import BlobStore
 from ..store.model_store import ModelStore
 from ..store.modelfile import quote as _quote
+from ..store.progress import Progress, ProgressFn
 from ..store.records import ModelEntry
 from . import remote
 from .chat import upstream_route
@@ -146,7 +147,8 @@ def _defaults(params: dict[str, Any], path: Path, num_parallel: int | None) -> d
     }
 
 
-async def _run_with_progress(request: web.Request, stream: bool, work: Callable[[Any], Any]) -> web.StreamResponse:
+async def _run_with_progress(request: web.Request, stream: bool,
+                             work: Callable[[ProgressFn], object]) -> web.StreamResponse:
     """Run blocking ``work(progress_cb)`` on the transfer pool, streaming its progress reports.
 
     When the client goes away, the next progress report raises Cancelled inside ``work``, so the
@@ -156,14 +158,13 @@ async def _run_with_progress(request: web.Request, stream: bool, work: Callable[
     queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
     gone = threading.Event()
 
-    def progress(p: Any) -> None:
+    def progress(p: Progress) -> None:
         if gone.is_set():
             raise errors.Cancelled("the client went away")
-        report = dataclasses.asdict(p) if dataclasses.is_dataclass(p) and not isinstance(p, type) else dict(p)
-        report = {k: v for k, v in report.items() if v is not None and k != "rate"}
+        report = {k: v for k, v in dataclasses.asdict(p).items() if v is not None and k != "rate"}
         loop.call_soon_threadsafe(queue.put_nowait, report)
 
-    def finished(task: asyncio.Future[Any]) -> None:
+    def finished(task: asyncio.Future[object]) -> None:
         if not task.cancelled():
             task.exception()  # retrieved here: when the client has left, nobody else reads it
         loop.call_soon_threadsafe(queue.put_nowait, None)
@@ -177,7 +178,7 @@ async def _run_with_progress(request: web.Request, stream: bool, work: Callable[
         raise
 
 
-async def _respond_with_progress(request: web.Request, stream: bool, task: asyncio.Future[Any],
+async def _respond_with_progress(request: web.Request, stream: bool, task: asyncio.Future[object],
                                  queue: asyncio.Queue[dict[str, Any] | None]) -> web.StreamResponse:
     if not stream:
         await asyncio.shield(task)  # raises the store's error as a proper HTTP error
@@ -218,10 +219,9 @@ async def pull(request: web.Request) -> web.StreamResponse:
     from ..store.pull import pull as store_pull  # lazily: the hub client is heavy to import
     pulls = request.app[PULLS]
 
-    def work(progress: Callable[[Any], None]) -> Any:
-        def report(p: Any) -> None:
-            state = dataclasses.asdict(p) if dataclasses.is_dataclass(p) and not isinstance(p, type) else dict(p)
-            pulls[name] = {"model": name, **{k: state.get(k) for k in ("status", "completed", "total")}}
+    def work(progress: ProgressFn) -> object:
+        def report(p: Progress) -> None:
+            pulls[name] = {"model": name, "status": p.status, "completed": p.completed, "total": p.total}
             progress(p)
 
         pulls[name] = {"model": name, "status": "pulling manifest"}
@@ -322,7 +322,7 @@ def _digest(raw: str) -> str:
         raise errors.InvalidRequest(f"{raw!r} is not a sha256 digest") from None
 
 
-def _blob_path(store: Any, digest: str) -> Path:
+def _blob_path(store: ModelStore, digest: str) -> Path:
     d = _digest(digest)
     blobs = _blobs(store)
     if not blobs.has(d):
