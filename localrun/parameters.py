@@ -25,6 +25,9 @@ LEGACY_PARAMS: dict[str, type] = {
     "penalize_newline": bool, "use_mlock": bool, "low_vram": bool, "f16_kv": bool, "numa": bool,
     "vocab_only": bool, "logits_all": bool, "rope_frequency_base": float, "rope_frequency_scale": float,
 }
+ParameterValue = int | float | bool | str | list[str]
+"""A parameter's typed value: a number or flag, a Modelfile ``stop`` line (str), or /set's stop list."""
+
 PARAMETERS = sorted(INT_PARAMS | FLOAT_PARAMS | BOOL_PARAMS | LIST_PARAMS)
 """Every parameter localrun applies (legacy ones are accepted and ignored)."""
 

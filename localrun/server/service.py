@@ -181,7 +181,7 @@ class Service:
         self._slots: dict[tuple[str, LoadOptions], int] = {}
         self._store_pool = (executors or Executors()).store
 
-    async def target(self, name: Any, options: Any = None, keep_alive: KeepAlive = DEFAULT) -> Target:
+    async def target(self, name: object, options: object = None, keep_alive: KeepAlive = DEFAULT) -> Target:
         """Resolve ``name`` in the store and merge its parameters with the request's options.
 
         The store call runs in a thread: it may hash changed weights or import the starter model.

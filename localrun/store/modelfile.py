@@ -49,7 +49,7 @@ class Modelfile:
     messages: list[Message] = field(default_factory=list)
 
 
-def parse_parameter(name: str, raw: str, line: int | None = None) -> Any:
+def parse_parameter(name: str, raw: str, line: int | None = None) -> int | float | bool | str:
     """Convert one PARAMETER value to its type (the rules of :mod:`localrun.parameters`); raises
     ModelfileError naming what was expected."""
     key = name.lower()

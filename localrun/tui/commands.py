@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequest, OptionError
-from ..parameters import kind_of, parse_value
+from ..parameters import ParameterValue, kind_of, parse_value
 
 # What /set parameter offers (types and rules: localrun.parameters, shared with the Modelfile parser).
 SESSION_PARAMETERS = ("seed", "num_predict", "top_k", "top_p", "min_p", "typical_p", "num_ctx", "num_batch",
@@ -69,7 +69,7 @@ Keyboard shortcuts:
 @dataclass(frozen=True, slots=True)
 class SetParameter:
     name: str
-    value: Any
+    value: ParameterValue
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +208,7 @@ def unquote(text: str) -> str:
     return text
 
 
-def parse_parameter(name: str, raw: str) -> Any:
+def parse_parameter(name: str, raw: str) -> ParameterValue:
     """The typed value of a parameter (the rules of :mod:`localrun.parameters`), or InvalidRequest
     saying what was expected. ``stop`` takes several space-separated, optionally quoted strings."""
     key = name.lower()
@@ -230,7 +230,7 @@ def _quoted(text: str) -> str:
     return f'"{escaped}"'
 
 
-def format_parameter_value(value: Any) -> str:
+def format_parameter_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
