@@ -140,21 +140,25 @@ def encode_load_options(options: LoadOptions) -> dict[str, Any]:
     return dataclasses.asdict(options)
 
 
-def decode_load_options(data: dict[str, Any]) -> LoadOptions:
-    names = {f.name for f in dataclasses.fields(LoadOptions)}
+_Record = typing.TypeVar("_Record", LoadOptions, ModelInfo)
+
+
+def _decode_record(cls: type[_Record], data: dict[str, Any]) -> _Record:
+    """``cls`` from its JSON object (unknown fields, e.g. from a newer peer, are dropped)."""
+    names = {f.name for f in dataclasses.fields(cls)}
     kwargs = {k: v for k, v in data.items() if k in names}
-    if "rpc_servers" in kwargs:  # a JSON list on the wire
+    if "rpc_servers" in kwargs:  # a JSON list on the wire, a tuple in both records
         kwargs["rpc_servers"] = tuple(kwargs["rpc_servers"])
-    return LoadOptions(**kwargs)
+    return cls(**kwargs)
+
+
+def decode_load_options(data: dict[str, Any]) -> LoadOptions:
+    return _decode_record(LoadOptions, data)
 
 
 def decode_model_info(data: dict[str, Any]) -> ModelInfo:
-    """The runner's load report: the engine's ModelInfo (unknown fields from a newer runner are dropped)."""
-    names = {f.name for f in dataclasses.fields(ModelInfo)}
-    kwargs = {k: v for k, v in data.items() if k in names}
-    if "rpc_servers" in kwargs:  # a JSON list on the wire
-        kwargs["rpc_servers"] = tuple(kwargs["rpc_servers"])
-    return ModelInfo(**kwargs)
+    """The runner's load report: the engine's ModelInfo."""
+    return _decode_record(ModelInfo, data)
 
 
 def encode_request(request: GenerateRequest) -> dict[str, Any]:
