@@ -36,7 +36,7 @@ _EXTRA_OPTIONS = ("num_ctx", "top_k", "min_p", "typical_p", "repeat_penalty", "r
 class NativeCall:
     """A /v1 request in native terms."""
 
-    model: Any
+    model: object  # the request's raw "model" (Service.target checks it)
     options: dict[str, Any]
     keep_alive: KeepAlive
     stream: bool = False

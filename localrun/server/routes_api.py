@@ -267,7 +267,7 @@ def resize(vector: list[float], dimensions: int | None) -> list[float]:
     return [v / norm for v in cut]
 
 
-async def embed_inputs(service: Service, model: object, options: Any, keep_alive: KeepAlive,
+async def embed_inputs(service: Service, model: object, options: object, keep_alive: KeepAlive,
                        inputs: Sequence[EmbedInput], truncate: bool) -> tuple[str, EmbedResult, int, int]:
     """(model name, result, load_duration_ns, total_duration_ns) for ``inputs``, on the model or upstream
     ``model`` names; no inputs only loads a local model."""
