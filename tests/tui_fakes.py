@@ -113,6 +113,11 @@ class FakeBackend:
                  "context_length": 2048, "active": 1, "queued": 0, "expires_at": self.expires_at}
                 for m in self.loaded]
 
+    async def pulls(self) -> list[dict[str, Any]]:
+        """Downloads started elsewhere (none in these tests)."""
+        self._check()
+        return []
+
     async def pull(self, model: str) -> AsyncIterator[dict[str, Any]]:
         self._check()
         if self._full(model) not in self.pullable:

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ..errors import ConfigError, InvalidRequest
 from .connect import connect
+
+if TYPE_CHECKING:
+    from ..client import Client
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -48,7 +51,7 @@ def _err(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def pull_with_progress(client: Any, model: str) -> None:
+def pull_with_progress(client: Client, model: str) -> None:
     """Pull ``model``, drawing a progress bar on stderr (plain lines when stderr is not a terminal)."""
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
@@ -77,7 +80,7 @@ def pull_with_progress(client: Any, model: str) -> None:
                 progress.update(tasks[key], total=1, completed=1)
 
 
-def ensure_model(client: Any, model: str) -> None:
+def ensure_model(client: Client, model: str) -> None:
     """Pull ``model`` when the store does not list it, with progress (Ollama: "pulling manifest" and bars).
 
     Presence is read from the model list rather than ``show``: for the starter, ``show`` would
@@ -92,7 +95,7 @@ def ensure_model(client: Any, model: str) -> None:
     pull_with_progress(client, model)
 
 
-def warn_if_base_model(client: Any, model: str) -> None:
+def warn_if_base_model(client: Client, model: str) -> None:
     """Say on stderr that ``model`` is a base (completion-only) model, naming the starter to chat with.
 
     The chat UI says the same in its log when it opens (once per session).
@@ -132,7 +135,7 @@ def parse_options(items: list[str]) -> dict[str, Any]:
     return options
 
 
-def generate_once(client: Any, model: str, prompt: str, args: argparse.Namespace) -> int:
+def generate_once(client: Client, model: str, prompt: str, args: argparse.Namespace) -> int:
     import time
 
     from ..tui.backend import ReplyStats

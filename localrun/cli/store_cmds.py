@@ -14,7 +14,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import (
@@ -31,23 +31,28 @@ from .. import config
 from ..errors import InvalidRequest, LocalrunError
 from ..fmt import human_ago, human_bytes
 
+if TYPE_CHECKING:  # imported where used, to keep `localrun --help` fast
+    from ..client import Client
+    from ..store import ModelStore
+    from ..store.progress import Progress as StoreProgress
+
 _SHOW_FLAGS = ("modelfile", "parameters", "template", "system", "license")
 
 
-def _store() -> Any:
+def _store() -> ModelStore:
     from ..store import ModelStore
 
     return ModelStore(config.models_dir())
 
 
-def _daemon() -> Any:
+def _daemon() -> Client | None:
     """A client of the running daemon, or None when none answers (then the store is used directly)."""
     from .connect import running_daemon
 
     return running_daemon()
 
 
-def _progress(chunk: dict[str, Any]) -> Any:
+def _progress(chunk: dict[str, Any]) -> StoreProgress:
     from ..store import Progress as StoreProgress
 
     return StoreProgress(str(chunk.get("status", "")), chunk.get("digest"), chunk.get("total"), chunk.get("completed"))
@@ -82,7 +87,7 @@ class ProgressView:
         if self.started:
             self.bars.stop()
 
-    def __call__(self, p: Any) -> None:
+    def __call__(self, p: StoreProgress) -> None:
         if p.total and p.completed is not None and not self.console.is_terminal:
             # No live bar in a pipe or log: one line when a transfer starts and one when it ends.
             label = _label(p)
@@ -109,7 +114,7 @@ class ProgressView:
             self.bars.console.print(p.status)
 
 
-def _label(p: Any) -> str:
+def _label(p: StoreProgress) -> str:
     """Short bar label like Ollama's ``pulling a5fd3b62230a``."""
     if not p.digest:
         return str(p.status)

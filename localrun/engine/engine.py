@@ -4,7 +4,8 @@
 unified KV cache of ``num_ctx * num_parallel`` cells shared by ``num_parallel`` running
 sequences and the prefix cache. The engine thread owns the context and runs the
 :class:`~localrun.engine.batcher.Batcher` loop; callers on any thread ``submit()`` requests
-(validated synchronously: OptionError, GrammarError, ContextOverflow, InvalidRequest) and read
+(refused synchronously: GrammarError, ContextOverflow, InvalidRequest; option ranges are the server's
+job, asserted here) and read
 events from the returned :class:`RequestHandle`. ``embed()`` uses a second, lazily created
 context and is serialised by its own lock. ``close()`` stops the thread and frees native memory.
 With a ``prefix_cache`` location, the prefix cache is restored from disk at load and saved there
@@ -22,7 +23,7 @@ from pathlib import Path
 import llama_cpp as lc
 
 from .. import trace
-from ..errors import ContextOverflow, EngineError, InvalidRequest, OptionError, TemplateError
+from ..errors import ContextOverflow, EngineError, InvalidRequest, TemplateError
 from . import native, prefix_store
 from .batcher import BURST_GAP, BURST_MAX, Batcher
 from .detok import TextStream
@@ -32,7 +33,7 @@ from .host_cache import HostCache
 from .kvcache import KVCache
 from .load_report import parse_load_report
 from .prefix_store import PrefixStore
-from .sampling import build_sampler, validate
+from .sampling import assert_valid, build_sampler
 from .sequence import RequestHandle, Sequence
 from .template import ChatTemplate
 from .types import (
@@ -68,17 +69,15 @@ def kv_type(options: LoadOptions) -> str:
 
 
 def check_load_options(options: LoadOptions) -> None:
-    for name, low in (("num_ctx", 16), ("num_batch", 1), ("num_parallel", 1)):
-        value = getattr(options, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise OptionError(f"{name} must be a whole number of at least {low}, got {value!r}")
-    if options.num_thread is not None and (not isinstance(options.num_thread, int) or options.num_thread < 1):
-        raise OptionError(f"num_thread must be at least 1, got {options.num_thread!r}")
-    if options.num_parallel > MAX_SEQ_IDS // 2:
-        raise OptionError(f"num_parallel must be at most {MAX_SEQ_IDS // 2}, got {options.num_parallel}")
-    if options.kv_cache_type not in native.KV_CACHE_TYPES:
-        raise OptionError(f"kv_cache_type must be one of {', '.join(native.KV_CACHE_TYPES)}, "
-                          f"got {options.kv_cache_type!r}")
+    """Assert the invariants the daemon established (the server's option parsing and the scheduler's
+    slot sizing set these; Settings checks kv_cache_type): a violation is a caller's bug, not user input."""
+    for name, value, low in (("num_ctx", options.num_ctx, 16), ("num_batch", options.num_batch, 1),
+                             ("num_parallel", options.num_parallel, 1)):
+        assert isinstance(value, int) and not isinstance(value, bool) and value >= low, f"{name}={value!r} < {low}"
+    assert options.num_thread is None or (isinstance(options.num_thread, int) and options.num_thread >= 1), \
+        f"num_thread={options.num_thread!r}"
+    assert options.num_parallel <= MAX_SEQ_IDS // 2, f"num_parallel={options.num_parallel} > {MAX_SEQ_IDS // 2}"
+    assert options.kv_cache_type in native.KV_CACHE_TYPES, f"kv_cache_type={options.kv_cache_type!r}"
 
 
 class Engine:
@@ -181,7 +180,7 @@ class Engine:
         if self.batcher is None:
             raise InvalidRequest("this model only supports embeddings")
         options = request.sampling
-        validate(options)
+        assert_valid(options)
         tokens = self._prompt_tokens(request)
         num_predict = options.num_predict if options.num_predict is None or options.num_predict >= 0 else None
         tokens, truncated = self._fit(tokens, request, num_predict)
@@ -272,8 +271,7 @@ class Engine:
         if request.truncation is Truncation.REJECT:
             raise ContextOverflow(f"the prompt is {len(tokens)} tokens; the context holds {num_ctx} "
                                   "(shorten it, raise num_ctx, or allow truncation)")
-        if isinstance(request.num_keep, bool) or not isinstance(request.num_keep, int) or request.num_keep < 0:
-            raise OptionError(f"num_keep must be a whole number >= 0, got {request.num_keep!r}")
+        assert isinstance(request.num_keep, int) and request.num_keep >= 0, f"num_keep={request.num_keep!r}"
         reserve = max(1, min(num_predict if num_predict else num_ctx // 4, num_ctx // 2))
         limit = num_ctx - reserve
         keep = max(request.num_keep, 1 if tokens[0] == self.vocab.bos else 0)

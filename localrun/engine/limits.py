@@ -1,9 +1,9 @@
 """The ranges of the sampling options: one table, read by the server and the engine.
 
 The server checks every API's request against it (:func:`localrun.server.options.check_option`),
-so a value out of range is a 400 naming the option before a runner sees it; the engine's
-:func:`~localrun.engine.sampling.validate` enforces the same table for direct callers (tests,
-benchmarks) and as its invariant. Pure: no llama.cpp, no numpy.
+so a value out of range is a 400 naming the option before a runner sees it; the engine only
+asserts the same table as its invariant (:func:`~localrun.engine.sampling.assert_valid`).
+Pure: no llama.cpp, no numpy.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Per-sequence native sampling: option validation, llama_sampler chains, grammar, logprobs.
+"""Per-sequence native sampling: option invariants, llama_sampler chains, grammar, logprobs.
 
 Each sequence owns one chain (greedy without a grammar skips the chain: greedy.py) (penalty history
 and RNG are per stream, so sampling adds no dependence on what runs alongside; whether the logits
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import llama_cpp as lc
 import numpy as np
 
-from ..errors import GrammarError, OptionError
+from ..errors import GrammarError
 from . import limits
 from .greedy import GreedyPenalties
 from .native import Vocab
@@ -45,27 +45,28 @@ from .types import SamplingOptions, TokenLogprob
 _TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
 
 
-def validate(options: SamplingOptions) -> None:
-    """Raise OptionError naming the first impossible option (the ranges of :mod:`.limits`, which the
-    server already checked every request against)."""
-    def integer(name: str, value: object, low: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise OptionError(f"{name} must be a whole number, got {value!r}")
-        if value < low:
-            raise OptionError(f"{name} must be at least {low}, got {value}")
-        return value
+def assert_valid(options: SamplingOptions) -> None:
+    """Assert the invariants the server established: every range of :mod:`.limits` (checked once per
+    request, with a 400 naming the option, in :mod:`localrun.server.options`).
 
-    for name in limits.NUMBER_RANGES:
-        limits.check_number(name, getattr(options, name))
-    for name in limits.WHOLE_RANGES:
-        limits.check_whole(name, getattr(options, name))
-    if options.seed is not None:
-        integer("seed", options.seed, -(2**63))
-    if options.num_predict is not None:
-        integer("num_predict", options.num_predict, -2)
-    limits.check_stop(options.stop)
-    if not isinstance(options.ignore_eos, bool):
-        raise OptionError(f"ignore_eos must be true or false, got {options.ignore_eos!r}")
+    A value outside them here is a bug in the caller, not bad user input, so it fails an assertion
+    (the runner reports it as an EngineError) instead of being validated a second time.
+    """
+    for name, (low, high) in limits.NUMBER_RANGES.items():
+        value = getattr(options, name)
+        assert isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high, \
+            f"{name}={value!r} is outside [{low:g}, {high:g}]"
+    for name, (whole_low, whole_high) in limits.WHOLE_RANGES.items():
+        whole = getattr(options, name)
+        assert isinstance(whole, int) and not isinstance(whole, bool) and whole >= whole_low \
+            and (whole_high is None or whole <= whole_high), f"{name}={whole!r} is outside [{whole_low}, {whole_high}]"
+    assert options.seed is None or (isinstance(options.seed, int) and not isinstance(options.seed, bool)), \
+        f"seed={options.seed!r}"
+    assert options.num_predict is None or (isinstance(options.num_predict, int) and options.num_predict >= -2), \
+        f"num_predict={options.num_predict!r}"
+    assert len(options.stop) <= limits.MAX_STOP and all(
+        isinstance(s, str) and len(s) <= limits.MAX_STOP_CHARS for s in options.stop), f"stop={options.stop!r}"
+    assert isinstance(options.ignore_eos, bool), f"ignore_eos={options.ignore_eos!r}"
 
 
 def resolve_seed(seed: int | None) -> int:

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
-from ..engine.types import MAX_UBATCH, LoadOptions
+from ..engine.types import MAX_UBATCH, LoadOptions, ModelInfo
 from ..errors import InvalidModelFile
 from ..store.geometry import ModelGeometry as ModelGeometry  # the store reader's record, for the runtime
 from ..store.gguf_file import read_gguf
@@ -51,20 +49,20 @@ class MemoryEstimate:
         return (self.weights + self.kv_cache) // max(1, self.n_layer + 1)
 
 
-def reconcile(placement: Placement, info: Mapping[str, Any] | None) -> Placement:
+def reconcile(placement: Placement, info: ModelInfo | None) -> Placement:
     """The placement as llama.cpp reports it made it (its load log), where that differs from the plan.
 
-    ``info`` is the loaded engine's ModelInfo as a mapping (``gpu_layers``, ``offload_layers``,
-    ``gpu_buffer_bytes``); without a report the plan stands. The model's total size is kept and
-    split between RAM and VRAM in proportion to the weights llama.cpp put in GPU buffers.
+    ``info`` is the loaded engine's ModelInfo (``gpu_layers``, ``offload_layers``, ``gpu_buffer_bytes``);
+    without a report (None, or no offloadable layers counted) the plan stands. The model's total size is
+    kept and split between RAM and VRAM in proportion to the weights llama.cpp put in GPU buffers.
     """
-    if not info or not int(info.get("offload_layers") or 0):
+    if info is None or not info.offload_layers:
         return placement
-    gpu_layers, total = int(info.get("gpu_layers") or 0), int(info["offload_layers"])
+    gpu_layers, total = info.gpu_layers, info.offload_layers
     if gpu_layers == placement.gpu_layers:
         return placement
     size = placement.size
-    gpu_bytes, cpu_bytes = int(info.get("gpu_buffer_bytes") or 0), int(info.get("cpu_buffer_bytes") or 0)
+    gpu_bytes, cpu_bytes = info.gpu_buffer_bytes, info.cpu_buffer_bytes
     share = gpu_bytes / (gpu_bytes + cpu_bytes) if gpu_layers and gpu_bytes + cpu_bytes else gpu_layers / total
     vram = round(size * share) if gpu_layers else 0
     by_device = placement.vram_by_device if vram else ()

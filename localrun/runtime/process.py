@@ -27,6 +27,7 @@ from ..engine.types import (
     Event,
     GenerateRequest,
     LoadOptions,
+    ModelInfo,
     PrefixCacheLocation,
     is_last,
 )
@@ -81,7 +82,7 @@ class RunnerProcess:
         self.name = name
         self._proc = proc
         self.pid: int = proc.pid
-        self.info: dict[str, Any] = {}
+        self.info: ModelInfo | None = None  # the engine's load report, set once loaded
         self._ids = itertools.count(1)
         self._streams: dict[int, RunnerStream] = {}
         self._accept: dict[int, asyncio.Future[None]] = {}
@@ -137,7 +138,7 @@ class RunnerProcess:
         if isinstance(first, protocol.LoadFailed):
             await proc.wait()
             raise first.error
-        runner.info = first.info if isinstance(first.info, dict) else {}
+        runner.info = first.info
         runner._reader_task = asyncio.create_task(runner._read_loop(), name=f"runner-reader-{name}")
         return runner
 

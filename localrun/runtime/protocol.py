@@ -43,6 +43,7 @@ from ..engine.types import (
     Event,
     GenerateRequest,
     LoadOptions,
+    ModelInfo,
     PrefixCacheLocation,
     SamplingOptions,
     TokenEvent,
@@ -139,12 +140,25 @@ def encode_load_options(options: LoadOptions) -> dict[str, Any]:
     return dataclasses.asdict(options)
 
 
-def decode_load_options(data: dict[str, Any]) -> LoadOptions:
-    names = {f.name for f in dataclasses.fields(LoadOptions)}
+_Record = typing.TypeVar("_Record", LoadOptions, ModelInfo)
+
+
+def _decode_record(cls: type[_Record], data: dict[str, Any]) -> _Record:
+    """``cls`` from its JSON object (unknown fields, e.g. from a newer peer, are dropped)."""
+    names = {f.name for f in dataclasses.fields(cls)}
     kwargs = {k: v for k, v in data.items() if k in names}
-    if "rpc_servers" in kwargs:  # a JSON list on the wire
+    if "rpc_servers" in kwargs:  # a JSON list on the wire, a tuple in both records
         kwargs["rpc_servers"] = tuple(kwargs["rpc_servers"])
-    return LoadOptions(**kwargs)
+    return cls(**kwargs)
+
+
+def decode_load_options(data: dict[str, Any]) -> LoadOptions:
+    return _decode_record(LoadOptions, data)
+
+
+def decode_model_info(data: dict[str, Any]) -> ModelInfo:
+    """The runner's load report: the engine's ModelInfo."""
+    return _decode_record(ModelInfo, data)
 
 
 def encode_request(request: GenerateRequest) -> dict[str, Any]:
@@ -338,8 +352,10 @@ class DebugAbort:
 
 @dataclasses.dataclass(frozen=True)
 class Loaded:
+    """The model is loaded: ``info`` is the engine's report of what it loaded and where it put it."""
+
     OP: ClassVar[str] = "loaded"
-    info: JSONValue = None
+    info: ModelInfo | None = None
     pid: int | None = None
 
 
@@ -437,6 +453,7 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
     "list[int]": lambda value: [_int(v) for v in value],
     "list[EmbedInput]": list,  # the engine checks each input (a string or token ids) and says which is wrong
     "LoadOptions": lambda value: decode_load_options(_dict(value)),
+    "ModelInfo | None": _optional(lambda value: decode_model_info(_dict(value))),
     "PrefixCacheLocation | None": _optional(lambda value: PrefixCacheLocation(**_dict(value))),
     "GenerateRequest": lambda value: decode_request(_dict(value)),
     "Event": lambda value: decode_event(_dict(value)),
@@ -455,7 +472,7 @@ def _encode_value(value: object) -> object:
         return encode_event(value)
     if isinstance(value, LoadOptions):
         return encode_load_options(value)
-    if isinstance(value, PrefixCacheLocation):
+    if isinstance(value, (PrefixCacheLocation, ModelInfo)):
         return dataclasses.asdict(value)
     if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
         return [encode_message(item) for item in value]

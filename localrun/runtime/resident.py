@@ -15,15 +15,23 @@ import enum
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Final, Literal, Protocol
 
-from ..engine.types import EmbedInput, EmbedResult, EngineStats, Event, GenerateRequest, LoadOptions
+from ..engine.types import EmbedInput, EmbedResult, EngineStats, Event, GenerateRequest, LoadOptions, ModelInfo
 from ..hardware.devices import Device
 from ..hardware.memory import MemoryEstimate
 from ..hardware.placement import Placement
 
-DEFAULT: Any = object()
-"""Sentinel for ``acquire(keep_alive=DEFAULT)``: use the server's default keep-alive."""
+
+class _Default(enum.Enum):
+    DEFAULT = "default"
+
+
+DEFAULT: Final = _Default.DEFAULT
+"""A keep-alive nobody set: the model gets the server's default (``Scheduler.default_keep_alive``)."""
+
+KeepAlive = float | None | Literal[_Default.DEFAULT]
+"""How long a model stays loaded after a request: seconds, None = forever, DEFAULT = the server's default."""
 
 
 class EventStream(Protocol):
@@ -50,7 +58,7 @@ class Backend(Protocol):
 
     name: str
     pid: int
-    info: dict[str, Any]  # the runner's load report (JSON: n_ctx, buffer_bytes, rpc_servers, ...)
+    info: ModelInfo | None  # the engine's load report (None: it sent none, e.g. a fake)
     exited: asyncio.Future[str]
 
     @property

@@ -25,10 +25,19 @@ import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from .. import config, errors, trace
-from ..engine.types import ErrorEvent, is_last
+from ..engine.types import (
+    EmbedInput,
+    EmbedResult,
+    EngineStats,
+    ErrorEvent,
+    Event,
+    GenerateRequest,
+    ModelInfo,
+    is_last,
+)
 from . import protocol
 
 log = logging.getLogger(__name__)
@@ -37,7 +46,40 @@ DEFAULT_FACTORY = "localrun.engine.engine:Engine"
 DEBUG_ENV = "LOCALRUN_RUNNER_DEBUG"
 
 
-def load_factory(spec: str) -> Callable[..., Any]:
+class EngineHandle(Protocol):
+    """One submitted request as the runner drives it (the engine's RequestHandle)."""
+
+    request_id: int
+
+    def forward(self, sink: Callable[[Event], None]) -> None:
+        """Deliver every event, in order, to ``sink`` (on the engine's thread); see RequestHandle.forward."""
+        ...
+
+    def cancel(self) -> None: ...
+
+
+class ServedEngine(Protocol):
+    """What a runner serves: :class:`localrun.engine.engine.Engine`, or a fake loaded through ``factory``."""
+
+    @property
+    def info(self) -> ModelInfo:
+        """The load report sent to the daemon in the ``loaded`` message."""
+        ...
+
+    def submit(self, request: GenerateRequest) -> EngineHandle: ...
+
+    def embed(self, inputs: list[EmbedInput], *, truncate: bool = True) -> EmbedResult: ...
+
+    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]: ...
+
+    def detokenize(self, tokens: list[int]) -> str: ...
+
+    def stats(self) -> EngineStats: ...
+
+    def close(self) -> None: ...
+
+
+def load_factory(spec: str) -> Callable[..., ServedEngine]:
     """Import ``module:attribute`` (the engine class, or a fake one in tests).
 
     The factory is called as ``factory(model_path, options, template=..., prefix_cache=...)``,
@@ -51,48 +93,43 @@ def load_factory(spec: str) -> Callable[..., Any]:
     return factory  # type: ignore[no-any-return]
 
 
-class Runner:
-    """Serves one engine over a frame stream (owned by the main thread)."""
+_Queued = protocol.FromRunner | tuple[int, Event] | None
+"""An outbox item: a message, one request's event (encoded by the writer), or None to stop the writer."""
 
-    def __init__(self, engine: Any, out: IO[bytes]) -> None:
-        self.engine = engine
+
+class Outbox:
+    """Every message to the daemon, in order, written by one writer thread (a frame per wake-up)."""
+
+    def __init__(self, out: IO[bytes]) -> None:
         self._out = out
-        self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._handles: dict[int, Any] = {}
-        self._handles_lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="runner-rpc")
+        self._queue: queue.SimpleQueue[_Queued] = queue.SimpleQueue()
         self._traced: set[int] = set()  # request ids whose first event went out (tracing only)
-        self._handlers: dict[type[protocol.Message], Callable[[Any], None]] = {  # the one dispatch table
-            protocol.Generate: self._generate,
-            protocol.Cancel: self._cancel,
-            protocol.Embed: self._submit_rpc,
-            protocol.Tokenize: self._submit_rpc,
-            protocol.Detokenize: self._submit_rpc,
-            protocol.Stats: self._submit_rpc,
-            protocol.DebugAbort: self._debug_abort,
-        }
         self._writer = threading.Thread(target=self._write_loop, name="runner-writer", daemon=True)
         self._writer.start()
 
     def send(self, message: protocol.FromRunner) -> None:
         """Queue one message; the writer sends messages in the order they were queued."""
-        self._outbox.put(message)
+        self._queue.put(message)
+
+    def send_event(self, rid: int, event: Event) -> None:
+        """Any thread (the engine's): queue one event of request ``rid``; the writer encodes it."""
+        self._queue.put((rid, event))
 
     def flush(self, timeout: float = 5.0) -> None:
         """Send everything queued so far and stop the writer (the last call before exiting)."""
-        self._outbox.put(_STOP)
+        self._queue.put(None)
         self._writer.join(timeout)
 
     def _write_loop(self) -> None:
         while True:
-            items = [self._outbox.get()]
+            items = [self._queue.get()]
             while True:
                 try:
-                    items.append(self._outbox.get_nowait())
+                    items.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            stop = _STOP in items
-            messages = [_as_message(item) for item in items if item is not _STOP]
+            stop = None in items
+            messages = [_as_message(item) for item in items if item is not None]
             if messages:
                 frame = protocol.encode_frame(messages[0] if len(messages) == 1 else protocol.encode_batch(messages))
                 try:
@@ -105,13 +142,42 @@ class Runner:
             if stop:
                 return
 
-    def _trace_frame(self, items: list[Any]) -> None:
+    def _trace_frame(self, items: list[_Queued]) -> None:
         """Tracing only: mark the frame, and each request whose first event it carried."""
         trace.mark("frame_written", 0, len(items))
         for item in items:
             if isinstance(item, tuple) and item[0] not in self._traced:
                 self._traced.add(item[0])
                 trace.mark("first_written", item[0])
+
+
+class Runner:
+    """Serves one engine over a frame stream (owned by the main thread)."""
+
+    def __init__(self, engine: ServedEngine, out: IO[bytes]) -> None:
+        self.engine = engine
+        self._outbox = Outbox(out)
+        self._handles: dict[int, EngineHandle] = {}
+        self._handles_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="runner-rpc")
+        # the one dispatch table; each handler takes its own message type (Any: a dict cannot say so)
+        self._handlers: dict[type[protocol.Message], Callable[[Any], None]] = {
+            protocol.Generate: self._generate,
+            protocol.Cancel: self._cancel,
+            protocol.Embed: self._submit_rpc,
+            protocol.Tokenize: self._submit_rpc,
+            protocol.Detokenize: self._submit_rpc,
+            protocol.Stats: self._submit_rpc,
+            protocol.DebugAbort: self._debug_abort,
+        }
+
+    def send(self, message: protocol.FromRunner) -> None:
+        """Queue one message; the writer sends messages in the order they were queued."""
+        self._outbox.send(message)
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Send everything queued so far and stop the writer (the last call before exiting)."""
+        self._outbox.flush(timeout)
 
     def serve(self, stream: IO[bytes]) -> None:
         while True:
@@ -121,7 +187,7 @@ class Runner:
             self.dispatch(message)
         self.shutdown()
 
-    def dispatch(self, frame: dict[str, Any]) -> None:
+    def dispatch(self, frame: dict[str, object]) -> None:
         """Decode one frame from the daemon and run its op (the one table: ``self._handlers``)."""
         try:
             message = protocol.decode_message(frame)
@@ -145,11 +211,7 @@ class Runner:
         if trace.enabled():
             trace.mark("submitted", rid, handle.request_id)
         self.send(protocol.Accepted(rid))
-        forward = getattr(handle, "forward", None)
-        if forward is not None:
-            forward(lambda event: self._on_event(rid, event))
-        else:  # an engine whose handles can only be iterated (test fakes): one pump thread per request
-            threading.Thread(target=self._pump, args=(rid, handle), name=f"pump-{rid}", daemon=True).start()
+        handle.forward(lambda event: self._on_event(rid, event))
 
     def _cancel(self, message: protocol.Cancel) -> None:
         with self._handles_lock:
@@ -162,16 +224,9 @@ class Runner:
             os.abort()  # simulate a native crash (tests only)
         self.send(protocol.Failed(None, errors.EngineError(f"unknown op {message.OP!r}")))
 
-    def _pump(self, rid: int, handle: Any) -> None:
-        try:
-            for event in handle:
-                self._on_event(rid, event)
-        except Exception as exc:
-            self._on_event(rid, ErrorEvent(error=exc))
-
-    def _on_event(self, rid: int, event: Any) -> None:
+    def _on_event(self, rid: int, event: Event) -> None:
         """Engine thread: queue one event of request ``rid`` (encoded later by the writer)."""
-        self._outbox.put((rid, event))
+        self._outbox.send_event(rid, event)
         if is_last(event):
             with self._handles_lock:
                 self._handles.pop(rid, None)
@@ -204,10 +259,7 @@ class Runner:
         self.engine.close()
 
 
-_STOP = object()
-
-
-def _as_message(item: Any) -> dict[str, Any]:
+def _as_message(item: protocol.FromRunner | tuple[int, Event]) -> dict[str, object]:
     """A queued item encoded: a message as it is, a ``(rid, event)`` pair as an event message."""
     message = protocol.EventMessage(*item) if isinstance(item, tuple) else item
     try:
@@ -246,7 +298,7 @@ def main() -> int:
     first = protocol.read_frame_sync(stream)
     if first is None:
         return 0
-    writer = Runner(engine=None, out=out)
+    writer = Outbox(out)  # until an engine exists: only a load failure to report
     try:
         load = protocol.decode_message(first)
     except protocol.ProtocolError as exc:
@@ -269,7 +321,7 @@ def main() -> int:
     trace.mark("engine_built")
     writer.flush()
     runner = Runner(engine, out)
-    runner.send(protocol.Loaded(protocol.to_jsonable(getattr(engine, "info", None)), os.getpid()))
+    runner.send(protocol.Loaded(engine.info, os.getpid()))
     try:
         runner.serve(stream)
     except SystemExit:  # a signal: shut down as for a close frame

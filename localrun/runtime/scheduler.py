@@ -34,7 +34,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from .. import errors, trace
 from ..engine.types import LoadOptions
@@ -46,6 +45,7 @@ from .resident import (  # re-exported: the scheduler's public vocabulary
     DEFAULT,
     Backend,
     Clock,
+    KeepAlive,
     LoadFn,
     LoadSpec,
     Phase,
@@ -54,8 +54,8 @@ from .resident import (  # re-exported: the scheduler's public vocabulary
     SystemClock,
 )
 
-__all__ = ["DEFAULT", "Backend", "Clock", "Lease", "LoadFn", "LoadSpec", "Phase", "ProbeFn", "ResidentModel",
-           "Scheduler", "SystemClock"]
+__all__ = ["DEFAULT", "Backend", "Clock", "KeepAlive", "Lease", "LoadFn", "LoadSpec", "Phase", "ProbeFn",
+           "ResidentModel", "Scheduler", "SystemClock"]
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class Lease:
         self._released = False
 
     @property
-    def backend(self) -> Any:
+    def backend(self) -> Backend:
         return self.model.backend
 
     def release(self) -> None:
@@ -156,7 +156,7 @@ class Scheduler:
     def queue_depth(self) -> int:
         return sum(1 for p in self._pending if not p.future.done()) + sum(m.queued for m in self.models.values())
 
-    async def acquire(self, spec: LoadSpec, keep_alive: float | object | None = DEFAULT) -> Lease:
+    async def acquire(self, spec: LoadSpec, keep_alive: KeepAlive = DEFAULT) -> Lease:
         """Hold ``spec``'s model for one request, loading it if needed.
 
         ``keep_alive`` (seconds, None = forever) becomes the model's idle timeout; pass
@@ -405,7 +405,7 @@ class Scheduler:
                 req.future.set_exception(exc if isinstance(exc, errors.LocalrunError) else errors.EngineError(str(exc)))
             return
         load_ns = time.perf_counter_ns() - started
-        reported = reconcile(placement, getattr(backend, "info", None))
+        reported = reconcile(placement, backend.info)
         if reported != placement:
             log.warning("llama.cpp placed %d/%d layers of %s on GPUs where %d were planned; showing %s",
                         reported.gpu_layers, reported.total_layers, spec.name, placement.gpu_layers,

@@ -21,17 +21,13 @@ A non-streamed reply is the encoder's final :attr:`MessageEncoder.message`.
 from __future__ import annotations
 
 import copy
-import secrets
 from typing import Any
 
+from ..chatevents import new_id
 from .chat import TokenUsage
 
 Event = tuple[str, dict[str, Any]]
 
-
-def new_id(prefix: str) -> str:
-    """An id in Anthropic's style: ``msg_...``, ``toolu_...``."""
-    return f"{prefix}_{secrets.token_hex(12)}"
 
 
 def stop_reason(tool_calls: bool, hit_limit: bool, stop_string: str | None,

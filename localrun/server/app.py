@@ -16,7 +16,6 @@ import signal
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
@@ -27,7 +26,8 @@ from ..hardware import memory
 from ..hardware.devices import Device
 from ..hardware.placement import Placement
 from ..runtime.process import RunnerProcess
-from ..runtime.scheduler import Backend, LoadFn, LoadSpec, Scheduler
+from ..runtime.scheduler import Backend, LoadFn, LoadSpec, ProbeFn, ResidentModel, Scheduler
+from ..store.model_store import ModelStore
 from ..upstream.router import Upstreams
 from . import (
     remote,
@@ -80,7 +80,7 @@ def runner_load_fn(factory: str | None = None, env: Mapping[str, str] | None = N
     return load
 
 
-def _probe_devices(executors: Executors) -> Any:
+def _probe_devices(executors: Executors) -> ProbeFn:
     async def probe() -> tuple[int, list[Device]]:
         # May start a probe process: off the loop, on its own thread so a slow probe delays no store call.
         return await run_in(executors.probe, memory.system_devices)
@@ -88,11 +88,9 @@ def _probe_devices(executors: Executors) -> Any:
     return probe
 
 
-async def _remove_orphans(store: Any, executors: Executors) -> None:
+async def _remove_orphans(store: ModelStore, executors: Executors) -> None:
     """Delete temp files a killed create or pull left in the store (they can be gigabytes)."""
-    from ..store import ModelStore
-
-    if isinstance(store, ModelStore):
+    if isinstance(store, ModelStore):  # not a test's stand-in
         try:
             freed = await run_in(executors.store, store.remove_orphans)
         except OSError as exc:
@@ -102,16 +100,14 @@ async def _remove_orphans(store: Any, executors: Executors) -> None:
             log.info("removed %d bytes of temporary files left by interrupted creates", freed)
 
 
-def default_store(settings: Settings) -> Any:
-    from ..store import ModelStore
-
+def default_store(settings: Settings) -> ModelStore:
     return ModelStore(settings.models_dir)
 
 
 def create_app(
     settings: Settings,
     *,
-    store: Any = None,
+    store: ModelStore | None = None,
     load_fn: LoadFn | None = None,
     scheduler: Scheduler | None = None,
     daemon: DaemonInfo | None = None,
@@ -137,7 +133,7 @@ def create_app(
             default_keep_alive=settings.keep_alive,
         )
 
-    def on_event(kind: str, model: Any, reason: str) -> None:
+    def on_event(kind: str, model: ResidentModel, reason: str) -> None:
         metrics.loads.labels(kind).inc()
         memory.devices_changed()
 
@@ -205,7 +201,7 @@ async def start_site(app: web.Application, settings: Settings) -> web.AppRunner:
     return runner
 
 
-async def serve(settings: Settings, *, store: Any = None, daemon: DaemonInfo | None = None) -> None:
+async def serve(settings: Settings, *, store: ModelStore | None = None, daemon: DaemonInfo | None = None) -> None:
     """Run the daemon until SIGINT, SIGTERM or ``POST /api/shutdown``, then end it gracefully (lifecycle.drain)."""
     trace.configure(config.trace_dir())
     app = create_app(settings, store=store, daemon=daemon)

@@ -20,10 +20,10 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from .. import errors
+from ..chatevents import ChatEvent
 from ..engine.types import DoneEvent, DoneReason, GenerateRequest, Truncation
 from ..upstream.router import Route
 from . import chatturn, remote
-from .chatparse import ChatEvent
 from .chatturn import ChatTurn
 from .openai_compat import NativeCall
 from .output import LocalOutput, Output

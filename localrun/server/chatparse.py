@@ -37,52 +37,12 @@ from __future__ import annotations
 
 import enum
 import json
-import secrets
-from dataclasses import dataclass, field
 from typing import Any
 
+from ..chatevents import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall, collect
 from .chatformat import ChatFormat, ToolFormat
 
 _FENCE = "```"
-
-
-def new_call_id() -> str:
-    return f"call_{secrets.token_hex(12)}"
-
-
-@dataclass(frozen=True, slots=True)
-class ContentDelta:
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class ThinkingDelta:
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    """One call the model made; ``id`` is stable for the life of the reply."""
-
-    name: str
-    arguments: dict[str, Any]
-    index: int = 0
-    id: str = field(default_factory=new_call_id)
-
-    def arguments_json(self) -> str:
-        return json.dumps(self.arguments, ensure_ascii=False)
-
-
-ChatEvent = ContentDelta | ThinkingDelta | ToolCall
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """A whole reply, parsed (see :func:`parse_reply` and :func:`collect`)."""
-
-    content: str
-    thinking: str
-    tool_calls: tuple[ToolCall, ...]
 
 
 class _State(enum.Enum):
@@ -365,13 +325,6 @@ def _as_call(obj: Any, names: frozenset[str]) -> tuple[str, dict[str, Any]] | No
     if not isinstance(name, str) or not isinstance(args, dict) or name not in names:
         return None
     return name, args
-
-
-def collect(events: list[ChatEvent]) -> Reply:
-    """Join events into one :class:`Reply` (what a non-streaming response returns)."""
-    content = "".join(e.text for e in events if isinstance(e, ContentDelta))
-    thinking = "".join(e.text for e in events if isinstance(e, ThinkingDelta))
-    return Reply(content, thinking, tuple(e for e in events if isinstance(e, ToolCall)))
 
 
 def parse_reply(fmt: ChatFormat, text: str, *, tools: frozenset[str] | None = None, think: bool = False,

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..chatevents import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
 from ..engine.types import DoneEvent
-from .chatparse import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
 
 
 def tool_call_json(call: ToolCall) -> dict[str, Any]:

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import base64
 import json
-import secrets
 import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..chatevents import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
 from ..engine.types import DoneReason, EmbedInput, TokenLogprob
 from ..errors import InvalidRequest, OptionError
+from ..runtime.resident import KeepAlive
 from .chatformat import parse_think
-from .chatparse import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
 from .http import get, get_whole
 from .options import parse_keep_alive, top_logprobs
 from .prompts import native_role, role_names
@@ -36,9 +36,9 @@ _EXTRA_OPTIONS = ("num_ctx", "top_k", "min_p", "typical_p", "repeat_penalty", "r
 class NativeCall:
     """A /v1 request in native terms."""
 
-    model: Any
+    model: object  # the request's raw "model" (Service.target checks it)
     options: dict[str, Any]
-    keep_alive: Any
+    keep_alive: KeepAlive
     stream: bool = False
     include_usage: bool = False
     n: int = 1
@@ -268,10 +268,6 @@ def embedding_inputs(value: Any) -> list[EmbedInput]:
 
 
 # --- responses ------------------------------------------------------------------------------
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{secrets.token_hex(12)}"
 
 
 def finish_reason(reason: DoneReason | None, tool_calls: bool) -> str:

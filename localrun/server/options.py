@@ -17,6 +17,7 @@ from ..config import parse_duration
 from ..engine import limits
 from ..engine.types import LoadOptions, SamplingOptions
 from ..errors import ConfigError, OptionError
+from ..runtime.resident import DEFAULT, KeepAlive
 
 log = logging.getLogger(__name__)
 
@@ -133,13 +134,13 @@ def merge_options(
     return load, sampling, extras
 
 
-def parse_keep_alive(value: Any) -> Any:
+def parse_keep_alive(value: object) -> KeepAlive:
     """A request's ``keep_alive``: seconds, None = forever; raises OptionError on garbage.
 
-    Returns the sentinel ``MISSING`` when the request did not set it.
+    Returns ``DEFAULT`` (the server's keep-alive) when the request did not set it.
     """
     if value is None:
-        return MISSING
+        return DEFAULT
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise OptionError(f"'keep_alive' must be a duration like '5m' or a number of seconds, got {value!r}")
     try:
@@ -152,10 +153,3 @@ def parse_keep_alive(value: Any) -> Any:
         return None  # inf, 1e308, 99999999999h: beyond any uptime, i.e. forever (timers cannot hold them)
     return seconds
 
-
-class _Missing:
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-MISSING: Any = _Missing()

@@ -17,8 +17,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..chatevents import ChatEvent, ContentDelta
 from ..engine.types import DoneEvent, TokenLogprob
-from .chatparse import ChatEvent, ChatStreamParser, ContentDelta
+from .chatparse import ChatStreamParser
 from .service import Generation
 
 

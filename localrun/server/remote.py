@@ -27,12 +27,13 @@ from typing import Any
 from aiohttp import web
 
 from .. import errors
+from ..chatevents import ContentDelta
 from ..engine.types import DoneEvent, EmbedInput, EmbedResult
 from ..upstream.pool import prefix_keys, text_segments
+from ..upstream.reply import UpstreamReply
 from ..upstream.requests import ChatRequest, CompletionRequest, EmbedRequest, Format, sampling_from_options
-from ..upstream.router import MemberSnapshot, Route, UpstreamReply, Upstreams
+from ..upstream.router import MemberSnapshot, Route, Upstreams
 from ..upstream.transport import PEER_HEADER
-from .chatparse import ContentDelta
 from .metrics import Metrics
 from .middleware import Handler
 from .openai_compat import NativeCall

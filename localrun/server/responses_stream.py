@@ -22,18 +22,14 @@ modes give the same object.
 from __future__ import annotations
 
 import copy
-import secrets
 import time
 from typing import Any
 
+from ..chatevents import new_id
 from .chat import TokenUsage
 
 Event = tuple[str, dict[str, Any]]
 
-
-def new_id(prefix: str) -> str:
-    """An id in OpenAI's style: ``resp_...``, ``msg_...``, ``fc_...``, ``call_...``."""
-    return f"{prefix}_{secrets.token_hex(12)}"
 
 
 class ResponsesEncoder:

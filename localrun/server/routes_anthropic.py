@@ -15,10 +15,10 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from .. import errors
+from ..chatevents import ContentDelta, ThinkingDelta
 from .anthropic_compat import messages_to_native, tool_use_id
 from .anthropic_stream import Event, MessageEncoder, error_event, ping
 from .chat import ChatRun, TokenUsage, count_prompt_tokens, hit_length_limit, output_events, start_chat, with_heartbeat
-from .chatparse import ContentDelta, ThinkingDelta
 from .http import EventStream, read_json
 from .keys import SERVICE
 from .middleware import anthropic_error_type

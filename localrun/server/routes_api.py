@@ -19,12 +19,14 @@ from typing import Any
 from aiohttp import web
 
 from .. import errors
-from ..engine.types import EmbedInput, EmbedResult, GenerateRequest, TokenLogprob, Truncation
+from ..chatevents import ChatEvent, ContentDelta, collect
+from ..engine.types import EmbedInput, EmbedResult, GenerateRequest, SamplingOptions, TokenLogprob, Truncation
 from ..errors import UnsupportedCapability
+from ..runtime.resident import KeepAlive
 from . import chatturn, prompts, remote
 from .chat import start_chat, start_completions, upstream_route
 from .chatformat import parse_think
-from .chatparse import ChatEvent, ChatStreamParser, ContentDelta, collect
+from .chatparse import ChatStreamParser
 from .http import NDJSONStream, get, now_iso, read_json
 from .keys import SERVICE
 from .native_shapes import CHAT, GENERATE, Shape
@@ -75,7 +77,7 @@ def logprobs_json(logprobs: tuple[TokenLogprob, ...]) -> list[dict[str, Any]]:
     ]
 
 
-def sampling_with_logprobs(target: Target, body: dict[str, Any]) -> Any:
+def sampling_with_logprobs(target: Target, body: dict[str, Any]) -> SamplingOptions:
     from dataclasses import replace
 
     logprobs = get(body, "logprobs", bool, False)
@@ -85,7 +87,8 @@ def sampling_with_logprobs(target: Target, body: dict[str, Any]) -> Any:
     return target.sampling
 
 
-async def _load_or_unload(request: web.Request, body: dict[str, Any], keep_alive: Any, chat: bool) -> web.Response:
+async def _load_or_unload(request: web.Request, body: dict[str, Any], keep_alive: KeepAlive,
+                          chat: bool) -> web.Response:
     """An empty prompt loads the model; with keep_alive 0 it unloads it (an upstream's: only checked)."""
     service = request.app[SERVICE]
     route = upstream_route(service, body.get("model"))
@@ -132,7 +135,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
 
 
 async def _generate_local(service: Service, body: dict[str, Any], prompt: str, suffix: str, think: bool | None,
-                          keep_alive: Any) -> Output:
+                          keep_alive: KeepAlive) -> Output:
     target = await service.target(body.get("model"), body.get("options"), keep_alive)
     context = get(body, "context", list, None)
     if context is not None and not all(isinstance(t, int) and not isinstance(t, bool) for t in context):
@@ -162,7 +165,7 @@ async def _generate_local(service: Service, body: dict[str, Any], prompt: str, s
 
 
 async def _generate_upstream(service: Service, body: dict[str, Any], prompt: str, suffix: str, think: bool | None,
-                             keep_alive: Any) -> Output:
+                             keep_alive: KeepAlive) -> Output:
     """/api/generate on an upstream: a chat turn (its template applies), or a raw prompt (``raw``, ``suffix``)."""
     for name in ("context", "template"):
         if body.get(name):
@@ -264,7 +267,7 @@ def resize(vector: list[float], dimensions: int | None) -> list[float]:
     return [v / norm for v in cut]
 
 
-async def embed_inputs(service: Service, model: object, options: Any, keep_alive: Any,
+async def embed_inputs(service: Service, model: object, options: object, keep_alive: KeepAlive,
                        inputs: Sequence[EmbedInput], truncate: bool) -> tuple[str, EmbedResult, int, int]:
     """(model name, result, load_duration_ns, total_duration_ns) for ``inputs``, on the model or upstream
     ``model`` names; no inputs only loads a local model."""

@@ -24,6 +24,8 @@ from ..hardware.memory import read_geometry
 from ..store.blobs import BlobStore
 from ..store.model_store import ModelStore
 from ..store.modelfile import quote as _quote
+from ..store.progress import Progress, ProgressFn
+from ..store.records import ModelEntry
 from . import remote
 from .chat import upstream_route
 from .chatformat import capabilities, describe
@@ -36,48 +38,31 @@ from .routes_status import details
 log = logging.getLogger(__name__)
 
 
-def _iso(value: Any) -> str:
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.UTC)
-        return str(value.isoformat())
-    if isinstance(value, (int, float)):
-        return dt.datetime.fromtimestamp(value, dt.UTC).isoformat()
-    return str(value or dt.datetime.now(dt.UTC).isoformat())
+def _iso(modified: float) -> str:
+    """A store timestamp (seconds since the epoch) as Ollama's ``modified_at``."""
+    return dt.datetime.fromtimestamp(modified, dt.UTC).isoformat()
 
 
-def _field(obj: Any, *names: str, default: Any = None) -> Any:
-    for name in names:
-        if isinstance(obj, dict) and name in obj:
-            return obj[name]
-        if hasattr(obj, name):
-            return getattr(obj, name)
-    return default
-
-
-def _details_for(path: Any) -> dict[str, Any]:
+def _details_for(path: Path | str | None) -> dict[str, Any]:
     try:
         return details(read_geometry(str(path))) if path else {"format": "gguf"}
     except errors.LocalrunError:
         return {"format": "gguf"}
 
 
-def tag_entry(item: Any, store: Any) -> dict[str, Any]:
-    name = str(_field(item, "name", "model"))
-    path = _field(item, "model_path")
-    if path is None:
-        try:
-            path = store.resolve(name).model_path
-        except errors.LocalrunError:
-            path = None
-    item_details = _field(item, "details")
+def tag_entry(item: ModelEntry, store: ModelStore) -> dict[str, Any]:
+    """One /api/tags row; the details come from the GGUF header the name resolves to."""
+    try:
+        path: Path | None = store.resolve(item.name).model_path
+    except errors.LocalrunError:
+        path = None
     return {
-        "name": name,
-        "model": name,
-        "modified_at": _iso(_field(item, "modified_at", "modified")),
-        "size": int(_field(item, "size", default=0) or 0),
-        "digest": str(_field(item, "digest", default="") or "").removeprefix("sha256:"),
-        "details": item_details if isinstance(item_details, dict) else _details_for(path),
+        "name": item.name,
+        "model": item.name,
+        "modified_at": _iso(item.modified),
+        "size": item.size,
+        "digest": item.digest.removeprefix("sha256:"),
+        "details": _details_for(path),
     }
 
 
@@ -114,30 +99,25 @@ async def show(request: web.Request) -> web.Response:
     if route is not None and service.upstreams is not None:
         return web.json_response(await remote.show(service.upstreams, route))
     info = await asyncio.to_thread(request.app[STORE].show, name)
-    params = _field(info, "parameters", default={}) or {}
-    template = _field(info, "template") or ""
-    licenses = _field(info, "licenses") or ([_field(info, "license")] if _field(info, "license") else [])
-    item_details = _field(info, "details")
+    template = info.template or ""
     out: dict[str, Any] = {
-        "modelfile": _field(info, "modelfile", default="") or "",
-        "parameters": params if isinstance(params, str) else _parameters_text(params),
+        "modelfile": info.modelfile,
+        "parameters": _parameters_text(info.parameters),
         "template": template,
-        "system": _field(info, "system") or "",
-        "license": "\n".join(str(x) for x in licenses),
-        "details": item_details if isinstance(item_details, dict) and item_details
-        else _details_for(_field(info, "model_path")),
-        "model_info": _field(info, "model_info", default={}) or {},
-        "capabilities": _capabilities(template, _field(info, "model_path")),
-        "defaults": _defaults(params, _field(info, "model_path"), request.app[SERVICE].num_parallel),
-        "modified_at": _iso(_field(info, "modified_at", "modified")),
+        "system": info.system or "",
+        "license": "\n".join(info.licenses),
+        "details": info.details or _details_for(info.model_path),
+        "model_info": info.model_info,
+        "capabilities": _capabilities(template, info.model_path),
+        "defaults": _defaults(info.parameters, info.model_path, request.app[SERVICE].num_parallel),
+        "modified_at": _iso(info.modified),
     }
-    messages = _field(info, "messages") or []
-    if messages:
-        out["messages"] = [m if isinstance(m, dict) else {"role": m.role, "content": m.content} for m in messages]
+    if info.messages:
+        out["messages"] = [{"role": m.role, "content": m.content} for m in info.messages]
     return web.json_response(out, dumps=lambda o: json.dumps(o, default=str))
 
 
-def _capabilities(template: str, path: Any) -> list[str]:
+def _capabilities(template: str, path: Path) -> list[str]:
     """What the model can do, from its template and GGUF header (see ``chatformat.capabilities``)."""
     try:
         geometry = read_geometry(str(path))
@@ -146,7 +126,7 @@ def _capabilities(template: str, path: Any) -> list[str]:
     return capabilities(describe(template or None), geometry)
 
 
-def _defaults(params: Any, path: Any, num_parallel: int | None) -> dict[str, Any]:
+def _defaults(params: dict[str, Any], path: Path, num_parallel: int | None) -> dict[str, Any]:
     """What a request without options gets (Modelfile PARAMETERs over the engine's defaults).
 
     A localrun field (Ollama's ``parameters`` lists only what the Modelfile sets); the chat UI
@@ -157,7 +137,7 @@ def _defaults(params: Any, path: Any, num_parallel: int | None) -> dict[str, Any
     except errors.LocalrunError:
         n_ctx_train = None
     # Slots sized from memory (num_parallel None) change none of the values shown here.
-    load, sampling, _ = merge_options(params if isinstance(params, dict) else {}, {}, num_parallel=num_parallel or 1,
+    load, sampling, _ = merge_options(params, {}, num_parallel=num_parallel or 1,
                                       n_ctx_train=n_ctx_train)
     return {
         "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
@@ -167,7 +147,8 @@ def _defaults(params: Any, path: Any, num_parallel: int | None) -> dict[str, Any
     }
 
 
-async def _run_with_progress(request: web.Request, stream: bool, work: Callable[[Any], Any]) -> web.StreamResponse:
+async def _run_with_progress(request: web.Request, stream: bool,
+                             work: Callable[[ProgressFn], object]) -> web.StreamResponse:
     """Run blocking ``work(progress_cb)`` on the transfer pool, streaming its progress reports.
 
     When the client goes away, the next progress report raises Cancelled inside ``work``, so the
@@ -177,14 +158,13 @@ async def _run_with_progress(request: web.Request, stream: bool, work: Callable[
     queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
     gone = threading.Event()
 
-    def progress(p: Any) -> None:
+    def progress(p: Progress) -> None:
         if gone.is_set():
             raise errors.Cancelled("the client went away")
-        report = dataclasses.asdict(p) if dataclasses.is_dataclass(p) and not isinstance(p, type) else dict(p)
-        report = {k: v for k, v in report.items() if v is not None and k != "rate"}
+        report = {k: v for k, v in dataclasses.asdict(p).items() if v is not None and k != "rate"}
         loop.call_soon_threadsafe(queue.put_nowait, report)
 
-    def finished(task: asyncio.Future[Any]) -> None:
+    def finished(task: asyncio.Future[object]) -> None:
         if not task.cancelled():
             task.exception()  # retrieved here: when the client has left, nobody else reads it
         loop.call_soon_threadsafe(queue.put_nowait, None)
@@ -198,7 +178,7 @@ async def _run_with_progress(request: web.Request, stream: bool, work: Callable[
         raise
 
 
-async def _respond_with_progress(request: web.Request, stream: bool, task: asyncio.Future[Any],
+async def _respond_with_progress(request: web.Request, stream: bool, task: asyncio.Future[object],
                                  queue: asyncio.Queue[dict[str, Any] | None]) -> web.StreamResponse:
     if not stream:
         await asyncio.shield(task)  # raises the store's error as a proper HTTP error
@@ -239,10 +219,9 @@ async def pull(request: web.Request) -> web.StreamResponse:
     from ..store.pull import pull as store_pull  # lazily: the hub client is heavy to import
     pulls = request.app[PULLS]
 
-    def work(progress: Callable[[Any], None]) -> Any:
-        def report(p: Any) -> None:
-            state = dataclasses.asdict(p) if dataclasses.is_dataclass(p) and not isinstance(p, type) else dict(p)
-            pulls[name] = {"model": name, **{k: state.get(k) for k in ("status", "completed", "total")}}
+    def work(progress: ProgressFn) -> object:
+        def report(p: Progress) -> None:
+            pulls[name] = {"model": name, "status": p.status, "completed": p.completed, "total": p.total}
             progress(p)
 
         pulls[name] = {"model": name, "status": "pulling manifest"}
@@ -343,7 +322,7 @@ def _digest(raw: str) -> str:
         raise errors.InvalidRequest(f"{raw!r} is not a sha256 digest") from None
 
 
-def _blob_path(store: Any, digest: str) -> Path:
+def _blob_path(store: ModelStore, digest: str) -> Path:
     d = _digest(digest)
     blobs = _blobs(store)
     if not blobs.has(d):

@@ -15,11 +15,11 @@ from typing import Any
 from aiohttp import web
 
 from .. import errors
+from ..chatevents import ChatEvent, ContentDelta, ToolCall, collect, new_id
 from ..engine.types import TokenLogprob
 from . import openai_compat as oc
 from . import remote
 from .chat import ChatRun, start_chat, start_completions, upstream_route
-from .chatparse import ChatEvent, ContentDelta, ToolCall, collect
 from .http import SSEStream, read_json
 from .keys import SERVICE, STORE
 from .middleware import error_body
@@ -89,7 +89,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     call = oc.chat_to_native(body)
     run = await start_chat(request.app[SERVICE], call, "/v1/chat/completions", truncation(body))
-    rid, created = oc.new_id("chatcmpl"), int(time.time())
+    rid, created = new_id("chatcmpl", "-"), int(time.time())
     try:
         if call.stream:
             return await _chat_stream(request, run, rid, created, call.include_usage)
@@ -148,7 +148,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     run = await start_completions(request.app[SERVICE], call, fmt, "/v1/completions", truncation(body))
     outputs, model = run.outputs, run.model
     try:
-        rid, created = oc.new_id("cmpl"), int(time.time())
+        rid, created = new_id("cmpl", "-"), int(time.time())
         prefix = [call.prompts[i // call.n] if call.echo else "" for i in range(len(outputs))]
         if call.stream:
             sse = SSEStream(request)

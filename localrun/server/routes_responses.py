@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from .. import errors
+from ..chatevents import ContentDelta, ThinkingDelta
 from .chat import ChatRun, TokenUsage, hit_length_limit, output_events, start_chat
-from .chatparse import ContentDelta, ThinkingDelta
 from .http import EventStream, read_json
 from .keys import SERVICE
 from .responses_compat import ResponsesCall, responses_to_native

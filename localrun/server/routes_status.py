@@ -64,7 +64,7 @@ def ps_entry(scheduler: Scheduler, model: ResidentModel) -> dict[str, Any]:
         geometry: ModelGeometry | None = read_geometry(model.spec.model_path)
     except Exception:
         geometry = None
-    p = model.placement
+    p, info = model.placement, model.backend.info
     return {
         "name": model.name,
         "model": model.name,
@@ -84,9 +84,8 @@ def ps_entry(scheduler: Scheduler, model: ResidentModel) -> dict[str, Any]:
         "load_reason": model.reason,
         "pid": model.backend.pid,
         # where llama.cpp put the weights, per buffer (``RPC0[host:port]`` for an RPC worker)
-        "split": [{"device": name, "bytes": size}
-                  for name, size in (model.backend.info.get("buffer_bytes") or {}).items()],
-        "rpc_servers": list(model.backend.info.get("rpc_servers") or []),
+        "split": [{"device": name, "bytes": size} for name, size in (info.buffer_bytes if info else {}).items()],
+        "rpc_servers": list(info.rpc_servers if info else ()),
     }
 
 

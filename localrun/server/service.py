@@ -15,9 +15,9 @@ import dataclasses
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from .. import errors, trace
 from ..engine.types import (
@@ -33,18 +33,19 @@ from ..engine.types import (
 from ..fmt import human_bytes
 from ..hardware import memory
 from ..hardware.memory import ModelGeometry
-from ..runtime.resident import Phase, ProbeFn
-from ..runtime.scheduler import DEFAULT, LoadSpec, Scheduler
+from ..runtime.resident import Backend, EventStream, Phase, ProbeFn
+from ..runtime.scheduler import DEFAULT, KeepAlive, Lease, LoadSpec, Scheduler
 from ..store.records import ResolvedModel
 from ..upstream.router import Upstreams
 from . import templating
 from .executors import Executors, run_in
 from .http import interactive_hint
 from .metrics import Metrics
-from .options import MISSING, merge_options
+from .options import merge_options
 from .prompts import might_overflow
 
 log = logging.getLogger("localrun.requests")
+T = TypeVar("T")
 
 
 class ModelSource(Protocol):
@@ -63,7 +64,7 @@ class Target:
     spec: LoadSpec
     sampling: SamplingOptions
     num_keep: int | None
-    keep_alive: Any  # seconds, None = forever, DEFAULT = server default
+    keep_alive: KeepAlive
     template_override: str | None = None  # a request's own template (/api/generate ``template``)
 
     @property
@@ -88,8 +89,8 @@ class Generation:
     service: Service
     target: Target
     endpoint: str
-    lease: Any
-    stream: Any
+    lease: Lease
+    stream: EventStream
     started_ns: int
     done: DoneEvent | None = None
     first_token_ns: int | None = None
@@ -158,7 +159,7 @@ class Service:
         metrics: Metrics,
         *,
         num_parallel: int | None,
-        geometry: Any,
+        geometry: Callable[[str], ModelGeometry],
         probe: ProbeFn | None = None,
         load_defaults: LoadOptions | None = None,
         executors: Executors | None = None,
@@ -180,7 +181,7 @@ class Service:
         self._slots: dict[tuple[str, LoadOptions], int] = {}
         self._store_pool = (executors or Executors()).store
 
-    async def target(self, name: Any, options: Any = None, keep_alive: Any = MISSING) -> Target:
+    async def target(self, name: object, options: object = None, keep_alive: KeepAlive = DEFAULT) -> Target:
         """Resolve ``name`` in the store and merge its parameters with the request's options.
 
         The store call runs in a thread: it may hash changed weights or import the starter model.
@@ -212,7 +213,7 @@ class Service:
         trace.mark_request("target")
         return Target(
             name=spec.name, resolved=resolved, geometry=geometry, spec=spec, sampling=sampling,
-            num_keep=extras.get("num_keep"), keep_alive=DEFAULT if keep_alive is MISSING else keep_alive,
+            num_keep=extras.get("num_keep"), keep_alive=keep_alive,
         )
 
     async def slots(self, model_path: str, load: LoadOptions, geometry: ModelGeometry) -> int:
@@ -280,18 +281,16 @@ class Service:
 
     async def tokenize(self, target: Target, text: str, add_special: bool) -> list[int]:
         """``text`` as the model's token ids (``add_special``: with the BOS it adds to prompts)."""
-        tokens: list[int] = await self._with_vocab(target, lambda b: b.tokenize(text, add_special=add_special))
-        return tokens
+        return await self._with_vocab(target, lambda b: b.tokenize(text, add_special=add_special))
 
     async def detokenize(self, target: Target, tokens: list[int]) -> str:
         """Token ids as text (special tokens print nothing).
 
         An id outside the vocabulary is an InvalidRequest from the runner (it knows the size).
         """
-        text: str = await self._with_vocab(target, lambda b: b.detokenize(tokens))
-        return text
+        return await self._with_vocab(target, lambda b: b.detokenize(tokens))
 
-    async def _with_vocab(self, target: Target, call: Any) -> Any:
+    async def _with_vocab(self, target: Target, call: Callable[[Backend], Awaitable[T]]) -> T:
         """Await ``call(backend)`` while holding the model (see :meth:`_hold_for_vocab`)."""
         lease = await self._hold_for_vocab(target)
         try:
@@ -299,7 +298,7 @@ class Service:
         finally:
             lease.release()
 
-    async def _hold_for_vocab(self, target: Target) -> Any:
+    async def _hold_for_vocab(self, target: Target) -> Lease:
         """Hold the model for a tokenizer call: an instance loaded with other options will do.
 
         The vocabulary depends on the model file alone, so tokenizing must not reload a model

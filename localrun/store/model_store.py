@@ -17,6 +17,7 @@ while any manifest references them.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import logging
 from collections.abc import Iterable
@@ -210,7 +211,7 @@ class ModelStore:
 
     # -- changes ---------------------------------------------------------------------
 
-    def lock(self) -> Any:
+    def lock(self) -> contextlib.AbstractContextManager[None]:
         """The store-wide lock (a context manager), held while manifests change."""
         self.blobs.ensure_dirs()
         return file_lock(self.root / ".lock")

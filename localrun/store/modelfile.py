@@ -18,34 +18,16 @@ equal :class:`Modelfile`.
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ModelfileError
+from ..errors import ModelfileError, OptionError
+from ..parameters import LIST_PARAMS, PARAMETERS, kind_of, parse_value
 
 INSTRUCTIONS = ("FROM", "PARAMETER", "TEMPLATE", "SYSTEM", "ADAPTER", "LICENSE", "MESSAGE")
 ROLES = ("system", "user", "assistant", "tool")
 TRIPLE = '"""'
 
-INT_PARAMS = frozenset({"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "num_keep", "seed",
-                        "num_predict", "top_k", "repeat_last_n"})
-FLOAT_PARAMS = frozenset({"top_p", "min_p", "typical_p", "temperature", "repeat_penalty", "presence_penalty",
-                          "frequency_penalty"})
-BOOL_PARAMS = frozenset({"use_mmap", "batch_invariant"})
-LIST_PARAMS = frozenset({"stop"})
-# Accepted for compatibility with Ollama Modelfiles; the engine ignores them.
-LEGACY_PARAMS: dict[str, type] = {
-    "mirostat": int, "mirostat_tau": float, "mirostat_eta": float, "tfs_z": float, "num_gqa": int,
-    "penalize_newline": bool, "use_mlock": bool, "low_vram": bool, "f16_kv": bool, "numa": bool,
-    "vocab_only": bool, "logits_all": bool, "rope_frequency_base": float, "rope_frequency_scale": float,
-}
-PARAMETERS = sorted(INT_PARAMS | FLOAT_PARAMS | BOOL_PARAMS | LIST_PARAMS)
-_NON_NEGATIVE = frozenset({"num_ctx", "num_batch", "num_thread", "main_gpu", "num_keep", "top_k",
-                           "temperature", "repeat_penalty"})
-_UNIT_INTERVAL = frozenset({"top_p", "min_p", "typical_p"})
-_TRUE = {"1", "t", "true", "yes", "on"}
-_FALSE = {"0", "f", "false", "no", "off"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,45 +49,21 @@ class Modelfile:
     messages: list[Message] = field(default_factory=list)
 
 
-def parse_parameter(name: str, raw: str, line: int | None = None) -> Any:
-    """Convert one PARAMETER value to its type; raises ModelfileError naming what was expected."""
+def parse_parameter(name: str, raw: str, line: int | None = None) -> int | float | bool | str:
+    """Convert one PARAMETER value to its type (the rules of :mod:`localrun.parameters`); raises
+    ModelfileError naming what was expected."""
     key = name.lower()
-    kind: type
-    if key in INT_PARAMS:
-        kind = int
-    elif key in FLOAT_PARAMS:
-        kind = float
-    elif key in BOOL_PARAMS:
-        kind = bool
-    elif key in LIST_PARAMS:
+    kind = kind_of(key)
+    if kind is None:
+        raise ModelfileError(f"unknown parameter {name!r}; expected one of: {', '.join(PARAMETERS)}", line)
+    if kind is list:
         if raw == "":
             raise ModelfileError("PARAMETER stop needs a non-empty string", line)
         return raw
-    elif key in LEGACY_PARAMS:
-        kind = LEGACY_PARAMS[key]
-    else:
-        raise ModelfileError(f"unknown parameter {name!r}; expected one of: {', '.join(PARAMETERS)}", line)
-    text = raw.strip()
-    if kind is bool:
-        if text.lower() in _TRUE:
-            return True
-        if text.lower() in _FALSE:
-            return False
-        raise ModelfileError(f"parameter {key!r} expects true or false, got {raw!r}", line)
     try:
-        value: int | float = int(text) if kind is int else float(text)
-    except ValueError:
-        what = "a whole number" if kind is int else "a number"
-        raise ModelfileError(f"parameter {key!r} expects {what}, got {raw!r}", line) from None
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ModelfileError(f"parameter {key!r} expects a finite number, got {raw!r}", line)
-    if key in _NON_NEGATIVE and value < 0:
-        raise ModelfileError(f"parameter {key!r} must not be negative, got {raw!r}", line)
-    if key in ("num_ctx", "num_batch") and value < 1:
-        raise ModelfileError(f"parameter {key!r} must be at least 1, got {raw!r}", line)
-    if key in _UNIT_INTERVAL and not 0 <= value <= 1:
-        raise ModelfileError(f"parameter {key!r} must be between 0 and 1, got {raw!r}", line)
-    return value
+        return parse_value(key, raw)
+    except OptionError as exc:
+        raise ModelfileError(f"parameter {key!r} {exc}", line) from None
 
 
 class _State(enum.Enum):

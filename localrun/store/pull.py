@@ -16,7 +16,6 @@ A model already in the store is not downloaded again.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from ..errors import LocalrunError, ModelNotFound, PullError
 from . import manifest as mt
@@ -28,7 +27,7 @@ from .model_store import ModelStore
 from .modelfile import Modelfile
 from .names import ModelName, near_names
 from .progress import ProgressFn, report
-from .records import ModelEntry
+from .records import ModelEntry, ResolvedModel
 from .starter import ensure_packaged, import_blob, packaged_model, packaged_source
 
 log = logging.getLogger(__name__)
@@ -143,7 +142,7 @@ def refetch_weights(store: ModelStore, name: str, digest: str, progress: Progres
     return True
 
 
-def ensure(store: ModelStore, name: str, progress: ProgressFn | None = None) -> Any:
+def ensure(store: ModelStore, name: str, progress: ProgressFn | None = None) -> ResolvedModel:
     """Resolve ``name``, pulling it first when it is missing (what `run` wants)."""
     parsed = ModelName.parse(name)
     if store.find(parsed, fetch_packaged=True) is None:

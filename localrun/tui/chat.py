@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from rich.text import Text
-from textual import on, work
+from textual import getters, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -23,6 +23,7 @@ from textual.widgets import Footer, Static
 from ..errors import DaemonUnavailable, LocalrunError, StoreError
 from . import commands as cmd
 from . import model_ops
+from .app import LocalrunApp
 from .backend import ReplyStats
 from .session import ChatSession
 from .slash import SlashCommands
@@ -41,6 +42,7 @@ class ChatScreen(SlashCommands, Screen[None]):
         Binding("ctrl+n", "new_chat", "New chat"),
     ]
 
+    app = getters.app(LocalrunApp)  # it only ever runs inside LocalrunApp
     streaming: reactive[bool] = reactive(False)
 
     def __init__(self, session: ChatSession) -> None:
@@ -97,10 +99,10 @@ class ChatScreen(SlashCommands, Screen[None]):
             parts.append(" ".join(f"{k}={v}" for k, v in sorted(s.conversation.options.items())))
         if s.format:
             parts.append(f"format {s.format}")
-        if not getattr(self.app, "connected", True):
+        if not self.app.connected:
             parts.append("daemon unreachable: reconnecting")
         self.query_one("#chat-title", Static).update(Text(" · ".join(parts)))
-        self.query_one("#chat-title").set_class(not getattr(self.app, "connected", True), "disconnected")
+        self.query_one("#chat-title").set_class(not self.app.connected, "disconnected")
 
     def set_status(self, text: str) -> None:
         self.query_one("#status", Static).update(Text(text))

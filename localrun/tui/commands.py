@@ -12,18 +12,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, OptionError
+from ..parameters import ParameterValue, kind_of, parse_value
 
-# Parameter name -> type, as Ollama's `/set parameter` and Modelfile PARAMETER accept them.
-PARAMETER_TYPES: dict[str, type] = {
-    "seed": int, "num_predict": int, "top_k": int, "top_p": float, "min_p": float, "typical_p": float,
-    "num_ctx": int, "num_batch": int, "num_gpu": int, "num_thread": int, "num_keep": int,
-    "temperature": float, "repeat_penalty": float, "repeat_last_n": int, "presence_penalty": float,
-    "frequency_penalty": float, "stop": list,
-}
-# Parameters that must not be negative, and those that are probabilities.
-_NON_NEGATIVE = {"num_ctx", "num_batch", "num_thread", "num_keep", "top_k", "temperature", "repeat_penalty"}
-_UNIT = {"top_p", "min_p", "typical_p"}
+# What /set parameter offers (types and rules: localrun.parameters, shared with the Modelfile parser).
+SESSION_PARAMETERS = ("seed", "num_predict", "top_k", "top_p", "min_p", "typical_p", "num_ctx", "num_batch",
+                      "num_gpu", "num_thread", "num_keep", "temperature", "repeat_penalty", "repeat_last_n",
+                      "presence_penalty", "frequency_penalty", "stop")
 
 SHOW_TOPICS = ("info", "license", "modelfile", "parameters", "system", "template")
 
@@ -49,7 +44,7 @@ Available /set commands:
   /set verbose                Show timings after each reply;  /set quiet to show only the short line
   /set history | nohistory    Keep (default) or forget earlier turns when sending
 
-Parameters: """ + ", ".join(sorted(PARAMETER_TYPES))
+Parameters: """ + ", ".join(sorted(SESSION_PARAMETERS))
 
 HELP_SHOW = """\
 Available /show commands:
@@ -74,7 +69,7 @@ Keyboard shortcuts:
 @dataclass(frozen=True, slots=True)
 class SetParameter:
     name: str
-    value: Any
+    value: ParameterValue
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,26 +208,18 @@ def unquote(text: str) -> str:
     return text
 
 
-def parse_parameter(name: str, raw: str) -> Any:
-    """The typed value of a parameter, or InvalidRequest saying what was expected."""
+def parse_parameter(name: str, raw: str) -> ParameterValue:
+    """The typed value of a parameter (the rules of :mod:`localrun.parameters`), or InvalidRequest
+    saying what was expected. ``stop`` takes several space-separated, optionally quoted strings."""
     key = name.lower()
-    kind = PARAMETER_TYPES.get(key)
-    if kind is None:
-        raise InvalidRequest(f"Unknown parameter '{name}'. Known: {', '.join(sorted(PARAMETER_TYPES))}")
-    if kind is list:
+    if key not in SESSION_PARAMETERS:
+        raise InvalidRequest(f"Unknown parameter '{name}'. Known: {', '.join(sorted(SESSION_PARAMETERS))}")
+    if kind_of(key) is list:
         return [unquote(part) for part in raw.split()] if raw.strip() else []
     try:
-        value: Any = int(raw) if kind is int else float(raw)
-    except ValueError:
-        expected = "a whole number" if kind is int else "a number"
-        raise InvalidRequest(f"Couldn't set parameter '{key}': expected {expected}, got {raw!r}") from None
-    if kind is float and value != value:  # NaN
-        raise InvalidRequest(f"Couldn't set parameter '{key}': expected a number, got {raw!r}")
-    if key in _NON_NEGATIVE and value < 0:
-        raise InvalidRequest(f"Couldn't set parameter '{key}': must not be negative")
-    if key in _UNIT and not 0 <= value <= 1:
-        raise InvalidRequest(f"Couldn't set parameter '{key}': must be between 0 and 1")
-    return value
+        return parse_value(key, raw)
+    except OptionError as exc:
+        raise InvalidRequest(f"Couldn't set parameter '{key}': {exc}") from None
 
 
 def _quoted(text: str) -> str:
@@ -243,7 +230,7 @@ def _quoted(text: str) -> str:
     return f'"{escaped}"'
 
 
-def format_parameter_value(value: Any) -> str:
+def format_parameter_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):

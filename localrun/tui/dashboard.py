@@ -12,7 +12,7 @@ import time
 from collections import deque
 
 from rich.text import Text
-from textual import work
+from textual import getters, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -22,6 +22,8 @@ from textual.widgets import DataTable, Footer, Label, ProgressBar, Sparkline, St
 from .. import fmt
 from ..errors import LocalrunError
 from . import stats as st
+from .app import LocalrunApp
+from .backend import Rows
 
 HISTORY = 120  # sparkline samples kept
 
@@ -39,11 +41,14 @@ class DashboardScreen(Screen[None]):
     ]
     COLUMNS = ("NAME", "PROCESSOR", "RAM", "VRAM", "CONTEXT", "ACTIVE", "QUEUED", "KV CACHE", "UNTIL")
 
+    app = getters.app(LocalrunApp)  # it only ever runs inside LocalrunApp
+
     def __init__(self, *, standalone: bool = False) -> None:
         super().__init__()
         self.standalone = standalone
         self.samples: deque[float] = deque([0.0] * HISTORY, maxlen=HISTORY)
         self.previous: st.MetricsSnapshot | None = None
+        self.daemon_pulls: Rows = []  # downloads started elsewhere (CLI, other apps)
 
     def compose(self) -> ComposeResult:
         yield Static("localrun · dashboard", id="dash-title")
@@ -62,7 +67,7 @@ class DashboardScreen(Screen[None]):
         table.add_columns(*self.COLUMNS)
         self.query_one("#pulls-title").display = False
         self.refresh_data()
-        self.set_interval(getattr(self.app, "refresh_interval", 1.0), self.refresh_data)
+        self.set_interval(self.app.refresh_interval, self.refresh_data)
 
     def action_back(self) -> None:
         if self.standalone:
@@ -75,7 +80,7 @@ class DashboardScreen(Screen[None]):
 
     @work(exclusive=True, group="dashboard")
     async def refresh_data(self) -> None:
-        backend = self.app.backend  # type: ignore[attr-defined]
+        backend = self.app.backend
         try:
             models = await backend.ps()
             health = await backend.health()
@@ -86,9 +91,8 @@ class DashboardScreen(Screen[None]):
             snapshot: st.MetricsSnapshot | None = st.parse_metrics(await backend.metrics(), time.monotonic())
         except LocalrunError:
             snapshot = None
-        pulls_fn = getattr(backend, "pulls", None)  # downloads started elsewhere (CLI, other apps)
         try:
-            self.daemon_pulls = list(await pulls_fn()) if pulls_fn else []
+            self.daemon_pulls = list(await backend.pulls())
         except LocalrunError:
             self.daemon_pulls = []
         self.draw(models, health, snapshot)
@@ -105,7 +109,7 @@ class DashboardScreen(Screen[None]):
         title.remove_class("disconnected")
         uptime = health.get("uptime_seconds")
         up = f" · up {fmt.compact_duration(float(uptime))}" if isinstance(uptime, (int, float)) else ""
-        title.update(Text(f"localrun {health.get('version', '')} · {self.app.backend.base_url}{up}"))  # type: ignore[attr-defined]
+        title.update(Text(f"localrun {health.get('version', '')} · {self.app.backend.base_url}{up}"))
         self.draw_models(models, snapshot)
         tps = st.rate(self.previous, snapshot) if snapshot else 0.0
         if snapshot is not None:
@@ -155,9 +159,9 @@ class DashboardScreen(Screen[None]):
         pulls = {
             str(p.get("model")): PullState(str(p.get("model")), str(p.get("status") or "pulling"),
                                            p.get("completed"), p.get("total"))
-            for p in getattr(self, "daemon_pulls", [])
+            for p in self.daemon_pulls
         }
-        pulls.update(getattr(self.app, "pulls", {}))
+        pulls.update(self.app.pulls)
         box = self.query_one("#pulls", Vertical)
         self.query_one("#pulls-title").display = bool(pulls)
         for model, state in pulls.items():

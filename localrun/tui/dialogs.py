@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich.text import Text
-from textual import on, work
+from textual import getters, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -23,6 +23,7 @@ from ..conversations import ConversationStore
 from ..errors import LocalrunError
 from ..fmt import human_bytes
 from . import commands as cmd
+from .app import LocalrunApp
 from .model_ops import full_name
 
 # Parameters the editor shows as fields, in this order; others set by /set stay as they are.
@@ -34,10 +35,14 @@ class ModelPicker(ModalScreen[str | None]):
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
+    app = getters.app(LocalrunApp)  # it only ever runs inside LocalrunApp
+
     def __init__(self, current: str) -> None:
         super().__init__(classes="dialog-screen")
         self.current = current
         self.names: list[str] = []
+        self._models: list[dict[str, Any]] = []  # the store's models, once listed
+        self._loaded: set[object] = set()
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="model-picker"):
@@ -54,8 +59,8 @@ class ModelPicker(ModalScreen[str | None]):
     async def load_models(self) -> None:
         option_list = self.query_one("#model-list", OptionList)
         try:
-            models = await self.app.backend.list()  # type: ignore[attr-defined]
-            loaded = {m.get("name") for m in await self.app.backend.ps()}  # type: ignore[attr-defined]
+            models = await self.app.backend.list()
+            loaded = {m.get("name") for m in await self.app.backend.ps()}
         except LocalrunError as exc:
             option_list.add_option(Option(Text(f"cannot list models: {exc}"), disabled=True))
             return
@@ -67,7 +72,7 @@ class ModelPicker(ModalScreen[str | None]):
     def refill(self, needle: str) -> None:
         option_list = self.query_one("#model-list", OptionList)
         option_list.clear_options()
-        for model in getattr(self, "_models", []):
+        for model in self._models:
             name = str(model.get("name"))
             if needle and needle.lower() not in name.lower():
                 continue

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..conversations import Conversation, ConversationStore
+from ..parameters import ParameterValue
 
 
 @dataclass(slots=True)
@@ -75,7 +76,7 @@ class ChatSession:
             message["stopped"] = True
         self.conversation.messages.append(message)
 
-    def set_parameter(self, name: str, value: Any) -> None:
+    def set_parameter(self, name: str, value: ParameterValue) -> None:
         self.conversation.options[name] = value
 
     def new_conversation(self) -> None:

@@ -18,6 +18,7 @@ from . import model_ops
 from .widgets import PullProgress, UserMessage
 
 if TYPE_CHECKING:
+    from .app import LocalrunApp
     from .session import ChatSession
 
 
@@ -27,7 +28,8 @@ class SlashCommands:
 
     if TYPE_CHECKING:  # provided by ChatScreen and Screen; declared here for the type checker only
         session: ChatSession
-        app: Any
+        @property
+        def app(self) -> LocalrunApp: ...
 
         def query_one(self, *args: Any, **kwargs: Any) -> Any: ...
 

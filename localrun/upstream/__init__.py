@@ -12,10 +12,12 @@ Several URLs under one NAME form a pool.
     ollama_api.py the same for ``/api`` (pure)
     transport.py  httpx with explicit timeouts, bounded lines and bodies, redacted errors
     pool.py       members' state and the choice: healthy, affinity, least-loaded, cool-down (pure)
-    router.py     Upstreams: routing ``NAME/model``, failover before the first event, health checks
+    router.py     Upstreams: routing ``NAME/model``, failover before the first event, what a check asks
+    health.py     HealthChecks: when members are checked (one at a time each; faster while cooling down)
+    reply.py      UpstreamReply (a reply under way from one member) and Retry (try the next member)
 
 Nothing here imports aiohttp: the server's seam (``localrun/server/remote.py``) drives it.
-Replies are the server's chat events (``ContentDelta``, ``ThinkingDelta``, ``ToolCall`` of
-``localrun.server.chatparse``) ended by an engine ``DoneEvent``, so every API the server speaks
+Replies are the chat events a local model's reply is parsed into (``ContentDelta``, ``ThinkingDelta``,
+``ToolCall`` of ``localrun.chatevents``) ended by an engine ``DoneEvent``, so every API the server speaks
 writes an upstream's reply the way it writes a local model's.
 """

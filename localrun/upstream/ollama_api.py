@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+from ..chatevents import ChatEvent, ContentDelta, ThinkingDelta, ToolCall, new_call_id
 from ..engine.types import DoneEvent, DoneReason, EmbedResult
 from ..errors import UpstreamError
-from ..server.chatparse import ChatEvent, ContentDelta, ThinkingDelta, ToolCall, new_call_id
 from .requests import ChatRequest, CompletionRequest, EmbedRequest, JsonObject, Sampling, ToolChoice
 
 CHAT_PATH = "/api/chat"

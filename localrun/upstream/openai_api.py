@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+from ..chatevents import ChatEvent, ContentDelta, ThinkingDelta, ToolCall, new_call_id
 from ..engine.types import DoneEvent, DoneReason, EmbedResult
 from ..errors import UpstreamError
-from ..server.chatparse import ChatEvent, ContentDelta, ThinkingDelta, ToolCall, new_call_id
 from .requests import ChatRequest, CompletionRequest, EmbedRequest, Format, JsonObject, Sampling
 
 CHAT_PATH = "/v1/chat/completions"

@@ -13,37 +13,34 @@ the first event is in, the :class:`UpstreamReply` is the caller's; a failure aft
 stream with an UpstreamError (the member is cooled down too).
 
 Each member is checked (``GET /v1/models`` or ``/api/tags``, which also says which API it
-speaks and which models it serves) when first needed, every CHECK_INTERVAL_S while healthy and
-every COOLING_CHECK_S while cooling down. Everything runs on the daemon's event loop.
+speaks and which models it serves: :meth:`Upstreams.probe`) when first needed, then as
+:mod:`.health` schedules it. Everything runs on the daemon's event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
 
 import httpx
 
 from .. import errors
-from ..engine.types import DoneEvent, EmbedResult
-from ..server.chatparse import ChatEvent
+from ..chatevents import ChatEvent
+from ..engine.types import EmbedResult
 from . import ollama_api, openai_api, registry, transport
+from .health import CHECK_INTERVAL_S, HealthChecks
 from .pool import Member, MemberState, Pool, latency_ms
+from .reply import Decoder, Retry, UpstreamReply, batches, empty
 from .requests import ChatRequest, CompletionRequest, EmbedRequest
 from .spec import Api, UpstreamSpec
 
 log = logging.getLogger("localrun.upstream")
 
-CHECK_INTERVAL_S = 15.0
-COOLING_CHECK_S = 2.0
-LOOP_TICK_S = 1.0
 RELOAD_EVERY_S = 1.0
 KeyLookup = Callable[[str], str | None]  # environment variable name -> its value
 
@@ -85,69 +82,6 @@ class ListedModel:
     hosts: tuple[str, ...]  # member URLs serving it
 
 
-class _Retry(Exception):
-    """A member failed before its first event: try the next one (internal)."""
-
-    def __init__(self, reason: str, busy: bool = False) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.busy = busy
-
-
-class _Decoder(Protocol):
-    """What both APIs' stream decoders do (openai_api.StreamDecoder, ollama_api.StreamDecoder)."""
-
-    def feed(self, data: str) -> list[ChatEvent]: ...
-    def finish_events(self) -> list[ChatEvent]: ...
-    def done(self, prompt_ns: int, eval_ns: int) -> DoneEvent: ...
-
-
-class UpstreamReply:
-    """A reply under way from one member; its first events are already read.
-
-    Iterate :meth:`events` once; ``done`` is set when it ends. :meth:`close` must run (it ends the
-    member's in-flight count and closes the connection, which cancels the upstream's work).
-    """
-
-    def __init__(self, upstreams: Upstreams, pool: Pool, member: Member, response: httpx.Response,
-                 chunks: AsyncIterator[list[ChatEvent]], first: list[ChatEvent], decoder: _Decoder,
-                 started: float, first_at: float) -> None:
-        self._upstreams, self.pool, self.member = upstreams, pool, member
-        self._response, self._chunks, self._first, self._decoder = response, chunks, first, decoder
-        self._started, self._first_at = started, first_at
-        self.done: DoneEvent | None = None
-        self._closed = False
-
-    @property
-    def where(self) -> str:
-        return f"{self.pool.name} ({self.member.url})"
-
-    async def events(self) -> AsyncIterator[ChatEvent]:
-        for event in self._first:
-            yield event
-        self._first = []
-        try:
-            async for batch in self._chunks:
-                for event in batch:
-                    yield event
-            clock = self._upstreams.clock
-            self.done = self._decoder.done(int((self._first_at - self._started) * 1e9),
-                                           int((clock() - self._first_at) * 1e9))
-        except (httpx.HTTPError, errors.UpstreamError) as exc:
-            reason = self._upstreams.describe(self.member, exc)
-            self.member.failed(self._upstreams.clock(), reason)
-            log.warning("upstream %s failed mid-reply: %s", self.where, reason)
-            raise errors.UpstreamError(f"upstream {self.pool.name} failed mid-reply: {reason}") from None
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self.member.end()
-        with contextlib.suppress(httpx.HTTPError):
-            await self._response.aclose()
-
-
 class Upstreams:
     """Every configured upstream of one daemon (see the module docstring)."""
 
@@ -164,8 +98,7 @@ class Upstreams:
         self._specs: tuple[UpstreamSpec, ...] | None = None
         self._file_stamp: tuple[int, int] | None = None
         self._reload_at = -1e9
-        self._task: asyncio.Task[None] | None = None
-        self._checks: dict[str, asyncio.Task[None]] = {}
+        self.health = HealthChecks(self.probe, self._members, clock)
         self.reload(force=True)
 
     # -- configuration -------------------------------------------------------------------------
@@ -224,7 +157,7 @@ class Upstreams:
     async def chat(self, route: Route, req: ChatRequest, keys: Sequence[bytes] = ()) -> UpstreamReply:
         """Start a chat reply on the best member serving ``route.model`` (failover before its first event)."""
 
-        def build(member: Member, model: str) -> tuple[str, dict[str, object], _Decoder]:
+        def build(member: Member, model: str) -> tuple[str, dict[str, object], Decoder]:
             r = replace(req, model=model)
             if member.api is Api.OLLAMA:
                 return ollama_api.CHAT_PATH, ollama_api.chat_body(r), ollama_api.StreamDecoder()
@@ -235,7 +168,7 @@ class Upstreams:
     async def complete(self, route: Route, req: CompletionRequest, keys: Sequence[bytes] = ()) -> UpstreamReply:
         """Start a raw-prompt completion (``/v1/completions`` or ``/api/generate`` with raw)."""
 
-        def build(member: Member, model: str) -> tuple[str, dict[str, object], _Decoder]:
+        def build(member: Member, model: str) -> tuple[str, dict[str, object], Decoder]:
             r = replace(req, model=model)
             if member.api is Api.OLLAMA:
                 return ollama_api.GENERATE_PATH, ollama_api.generate_body(r), ollama_api.StreamDecoder()
@@ -261,11 +194,11 @@ class Upstreams:
                     await response.aclose()
                 result = (ollama_api.embeddings(payload, len(req.inputs)) if member.api is Api.OLLAMA
                           else openai_api.embeddings(payload, len(req.inputs)))
-            except _Retry as exc:
+            except Retry as exc:
                 self._retry(member, exc, failures)
                 continue
             except (httpx.HTTPError, errors.UpstreamError) as exc:
-                self._retry(member, _Retry(self.describe(member, exc)), failures)
+                self._retry(member, Retry(self.describe(member, exc)), failures)
                 continue
             finally:
                 member.end()
@@ -273,7 +206,7 @@ class Upstreams:
             return result
         raise self._unavailable(pool, route, failures)
 
-    async def _start(self, route: Route, build: Callable[[Member, str], tuple[str, dict[str, object], _Decoder]],
+    async def _start(self, route: Route, build: Callable[[Member, str], tuple[str, dict[str, object], Decoder]],
                      keys: Sequence[bytes]) -> UpstreamReply:
         pool = self._pool(route)
         failures: list[str] = []
@@ -283,14 +216,14 @@ class Upstreams:
             started = self.clock()
             try:
                 reply = await self._open_any(pool, member, path, body, decoder, started)
-            except _Retry as exc:
+            except Retry as exc:
                 member.end()
                 self._retry(member, exc, failures)
                 continue
             except BaseException:
                 member.end()
                 raise
-            member.succeeded(reply._first_at - started)
+            member.succeeded(reply.first_at - started)
             pool.remember(keys, member)
             return reply
         raise self._unavailable(pool, route, failures)
@@ -324,7 +257,7 @@ class Upstreams:
                 return member
         return None
 
-    def _retry(self, member: Member, exc: _Retry, failures: list[str]) -> None:
+    def _retry(self, member: Member, exc: Retry, failures: list[str]) -> None:
         failures.append(f"{member.url}: {exc.reason}")
         member.failed(self.clock(), exc.reason)
         log.warning("upstream %s (%s) failed before answering, trying the next member: %s",
@@ -340,7 +273,7 @@ class Upstreams:
             return None
         key = self._api_key(variable)
         if not key:
-            raise _Retry(f"its key variable {variable} is not set in the daemon's environment")
+            raise Retry(f"its key variable {variable} is not set in the daemon's environment")
         return key
 
     def describe(self, member: Member, exc: BaseException) -> str:
@@ -360,7 +293,7 @@ class Upstreams:
 
     async def _send(self, member: Member, path: str, body: dict[str, object],
                     timeout: httpx.Timeout | None = None) -> httpx.Response:
-        """POST ``body``; the open response when it is 2xx. Raises _Retry (connection, 5xx, 429) or
+        """POST ``body``; the open response when it is 2xx. Raises Retry (connection, 5xx, 429) or
         the request's own error (4xx)."""
         key = self._key(member)
         headers = transport.request_headers(key)
@@ -370,7 +303,7 @@ class Upstreams:
         try:
             response = await client.send(request, stream=True)
         except httpx.HTTPError as exc:
-            raise _Retry(self.describe(member, exc)) from None
+            raise Retry(self.describe(member, exc)) from None
         if response.status_code < 300:
             return response
         try:
@@ -380,34 +313,34 @@ class Upstreams:
         status = response.status_code
         where = f"upstream {member.spec.name}"
         if status >= 500 or status == 429:
-            raise _Retry(f"HTTP {status}: {message}", busy=status == 429)
+            raise Retry(f"HTTP {status}: {message}", busy=status == 429)
         if status in (401, 403):
-            raise _Retry(f"HTTP {status}: it refused localrun's credentials (see --api-key-env)")
+            raise Retry(f"HTTP {status}: it refused localrun's credentials (see --api-key-env)")
         if status == 404:
             raise errors.ModelNotFound(f"{where}: {message or 'not found'}")
         if status == 413:
             raise errors.PayloadTooLarge(f"{where}: {message or 'request too large'}")
         raise errors.InvalidRequest(f"{where}: {message or f'HTTP {status}'}")
 
-    async def _open_any(self, pool: Pool, member: Member, path: str, body: dict[str, object], decoder: _Decoder,
+    async def _open_any(self, pool: Pool, member: Member, path: str, body: dict[str, object], decoder: Decoder,
                         started: float) -> UpstreamReply:
         """:meth:`_open`, and once more with the older structured-output form when a /v1 server
         refuses OpenAI's ``json_schema`` response_format (llama-cpp-python's server does)."""
         legacy = openai_api.legacy_schema_body(body) if member.api is Api.OPENAI else None
         try:
             return await self._open(pool, member, path, body, decoder, started)
-        except (_Retry, errors.InvalidRequest) as exc:
+        except (Retry, errors.InvalidRequest) as exc:
             if legacy is None or "response_format" not in str(exc):
                 raise
             log.info("upstream %s (%s) refused a json_schema response_format; sending the schema as "
                      "json_object's", member.spec.name, member.url)
         return await self._open(pool, member, path, legacy, decoder, started)
 
-    async def _open(self, pool: Pool, member: Member, path: str, body: dict[str, object], decoder: _Decoder,
+    async def _open(self, pool: Pool, member: Member, path: str, body: dict[str, object], decoder: Decoder,
                     started: float) -> UpstreamReply:
         response = await self._send(member, path, body)
         source = transport.sse_data(response) if member.api is Api.OPENAI else transport.lines(response)
-        chunks = _batches(source, decoder)
+        chunks = batches(source, decoder)
         try:
             first: list[ChatEvent] = []
             async for batch in chunks:
@@ -415,29 +348,25 @@ class Upstreams:
                     first = batch
                     break
             else:  # the whole reply came and held no event (an empty answer): still a success
-                chunks = _empty()
+                chunks = empty()
             first_at = self.clock()
         except (httpx.HTTPError, errors.UpstreamError) as exc:
             await response.aclose()
-            raise _Retry(self.describe(member, exc)) from None
+            raise Retry(self.describe(member, exc)) from None
         except BaseException:
             await response.aclose()
             raise
-        return UpstreamReply(self, pool, member, response, chunks, first, decoder, started, first_at)
+        return UpstreamReply(pool, member, response, chunks, first, decoder, started, first_at,
+                             clock=self.clock, describe=self.describe)
 
     # -- health ----------------------------------------------------------------------------------
 
     async def check(self, member: Member) -> None:
         """Ask ``member`` for its models (learning its API); one check at a time per member."""
-        running = self._checks.get(member.url)
-        if running is not None and not running.done():
-            await asyncio.shield(running)
-            return
-        task = asyncio.ensure_future(self._check(member))
-        self._checks[member.url] = task
-        await asyncio.shield(task)
+        await self.health.check(member)
 
-    async def _check(self, member: Member) -> None:
+    async def probe(self, member: Member) -> None:
+        """One check of ``member``: which API it speaks and which models it serves (call :meth:`check`)."""
         apis = [member.api] if member.api is not None else [Api.OPENAI, Api.OLLAMA]
         reason = "no answer"
         for api in apis:
@@ -457,7 +386,7 @@ class Upstreams:
                     continue
                 payload = response.json()
                 listed = openai_api.model_ids(payload) if api is Api.OPENAI else ollama_api.model_names(payload)
-            except _Retry as exc:
+            except Retry as exc:
                 reason = exc.reason
                 continue
             except (httpx.HTTPError, ValueError, errors.UpstreamError) as exc:
@@ -472,45 +401,22 @@ class Upstreams:
 
     async def refresh(self, stale_after: float = CHECK_INTERVAL_S) -> None:
         """Check (concurrently) every member not checked within ``stale_after`` seconds."""
-        self.reload()
-        now = self.clock()
-        due = [m for p in self.pools.values() for m in p.members
-               if m.checked_at is None or now - m.checked_at >= stale_after]
-        if due:
-            await asyncio.gather(*(self.check(m) for m in due), return_exceptions=True)
-
-    async def _loop(self) -> None:
-        while True:
-            try:
-                await asyncio.sleep(LOOP_TICK_S)
-                self.reload()
-                now = self.clock()
-                due = [m for p in self.pools.values() for m in p.members
-                       if m.checked_at is None
-                       or now - m.checked_at >= (COOLING_CHECK_S if m.state(now) is MemberState.COOLING
-                                                 else CHECK_INTERVAL_S)]
-                for m in due:
-                    if m.url not in self._checks or self._checks[m.url].done():
-                        self._checks[m.url] = asyncio.ensure_future(self._check(m))
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the loop must outlive any one bad check
-                log.exception("upstream health check failed")
+        await self.health.refresh(stale_after)
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.ensure_future(self._loop())
+        """Start the background health checks."""
+        self.health.start()
 
     async def close(self) -> None:
-        tasks = [t for t in [self._task, *self._checks.values()] if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._task = None
-        self._checks.clear()
+        await self.health.close()
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+    def _members(self) -> list[Member]:
+        """Every member of the current pools (after picking up a changed configuration)."""
+        self.reload()
+        return [m for p in self.pools.values() for m in p.members]
 
     # -- what the daemon shows -----------------------------------------------------------------
 
@@ -534,16 +440,3 @@ class Upstreams:
                 hosts = tuple(m.url for m in pool.members if m.serves(model) is not None)
                 out.append(ListedModel(f"{pool.name}/{model}", pool.name, model, hosts))
         return out
-
-
-async def _batches(source: AsyncIterator[str], decoder: _Decoder) -> AsyncIterator[list[ChatEvent]]:
-    async for data in source:
-        yield decoder.feed(data)
-    yield decoder.finish_events()
-
-
-async def _empty() -> AsyncIterator[list[ChatEvent]]:
-    """An async generator that yields nothing."""
-    nothing: tuple[list[ChatEvent], ...] = ()
-    for batch in nothing:
-        yield batch

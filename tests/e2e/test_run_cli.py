@@ -90,7 +90,7 @@ def test_version_and_help_per_command() -> None:
         assert "Exit codes" in result.stdout
     assert localrun("run", "--format", "yaml").returncode == 2
     bad_option = localrun("run", "tiny", "hi", "-o", "temperature=hot")
-    assert bad_option.returncode == 2 and "expected a number" in bad_option.stderr
+    assert bad_option.returncode == 2 and "expects a number" in bad_option.stderr
 
 
 @pytest.mark.skipif(importlib.util.find_spec("localrun.engine.engine") is None, reason="real engine not there yet")

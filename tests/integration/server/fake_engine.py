@@ -1,7 +1,7 @@
 """A stand-in Engine for runner-process tests that need control over timing (queue, disconnect).
 
-Loaded inside a real runner process through the runner's ``factory`` seam. It follows the
-engine contract: ``submit`` returns an iterable handle with ``get``/``cancel``; one sequence slot
+Loaded inside a real runner process through the runner's ``factory`` seam. It implements the
+runner's ServedEngine protocol: ``submit`` returns a handle with ``forward``/``cancel``; one sequence slot
 per ``num_parallel``, extra requests wait. A prompt containing ``SLOW`` produces a token every
 20 ms until ``num_predict`` (default 10000) or cancel; a prompt containing ``SAY:`` answers the
 rest of that line (after the last ``SAY:``, up to a newline or ``<|im_end|>``) in 3-character
@@ -11,9 +11,11 @@ answers ``num_keep=N`` (the tokens the request asked to keep when truncating); o
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from localrun.engine.types import (
@@ -21,16 +23,21 @@ from localrun.engine.types import (
     DoneReason,
     EmbedResult,
     EngineStats,
+    Event,
     GenerateRequest,
     LoadOptions,
+    ModelInfo,
     PrefixCacheLocation,
     TokenEvent,
 )
 from localrun.errors import OptionError
 
+_IDS = itertools.count(1)
+
 
 class Handle:
     def __init__(self, engine: FakeEngine, request: GenerateRequest) -> None:
+        self.request_id = next(_IDS)
         self.events: queue.Queue[Any] = queue.Queue()
         self.cancelled = threading.Event()
         self.engine, self.request = engine, request
@@ -91,6 +98,14 @@ class Handle:
     def cancel(self) -> None:
         self.cancelled.set()
 
+    def forward(self, sink: Callable[[Event], None]) -> None:
+        """Deliver every event to ``sink`` from a thread of this handle's own (the engine has no step loop)."""
+        def pump() -> None:
+            for event in self:
+                sink(event)
+
+        threading.Thread(target=pump, daemon=True).start()
+
     def __iter__(self) -> Any:
         while True:
             event = self.events.get()
@@ -106,19 +121,21 @@ class FakeEngine:
         self.slots = threading.Semaphore(options.num_parallel)
         self.active = 0
         self.cancelled_total = 0
-        self.info = {"architecture": "fake", "n_ctx_train": 2048, "chat_template": None}
+        self.info = ModelInfo(architecture="fake", n_params=0, n_ctx_train=2048, n_embd=3, n_layer=1, n_vocab=256,
+                              chat_template=None, template=template, bos_text="", eos_text="", size_bytes=0,
+                              num_ctx=options.num_ctx, num_parallel=options.num_parallel)
 
     def submit(self, request: GenerateRequest) -> Handle:
         if request.sampling.temperature > 100:
             raise OptionError("temperature is absurd")
         return Handle(self, request)
 
-    def embed(self, inputs: list[Any], truncate: bool = True) -> EmbedResult:
+    def embed(self, inputs: list[Any], *, truncate: bool = True) -> EmbedResult:
         return EmbedResult([[1.0, 0.0, 0.0] for _ in inputs],
                            sum(len(i.split()) if isinstance(i, str) else len(i) for i in inputs),
                            [False] * len(inputs))
 
-    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
         return [ord(c) for c in text]
 
     def detokenize(self, tokens: list[int]) -> str:

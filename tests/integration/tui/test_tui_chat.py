@@ -235,7 +235,7 @@ async def test_settings_dialog_edits_system_and_parameters(tmp_path: Path) -> No
         app.screen.query_one("#param-temperature", Input).value = "hot"
         await pilot.press("ctrl+s")
         await pilot.pause()
-        assert "expected a number" in str(app.screen.query_one("#settings-error").render())
+        assert "expects a number" in str(app.screen.query_one("#settings-error").render())
         app.screen.query_one("#param-temperature", Input).value = "0.5"
         app.screen.query_one("#param-stop", Input).value = "<end> ###"
         await pilot.press("ctrl+s")

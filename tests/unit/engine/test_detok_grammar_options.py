@@ -1,4 +1,4 @@
-"""Incremental detokenisation, stop strings, schema checks and option validation (no model)."""
+"""Incremental detokenisation, stop strings, schema checks and the engine's option invariants (no model)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from localrun.engine.detok import TextStream
 from localrun.engine.grammar import grammar_for, schema_to_gbnf
-from localrun.engine.sampling import resolve_seed, validate
+from localrun.engine.sampling import assert_valid, resolve_seed
 from localrun.engine.types import SamplingOptions
-from localrun.errors import GrammarError, OptionError
+from localrun.errors import GrammarError
 
 
 def run(pieces: list[bytes], stop: tuple[str, ...] = ()) -> tuple[str, bool]:
@@ -104,14 +104,16 @@ def test_unsupported_schema_features_are_refused_before_generation(schema: dict,
         {"stop": tuple(str(i) for i in range(17))}, {"temperature": True},
     ],
 )
-def test_impossible_options_are_option_errors(bad: dict) -> None:
-    with pytest.raises(OptionError):
-        validate(SamplingOptions(**bad))
+def test_impossible_options_fail_the_engines_assertion(bad: dict) -> None:
+    """The server refuses these with a 400 (tests/unit/server/test_daemon_conversions.py); reaching the
+    engine anyway is a caller's bug, which it asserts rather than validating a second time."""
+    with pytest.raises(AssertionError):
+        assert_valid(SamplingOptions(**bad))
 
 
 def test_ollama_defaults_and_edge_values_are_accepted() -> None:
-    validate(SamplingOptions())
-    validate(SamplingOptions(temperature=0, top_k=0, top_p=1.0, repeat_last_n=-1, num_predict=-1, seed=-5))
+    assert_valid(SamplingOptions())
+    assert_valid(SamplingOptions(temperature=0, top_k=0, top_p=1.0, repeat_last_n=-1, num_predict=-1, seed=-5))
     assert resolve_seed(7) == resolve_seed(7)
     assert 0 <= resolve_seed(None) < 0xFFFFFFFF
 
@@ -140,6 +142,6 @@ def test_deep_schema_and_huge_raw_grammar_are_refused() -> None:
         grammar_for(None, 'root ::= "a"{0,1000000000}')
 
 
-def test_long_stop_strings_are_option_errors() -> None:
-    with pytest.raises(OptionError):
-        validate(SamplingOptions(stop=("x" * 100_000,)))
+def test_long_stop_strings_fail_the_engines_assertion() -> None:
+    with pytest.raises(AssertionError):
+        assert_valid(SamplingOptions(stop=("x" * 100_000,)))

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from localrun.engine.sampling import Sampler, validate
+from localrun.engine.sampling import Sampler, assert_valid
 from localrun.engine.types import GenerateRequest, SamplingOptions
-from localrun.errors import InvalidRequest, OptionError
+from localrun.errors import InvalidRequest
 from localrun.runtime import protocol
 from localrun.server import openai_compat as oc
 from localrun.server.options import merge_options
@@ -18,15 +18,16 @@ from localrun.server.options import merge_options
 def test_defaults_keep_end_of_generation_and_old_constructors_work() -> None:
     options = SamplingOptions(0.5, 10)
     assert options.ignore_eos is False and options.min_tokens == 0
-    validate(SamplingOptions(ignore_eos=True, min_tokens=0))
-    validate(SamplingOptions(min_tokens=10**6))
+    assert_valid(SamplingOptions(ignore_eos=True, min_tokens=0))
+    assert_valid(SamplingOptions(min_tokens=10**6))
 
 
 @pytest.mark.parametrize("bad", [{"ignore_eos": "yes"}, {"ignore_eos": 1}, {"min_tokens": -1},
                                  {"min_tokens": 1.5}, {"min_tokens": True}, {"min_tokens": None}])
-def test_impossible_values_are_option_errors(bad: dict[str, object]) -> None:
-    with pytest.raises(OptionError):
-        validate(SamplingOptions(**bad))  # type: ignore[arg-type]
+def test_impossible_values_fail_the_engines_assertion(bad: dict[str, object]) -> None:
+    """The server refuses these (test_openai_requests_carry_them_and_refuse_bad_values below)."""
+    with pytest.raises(AssertionError):
+        assert_valid(SamplingOptions(**bad))  # type: ignore[arg-type]
 
 
 def test_the_mask_applies_for_ignore_eos_or_below_min_tokens_only() -> None:

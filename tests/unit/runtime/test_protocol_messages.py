@@ -13,6 +13,7 @@ from localrun.engine.types import (
     DoneReason,
     GenerateRequest,
     LoadOptions,
+    ModelInfo,
     SamplingOptions,
     TokenEvent,
 )
@@ -24,7 +25,9 @@ MESSAGES: list[Any] = [
     protocol.Generate(3, GenerateRequest("hi", SamplingOptions(stop=("\n",)))),
     protocol.Cancel(3), protocol.Embed(4, ["a", [1, 2]], False), protocol.Tokenize(5, "hé", False),
     protocol.Detokenize(6, [1, 2]), protocol.Stats(7), protocol.Close(), protocol.DebugAbort(),
-    protocol.Loaded({"architecture": "llama"}, 42), protocol.LoadFailed(errors.InvalidModelFile("not a GGUF")),
+    protocol.Loaded(ModelInfo("llama", 1, 2048, 8, 2, 32, None, "{{ x }}", "<s>", "</s>", 10, 256, 2,
+                              buffer_bytes={"CPU_Mapped": 10}, rpc_servers=("h:1",)), 42),
+    protocol.LoadFailed(errors.InvalidModelFile("not a GGUF")),
     protocol.Accepted(3), protocol.Result(5, [1, 2]),
     protocol.Batch((protocol.EventMessage(3, TokenEvent("a")),
                     protocol.EventMessage(3, DoneEvent(DoneReason.STOP, 1, 0, 1, 0, 0)))),

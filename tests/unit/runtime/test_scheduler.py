@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from localrun import errors
-from localrun.engine.types import LoadOptions
+from localrun.engine.types import LoadOptions, ModelInfo
 from localrun.hardware.devices import Device, DeviceKind
 from localrun.hardware.memory import GiB, MiB, ModelGeometry
 from localrun.hardware.placement import Placement
@@ -49,7 +49,7 @@ class FakeBackend:
         self.name = spec.name
         self.spec = spec
         self.pid = 4242
-        self.info: dict[str, Any] = {}
+        self.info: ModelInfo | None = None
         self.exited: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.closed = False
 

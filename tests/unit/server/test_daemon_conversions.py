@@ -10,6 +10,7 @@ import struct
 import pytest
 
 from localrun import errors
+from localrun.chatevents import Reply, ToolCall
 from localrun.engine.types import (
     DoneEvent,
     DoneReason,
@@ -22,10 +23,10 @@ from localrun.engine.types import (
     Truncation,
 )
 from localrun.runtime import protocol
+from localrun.runtime.scheduler import DEFAULT
 from localrun.server import openai_compat as oc
 from localrun.server.chatformat import ToolFormat
-from localrun.server.chatparse import Reply, ToolCall
-from localrun.server.options import MISSING, merge_options, parse_keep_alive
+from localrun.server.options import merge_options, parse_keep_alive
 from localrun.server.tools import forced_call, forced_call_schema
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -96,8 +97,29 @@ def test_bad_options_name_the_option(options: dict[str, object]) -> None:
         merge_options({}, options, num_parallel=1)
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"top_p": 2.0}, {"top_p": -0.1}, {"temperature": -1.0}, {"temperature": float("nan")},
+        {"temperature": 150}, {"top_k": -5}, {"min_p": 1.5}, {"typical_p": 3}, {"repeat_penalty": -1.0},
+        {"repeat_last_n": -2}, {"presence_penalty": 5.0}, {"frequency_penalty": -3.0}, {"top_logprobs": 21},
+        {"top_k": 1.5}, {"stop": ["a", 3]}, {"stop": [str(i) for i in range(17)]}, {"stop": ["x" * 100_000]},
+        {"temperature": True}, {"num_keep": -1},
+    ],
+)
+def test_impossible_sampling_options_are_refused_once_here_before_any_engine(bad: dict[str, object]) -> None:
+    """The one validation layer: the engine only asserts these ranges (tests/unit/engine)."""
+    with pytest.raises(errors.OptionError, match=next(iter(bad))):
+        merge_options({}, bad, num_parallel=1)
+
+
+def test_negative_num_predict_means_no_limit_and_negative_seed_means_random() -> None:
+    _, sampling, _ = merge_options({}, {"num_predict": -3, "seed": -1}, num_parallel=1)
+    assert sampling.num_predict is None and sampling.seed is None
+
+
 def test_keep_alive_values() -> None:
-    assert parse_keep_alive(None) is MISSING
+    assert parse_keep_alive(None) is DEFAULT
     assert parse_keep_alive("5m") == 300 and parse_keep_alive(0) == 0 and parse_keep_alive("-1") is None
     with pytest.raises(errors.OptionError):
         parse_keep_alive("later")

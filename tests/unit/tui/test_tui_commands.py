@@ -34,11 +34,12 @@ def test_parse(line: str, expected: cmd.Command) -> None:
 
 
 @pytest.mark.parametrize(("line", "message"), [
-    ("/set parameter temperature warm", "expected a number"),
-    ("/set parameter top_k 2.5", "expected a whole number"),
+    # the wording of localrun.parameters, shared with Modelfile PARAMETER errors
+    ("/set parameter temperature warm", "expects a number"),
+    ("/set parameter top_k 2.5", "expects a whole number"),
     ("/set parameter top_p 1.5", "between 0 and 1"),
     ("/set parameter num_ctx -1", "must not be negative"),
-    ("/set parameter temperature nan", "expected a number"),
+    ("/set parameter temperature nan", "expects a finite number"),
     ("/set parameter flavour 3", "Unknown parameter 'flavour'"),
     ("/set parameter seed", "Usage"),
     ("/set format yaml", "Usage"),

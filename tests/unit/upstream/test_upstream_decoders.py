@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from localrun.chatevents import ContentDelta, ThinkingDelta, ToolCall
 from localrun.engine.types import DoneReason
 from localrun.errors import OptionError, UpstreamError
-from localrun.server.chatparse import ContentDelta, ThinkingDelta, ToolCall
 from localrun.upstream import ollama_api, openai_api
 from localrun.upstream.requests import ChatRequest, sampling_from_options
 

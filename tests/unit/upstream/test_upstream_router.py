@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from localrun import errors
-from localrun.server.chatparse import ContentDelta
+from localrun.chatevents import ContentDelta
 from localrun.upstream.pool import MemberState
 from localrun.upstream.requests import ChatRequest
 from localrun.upstream.router import Route, Upstreams
