@@ -218,10 +218,13 @@ class Engine:
         b = self.batcher
         if b is None:
             return EngineStats(0, 0, 0, 0, 0, 0, 0, 0)
+        host = b.kv.host
         return EngineStats(
             slots_total=b.num_parallel, slots_active=len(b.running), queued=len(b.waiting) + len(self._incoming),
             kv_cells_total=b.kv.n_cells, kv_cells_used=b.used_cells(), prefix_cache_hit_tokens=b.cached_tokens,
             prompt_tokens=b.prompt_tokens, generated_tokens=b.generated_tokens, kv_cache_resets=b.kv.resets,
+            host_cache_tokens=host.n_tokens if host else 0, host_cache_bytes=host.n_bytes if host else 0,
+            host_cache_restored_tokens=host.restored_tokens if host else 0,
         )
 
     def close(self) -> None:

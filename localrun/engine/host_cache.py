@@ -3,9 +3,9 @@
 Why: every cell the context holds is scanned by every decode step. llama.cpp's attention runs over
 all cells up to the highest one in use, masked or not, so cached prefixes that nobody is using
 slow down everyone who decodes (Qwen2.5-Coder 0.5B on 2 EPYC cores: 15.7 ms a token with an empty
-context, 19.1 ms beside 8,000 idle cached cells, 22.9 ms beside 32,000; BENCHMARKS.md). So the
-context keeps only a small number of idle cached cells (``kvcache.RESIDENT_IDLE_CELLS``), and the
-prefix tree's least recently used leaves move here instead of being forgotten: a later request
+context, 19.1 ms beside 8,000 idle cached cells, 22.9 ms beside 32,000; BENCHMARKS.md). So while
+requests run the context keeps no idle cached cells (``kvcache.RESIDENT_IDLE_CELLS``): the prefix
+tree's idle leaves move here instead of being forgotten: a later request
 that continues one of them gets it back with one ``llama_state_seq_set_data`` (a memory copy,
 ~12 KB a token for Qwen) instead of computing it again. llama.cpp's server does the same with
 its ``--cache-ram`` prompt cache; SGLang's hierarchical cache is the same idea.

@@ -46,10 +46,12 @@ from .radix import RadixCache, RadixNode
 
 log = logging.getLogger(__name__)
 
-# Idle cached cells the context keeps while requests decode: at most ~5 % of a decode step for
-# Qwen2.5-Coder 0.5B (about 0.25 ms per 1,000 cells on 2 EPYC cores; BENCHMARKS.md). About as
-# many as llama.cpp's server keeps in its slots for a handful of short chats.
-RESIDENT_IDLE_CELLS = 1024
+# Idle cached cells the context keeps while requests decode. None: an idle cell costs every
+# decode and prefill step about 0.25 ms per 1,000 cells (Qwen2.5-Coder 0.5B, 2 EPYC cores), while
+# moving it to host RAM costs ~7 us per token once and bringing it back ~1 us (BENCHMARKS.md).
+# A prefix in use is locked and stays; an idle engine trims nothing, so a chat's next turn that
+# arrives before any other request finds its conversation still resident.
+RESIDENT_IDLE_CELLS = 0
 
 
 @dataclass(slots=True)

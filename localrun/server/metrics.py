@@ -47,6 +47,13 @@ class Metrics:
         )
         self.kv_used = Gauge("localrun_kv_cache_used_cells", "KV cache cells in use", ["model"], registry=r)
         self.kv_total = Gauge("localrun_kv_cache_cells", "KV cache cells allocated", ["model"], registry=r)
+        self.host_cache_tokens = Gauge(
+            "localrun_prefix_cache_host_tokens", "Cached prefix tokens moved out of the KV cache to host RAM",
+            ["model"], registry=r,
+        )
+        self.host_cache_bytes = Gauge(
+            "localrun_prefix_cache_host_bytes", "Host RAM held by the prefix cache's second tier", ["model"], registry=r
+        )
         self.active = Gauge("localrun_active_requests", "Requests holding a sequence slot", ["model"], registry=r)
         self.loads = Counter("localrun_model_loads", "Model loads, unloads and crashes", ["event"], registry=r)
 
@@ -58,7 +65,8 @@ class Metrics:
         return generate_latest(self.registry)
 
     def clear_model_gauges(self) -> None:
-        for gauge in (self.model_memory, self.kv_used, self.kv_total, self.active):
+        for gauge in (self.model_memory, self.kv_used, self.kv_total, self.host_cache_tokens, self.host_cache_bytes,
+                      self.active):
             gauge.clear()
 
 

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from engine_helpers import collect
 
 from localrun.engine.engine import Engine
+from localrun.engine.kvcache import RESIDENT_IDLE_CELLS
 from localrun.engine.types import GenerateRequest, LoadOptions, PrefixCacheLocation, SamplingOptions
 
 GREEDY = SamplingOptions(temperature=0, num_predict=16)
 OPTIONS = LoadOptions(num_ctx=256, num_parallel=4, num_batch=64)
 SYSTEM = [1] + [300 + (7 * i) % 400 for i in range(60)]
-RESIDENT = 48  # idle cells the test lets the context keep (the default is 1,024)
+RESIDENT = 48  # idle cells the test lets the context keep (the default keeps none)
 
 
 def prompt(i: int) -> list[int]:
@@ -33,16 +35,18 @@ def small_resident(engine: Engine) -> None:
     engine.batcher.kv.resident_idle = RESIDENT
 
 
-def test_prefixes_moved_to_host_ram_answer_later_prompts_with_the_same_text(tiny_gguf: Path) -> None:
+@pytest.mark.parametrize("resident", [RESIDENT, RESIDENT_IDLE_CELLS], ids=["some-resident", "default"])
+def test_prefixes_moved_to_host_ram_answer_later_prompts_with_the_same_text(tiny_gguf: Path, resident: int) -> None:
     with Engine(str(tiny_gguf), OPTIONS) as engine:
-        small_resident(engine)
         kv = engine.batcher.kv  # type: ignore[union-attr]
+        kv.resident_idle = resident
         first = [run(engine, i) for i in range(6)]
-        assert kv.tree.evictable_size <= RESIDENT + len(prompt(0)) + 16  # at most the last one beyond the limit
+        assert kv.tree.evictable_size <= resident + len(prompt(0)) + 16  # at most the last one beyond the limit
         assert kv.host is not None and len(kv.host) > 0
+        assert engine.stats().host_cache_bytes == kv.host.n_bytes > 0
         again = [run(engine, i) for i in range(6)]
         kv.check_integrity()
-        assert kv.host.restored_tokens > 0
+        assert engine.stats().host_cache_restored_tokens > 0
     for a, b in zip(first, again, strict=True):
         assert b.done.cached_tokens == len(prompt(0)) - 1
         assert b.text == a.text

@@ -214,6 +214,7 @@ async def test_metrics_count_requests_tokens_and_loaded_models(
     assert "localrun_loaded_models 1.0" in text
     assert 'localrun_time_to_first_token_seconds_count{model="a:latest"} 1.0' in text
     assert 'localrun_model_memory_bytes{kind="ram",model="a:latest"}' in text
+    assert 'localrun_prefix_cache_host_bytes{model="a:latest"} 0.0' in text
 
 
 async def test_many_concurrent_requests_with_cancellations_leak_no_slots(
