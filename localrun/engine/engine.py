@@ -224,7 +224,6 @@ class Engine:
             kv_cells_total=b.kv.n_cells, kv_cells_used=b.used_cells(), prefix_cache_hit_tokens=b.cached_tokens,
             prompt_tokens=b.prompt_tokens, generated_tokens=b.generated_tokens, kv_cache_resets=b.kv.resets,
             host_cache_tokens=host.n_tokens if host else 0, host_cache_bytes=host.n_bytes if host else 0,
-            host_cache_restored_tokens=host.restored_tokens if host else 0,
         )
 
     def close(self) -> None:

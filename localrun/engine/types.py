@@ -184,7 +184,6 @@ class EngineStats:
     kv_cache_resets: int = 0       # cumulative: times the deterministic mode cleared a filled-up cache
     host_cache_tokens: int = 0     # cached prefix tokens held in host RAM (the prefix cache's second tier)
     host_cache_bytes: int = 0      # their size
-    host_cache_restored_tokens: int = 0  # cumulative: tokens brought back from host RAM on a prefix hit
 
 
 @dataclass(frozen=True, slots=True)
