@@ -5,6 +5,13 @@ batch (a decode token per generating sequence, then prompt chunks within the tok
 decode, then sample, stream and retire. Long prompts are split across steps so generating
 sequences keep producing a token every step.
 
+Speculative decoding (greedy sequences, on by default: ``speculative``): a generating sequence
+whose recent tokens occurred earlier in its text adds the tokens that followed them then as
+draft rows behind its decode token (drafter.py). After the decode, greedy sampling runs row by
+row and keeps each draft token it confirms; the first row it contradicts ends the run with the
+token greedy picked there, and the cells of the drafts it did not reach are dropped. The
+sequence gets 1 to ``k + 1`` tokens from the step, the very tokens greedy decoding picks.
+
 A waiting request whose prompt shares a long prefix with a prompt still being prefilled waits
 for that prefill (it is registered in the prefix tree chunk by chunk) instead of computing the
 same prefix again: eight requests with one system prompt compute it once.
@@ -29,6 +36,7 @@ import llama_cpp as lc
 
 from .. import trace
 from ..errors import EngineError, GrammarError, LocalrunError
+from .drafter import MAX_DRAFT_ROWS, NgramDrafter
 from .kvcache import KVCache
 from .native import Batch, Vocab
 from .radix import common_prefix_len
@@ -50,7 +58,9 @@ BURST_MAX = 0.050  # seconds
 
 class Batcher:
     def __init__(self, ctx: lc.llama_context_p, vocab: Vocab, kv: KVCache, *, n_batch: int,
-                 num_parallel: int) -> None:
+                 num_parallel: int, speculative: bool = True) -> None:
+        """``speculative``: greedy sequences draft tokens (module docstring) where the KV cache can
+        drop a sequence's tail cells (not in the deterministic mode, not for recurrent models)."""
         self.ctx = ctx
         self.vocab = vocab
         self.kv = kv
@@ -61,9 +71,12 @@ class Batcher:
         self._placeholder = False  # the batch holds a placeholder token (a seeded sequence decoding alone)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.speculative = speculative
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.generated_tokens = 0
+        self.draft_tokens = 0      # cumulative: draft rows decoded
+        self.accepted_tokens = 0   # cumulative: draft tokens greedy sampling confirmed
 
     # -- accounting --------------------------------------------------------------------
     def used_cells(self) -> int:
@@ -121,6 +134,8 @@ class Batcher:
             seq.t_start = time.perf_counter()
             trace.mark("admitted", seq.handle.request_id, seq.lease.cached)
             accept_prompt(seq.sampler, seq.tokens[: seq.prompt_len], seq.last_n)
+            if self.speculative and self.kv.can_draft and seq.sampler.fast_greedy is not None:
+                seq.drafter = NgramDrafter()
             self.running.append(seq)
             self.prompt_tokens += seq.prompt_len
             self.cached_tokens += seq.lease.cached
@@ -162,10 +177,14 @@ class Batcher:
             self.kv.evict(min(wanted, self.n_batch) - free)
             self.kv.release_parked()  # memory is needed now: free what eviction parked
             free = self.kv.n_cells - self.used_cells()
+        self._draft(decoding, min(self.n_batch, free) - len(decoding))
         for seq in decoding:
             seq.chunk = 0
-            seq.row = batch.add_one(seq.lease.seq_id, seq.n_past, seq.tokens[-1])  # type: ignore[union-attr]
-        budget = min(self.n_batch - len(decoding), free - len(decoding))
+            if seq.draft:
+                seq.row = batch.add_all(seq.lease.seq_id, seq.n_past, [seq.tokens[-1], *seq.draft])  # type: ignore[union-attr]
+            else:
+                seq.row = batch.add_one(seq.lease.seq_id, seq.n_past, seq.tokens[-1])  # type: ignore[union-attr]
+        budget = min(self.n_batch - batch.n_tokens, free - batch.n_tokens)
         participants = list(decoding)
         for seq in prefilling:
             if budget <= 0:
@@ -184,6 +203,22 @@ class Batcher:
             batch.add(self.kv.scratch_id, 0, [self.vocab.bos if self.vocab.bos >= 0 else 0], want_last_logits=False)
             self._placeholder = True
         return participants
+
+    def _draft(self, decoding: list[Sequence], room: int) -> None:
+        """Set each decoding sequence's draft for this step, within ``room`` spare cells and the
+        step's draft rows (drafter.share_rows' rule: fewer when many sequences decode)."""
+        left = min(room, MAX_DRAFT_ROWS - (len(decoding) - 1))
+        for seq in decoding:
+            seq.draft = []
+            if seq.drafter is None or left <= 0:
+                continue
+            limit = seq.num_ctx - len(seq.tokens) - 1  # the step's last token must still fit
+            if seq.num_predict is not None:
+                limit = min(limit, seq.num_predict - seq.generated - 1)
+            want = min(seq.policy.wanted(), limit, left)
+            if want > 0:
+                seq.draft = seq.drafter.propose(seq.tokens, want)
+                left -= len(seq.draft)
 
     def _decode(self, participants: list[Sequence]) -> bool:
         try:
@@ -206,6 +241,7 @@ class Batcher:
                 decoding = [s for s in participants if s.state is SeqState.DECODE]
                 self.batch.clear()
                 for seq in decoding:
+                    seq.draft = []
                     seq.row = self.batch.add_one(seq.lease.seq_id, seq.n_past, seq.tokens[-1])  # type: ignore[union-attr]
                 for seq in participants:
                     if seq.state is SeqState.PREFILL:
@@ -238,16 +274,44 @@ class Batcher:
         if seq.handle.cancelled:  # cancelled while this step decoded: sample nothing for nobody
             self._finish(seq, DoneReason.CANCELLED)
             return
-        try:
-            token = sample(seq.sampler, self.ctx, seq.row, self.scratch, self.vocab, seq.generated)
-        except GrammarDeadEnd as exc:
-            raise GrammarError(f"constrained output cannot continue: {exc}") from exc
+        draft, seq.draft = seq.draft, []
+        picked = self._verify(seq, draft)
+        if draft:  # picked[:-1] are confirmed drafts: their cells hold the right KV; the rest go
+            accepted = len(picked) - 1
+            seq.n_past += accepted
+            self.kv.drop_tail(seq.lease, seq.n_past)  # type: ignore[arg-type]
+            seq.policy.record(len(draft), accepted)
+            self.draft_tokens += len(draft)
+            self.accepted_tokens += accepted
+        for i, token in enumerate(picked):
+            if not self._emit(seq, token, seq.row + i):
+                return
+
+    def _verify(self, seq: Sequence, draft: list[int]) -> list[int]:
+        """Sample the sequence's rows in order while they confirm ``draft``: the tokens to emit,
+        each sampled from the row after the previous one (the last one from the first row that
+        contradicts the draft, or from the row after the whole draft)."""
+        assert seq.row is not None
+        picked: list[int] = []
+        for i in range(len(draft) + 1):
+            try:
+                token = sample(seq.sampler, self.ctx, seq.row + i, self.scratch, self.vocab, seq.generated + i)
+            except GrammarDeadEnd as exc:
+                raise GrammarError(f"constrained output cannot continue: {exc}") from exc
+            picked.append(token)
+            if i == len(draft) or token != draft[i] or self.vocab.is_eog(token):
+                break
+        return picked
+
+    def _emit(self, seq: Sequence, token: int, row: int) -> bool:
+        """Append ``token`` (sampled from output ``row``) and stream it; False when that ended the
+        sequence (end of generation, a stop string, num_predict or the context)."""
         if self.vocab.is_eog(token):  # never while the sampler masks EOG (ignore_eos, min_tokens)
             self._finish(seq, DoneReason.STOP)
-            return
+            return False
         logprobs: tuple[TokenLogprob, ...] = ()
         if seq.sampler.logprobs:
-            logprobs = (token_logprobs(self.ctx, seq.row, self.vocab.n_vocab, token,
+            logprobs = (token_logprobs(self.ctx, row, self.vocab.n_vocab, token,
                                        seq.sampler.top_logprobs, self.vocab),)
         seq.tokens.append(token)
         seq.generated += 1
@@ -257,8 +321,11 @@ class Batcher:
             seq.handle.put(TokenEvent(text, logprobs))
         if seq.text.stopped:
             self._finish(seq, DoneReason.STOP)
-        elif (seq.num_predict is not None and seq.generated >= seq.num_predict) or len(seq.tokens) >= seq.num_ctx:
+            return False
+        if (seq.num_predict is not None and seq.generated >= seq.num_predict) or len(seq.tokens) >= seq.num_ctx:
             self._finish(seq, DoneReason.LENGTH)
+            return False
+        return True
 
     # -- retiring ----------------------------------------------------------------------
     def _finish(self, seq: Sequence, reason: DoneReason) -> None:

@@ -143,7 +143,7 @@ class Engine:
             kv = KVCache(lc.llama_get_memory(self._ctx), n_cells, n_seq_max, enabled=not recurrent,
                          reorder_when_idle=options.batch_invariant, ctx=self._ctx, host=host)
             self.batcher = Batcher(self._ctx, self.vocab, kv, n_batch=n_batch,
-                                   num_parallel=options.num_parallel)
+                                   num_parallel=options.num_parallel, speculative=options.speculative)
             if prefix_cache is not None and kv.enabled:
                 self._prefix_store = PrefixStore(Path(prefix_cache.directory), prefix_cache.model_digest,
                                                  prefix_store.fingerprint(Path(model_path)), spec.kv_type,
@@ -224,6 +224,7 @@ class Engine:
             kv_cells_total=b.kv.n_cells, kv_cells_used=b.used_cells(), prefix_cache_hit_tokens=b.cached_tokens,
             prompt_tokens=b.prompt_tokens, generated_tokens=b.generated_tokens, kv_cache_resets=b.kv.resets,
             host_cache_tokens=host.n_tokens if host else 0, host_cache_bytes=host.n_bytes if host else 0,
+            draft_tokens=b.draft_tokens, accepted_tokens=b.accepted_tokens,
         )
 
     def close(self) -> None:

@@ -304,6 +304,18 @@ class KVCache:
     def clear_scratch(self) -> None:
         lc.llama_memory_seq_rm(self.mem, self.parked_id, -1, -1)
 
+    @property
+    def can_draft(self) -> bool:
+        """Whether a sequence's tail cells can be dropped one step after they were decoded
+        (:meth:`drop_tail`): not for recurrent models, and not in the deterministic mode, where
+        freed cells would let later ones land out of position order."""
+        return self.enabled and not self.reorder_when_idle
+
+    def drop_tail(self, lease: SeqLease, n_past: int) -> None:
+        """Forget an active sequence's cells from position ``n_past`` on: draft tokens the batcher
+        decoded and sampling did not confirm (only when :attr:`can_draft`)."""
+        lc.llama_memory_seq_rm(self.mem, lease.seq_id, n_past, -1)
+
     def release_parked(self) -> bool:
         """Free the parked cells (call when llama.cpp found no room); False if there were none."""
         if not self._parked:

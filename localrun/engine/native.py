@@ -356,6 +356,13 @@ class Batch:
         self.n_tokens = end
         return end - 1
 
+    def add_all(self, seq_id: int, start_pos: int, tokens: list[int]) -> int:
+        """Append ``tokens`` for ``seq_id`` at positions ``start_pos...``, each with an output row;
+        returns the first row (the others follow it: row ``first + i`` is ``tokens[i]``'s)."""
+        first = self.add(seq_id, start_pos, tokens, want_last_logits=False) - len(tokens) + 1
+        self.logits[first: first + len(tokens)] = 1
+        return first
+
     def add_one(self, seq_id: int, pos: int, token: int) -> int:
         n = self.n_tokens
         self.token[n] = token

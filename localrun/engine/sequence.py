@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from .detok import TextStream
+from .drafter import DraftPolicy, NgramDrafter
 from .kvcache import SeqLease
 from .sampling import Sampler
 from .types import Event, is_last
@@ -110,7 +111,10 @@ class Sequence:
     state: SeqState = SeqState.WAITING
     lease: SeqLease | None = None
     n_past: int = 0
-    row: int | None = None                       # output row in the current batch
+    row: int | None = None                       # output row in the current batch (of the first of its rows)
+    draft: list[int] = field(default_factory=list)  # tokens guessed after tokens[-1] in this step's batch
+    drafter: NgramDrafter | None = None          # greedy sequences only (speculative decoding: drafter.py)
+    policy: DraftPolicy = field(default_factory=DraftPolicy)
     chunk: int = 0                               # prompt tokens in the current batch
     generated: int = 0
     t_submit: float = field(default_factory=time.perf_counter)

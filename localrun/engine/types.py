@@ -41,6 +41,9 @@ class LoadOptions:
     # bytes of host RAM for cached prefixes moved out of the context (engine/host_cache.py; 0: none):
     # LOCALRUN_PREFIX_CACHE_RAM, set by the daemon for every load
     prefix_cache_ram: int = 2 << 30
+    # greedy requests draft tokens from their own text and keep what greedy confirms (engine/drafter.py):
+    # LOCALRUN_SPECULATIVE, set by the daemon for every load
+    speculative: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +187,8 @@ class EngineStats:
     kv_cache_resets: int = 0       # cumulative: times the deterministic mode cleared a filled-up cache
     host_cache_tokens: int = 0     # cached prefix tokens held in host RAM (the prefix cache's second tier)
     host_cache_bytes: int = 0      # their size
+    draft_tokens: int = 0          # cumulative: tokens speculative decoding drafted (engine/drafter.py)
+    accepted_tokens: int = 0       # cumulative: drafted tokens greedy sampling confirmed
 
 
 @dataclass(frozen=True, slots=True)
