@@ -278,6 +278,22 @@ def batch_invariant() -> bool:
     return value in _TRUE
 
 
+def speculative() -> bool:
+    """``LOCALRUN_SPECULATIVE``: greedy requests (temperature 0, no grammar) draft tokens from their own
+    text and keep those the model confirms (speculative decoding without a draft model:
+    engine/drafter.py). The output is the tokens greedy decoding gives without it; repetitive
+    output (code, quotes, loops) comes out several tokens per step. Default on; ``0`` turns it off.
+    Sampled and constrained requests and the deterministic mode never draft.
+    """
+    raw = _env("LOCALRUN_SPECULATIVE")
+    if raw is None:
+        return True
+    value = raw.lower()
+    if value not in _TRUE + _FALSE:
+        raise ConfigError(f"LOCALRUN_SPECULATIVE={raw!r}: expected 1 or 0")
+    return value in _TRUE
+
+
 def prefix_cache_dir() -> Path | None:
     """``LOCALRUN_PREFIX_CACHE``: where each model's prefix cache is saved when it unloads and found
     again when it loads (one file per model digest, checked against it). Default: the platformdirs
@@ -416,6 +432,7 @@ class Settings:
     log_level: str = "INFO"
     upstreams: tuple[UpstreamSpec, ...] = ()
     rpc_servers: tuple[str, ...] = ()
+    speculative: bool = True
 
     def report(self) -> dict[str, str]:
         """Each setting as the variable a user would set for it, with its value written back in that form.
@@ -440,6 +457,7 @@ class Settings:
             "LOCALRUN_PREFIX_CACHE_RAM": f"{self.prefix_cache_ram >> 20}MiB" if self.prefix_cache_ram else "off",
             "LOCALRUN_UPSTREAMS": ",".join(f"{u.name}={u.display_url}" for u in self.upstreams),
             "LOCALRUN_RPC_SERVERS": ",".join(self.rpc_servers),
+            "LOCALRUN_SPECULATIVE": "1" if self.speculative else "0",
         }
 
 
@@ -449,7 +467,7 @@ SETTING_VARIABLES = (
     "LOCALRUN_HOST", "LOCALRUN_MODELS", "LOCALRUN_KEEP_ALIVE", "LOCALRUN_MAX_LOADED_MODELS", "LOCALRUN_NUM_PARALLEL",
     "LOCALRUN_KV_CACHE_TYPE", "LOCALRUN_BATCH_INVARIANT", "LOCALRUN_MAX_QUEUE", "LOCALRUN_ORIGINS", "LOCALRUN_API_KEY",
     "LOCALRUN_LOG_LEVEL", "LOCALRUN_PREFIX_CACHE", "LOCALRUN_PREFIX_CACHE_RAM", "LOCALRUN_UPSTREAMS",
-    "LOCALRUN_RPC_SERVERS",
+    "LOCALRUN_RPC_SERVERS", "LOCALRUN_SPECULATIVE",
 )
 _SEAMS = ("LOCALRUN_RUNNER_FACTORY", "LOCALRUN_RUNNER_DEBUG", "LOCALRUN_TRACE")
 
@@ -495,5 +513,6 @@ def load_settings() -> Settings:
         log_level=log_level(),
         upstreams=upstreams(),
         rpc_servers=rpc_servers(),
+        speculative=speculative(),
     )
 

@@ -151,7 +151,8 @@ def create_app(
                            geometry=memory.read_geometry, probe=_probe_devices(executors),
                            load_defaults=LoadOptions(batch_invariant=settings.batch_invariant,
                                                      kv_cache_type=settings.kv_cache_type,
-                                                     prefix_cache_ram=settings.prefix_cache_ram),
+                                                     prefix_cache_ram=settings.prefix_cache_ram,
+                                                     speculative=settings.speculative),
                            executors=executors, upstreams=upstreams)
     app[STARTED_AT] = 0.0
     app[DAEMON] = daemon or DaemonInfo(pid=os.getpid(), started_at=time.time())

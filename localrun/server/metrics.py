@@ -54,6 +54,14 @@ class Metrics:
         self.host_cache_bytes = Gauge(
             "localrun_prefix_cache_host_bytes", "Host RAM held by the prefix cache's second tier", ["model"], registry=r
         )
+        self.draft_tokens = Gauge(
+            "localrun_speculative_draft_tokens", "Tokens drafted for speculative decoding since the model loaded",
+            ["model"], registry=r,
+        )
+        self.accepted_tokens = Gauge(
+            "localrun_speculative_accepted_tokens", "Drafted tokens the model confirmed since it loaded",
+            ["model"], registry=r,
+        )
         self.active = Gauge("localrun_active_requests", "Requests holding a sequence slot", ["model"], registry=r)
         self.loads = Counter("localrun_model_loads", "Model loads, unloads and crashes", ["event"], registry=r)
 
@@ -66,7 +74,7 @@ class Metrics:
 
     def clear_model_gauges(self) -> None:
         for gauge in (self.model_memory, self.kv_used, self.kv_total, self.host_cache_tokens, self.host_cache_bytes,
-                      self.active):
+                      self.draft_tokens, self.accepted_tokens, self.active):
             gauge.clear()
 
 

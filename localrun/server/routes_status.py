@@ -119,6 +119,8 @@ async def metrics(request: web.Request) -> web.Response:
         m.kv_total.labels(model.name).set(stats.kv_cells_total)
         m.host_cache_tokens.labels(model.name).set(stats.host_cache_tokens)
         m.host_cache_bytes.labels(model.name).set(stats.host_cache_bytes)
+        m.draft_tokens.labels(model.name).set(stats.draft_tokens)
+        m.accepted_tokens.labels(model.name).set(stats.accepted_tokens)
     return web.Response(body=m.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
