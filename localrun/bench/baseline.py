@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ..errors import BenchError
-from ..jsontypes import JSONObject, JSONValue
+from ..jsontypes import JSONObject, JSONValue, as_object, as_objects
 
 BASELINE_THRESHOLD = 0.10
 WORKLOAD_KEYS = ("api", "input_tokens", "output_tokens", "shared_prefix", "repeat_prompts")
@@ -69,11 +69,6 @@ def read_baseline(path: Path) -> JSONObject:
     return data
 
 
-def _object(value: JSONValue) -> JSONObject:
-    """``value`` when it is an object, else an empty one (a field this run does not have)."""
-    return value if isinstance(value, dict) else {}
-
-
 def _metric(level: JSONObject, path: tuple[str, ...]) -> float | None:
     value: JSONValue = level
     for key in path:
@@ -83,14 +78,14 @@ def _metric(level: JSONObject, path: tuple[str, ...]) -> float | None:
 
 def compare(current: JSONObject, baseline: JSONObject, threshold: float = BASELINE_THRESHOLD) -> list[Change]:
     """Every metric of every level present in both runs (see the module docstring)."""
-    now_cfg, old_cfg = _object(current.get("config")), _object(baseline.get("config"))
+    now_cfg, old_cfg = as_object(current.get("config")), as_object(baseline.get("config"))
     differ = [k for k in WORKLOAD_KEYS if now_cfg.get(k, False) != old_cfg.get(k, False)]
     if differ:
         detail = ", ".join(f"{k} {old_cfg.get(k)} -> {now_cfg.get(k)}" for k in differ)
         raise BenchError(f"the baseline measured another workload ({detail}); compare like with like")
-    old = {(lv.get("target"), lv.get("concurrency")): lv for lv in _levels(baseline)}
+    old = {(lv.get("target"), lv.get("concurrency")): lv for lv in as_objects(baseline.get("levels"))}
     changes: list[Change] = []
-    for level in _levels(current):
+    for level in as_objects(current.get("levels")):
         before = old.get((level.get("target"), level.get("concurrency")))
         if before is None:
             continue
@@ -100,11 +95,6 @@ def compare(current: JSONObject, baseline: JSONObject, threshold: float = BASELI
                 changes.append(Change(str(level["target"]), _int(level["concurrency"]), name, a, b, higher,
                                       threshold))
     return changes
-
-
-def _levels(run: JSONObject) -> list[JSONObject]:
-    levels = run.get("levels")
-    return [lv for lv in levels if isinstance(lv, dict)] if isinstance(levels, list) else []
 
 
 def _int(value: JSONValue) -> int:

@@ -30,6 +30,7 @@ from rich.progress import (
 from .. import config
 from ..errors import InvalidRequest, LocalrunError
 from ..fmt import human_ago, human_bytes
+from ..jsontypes import JSONValue, as_number, as_object
 
 if TYPE_CHECKING:  # imported where used, to keep `localrun --help` fast
     from ..client import Client
@@ -187,9 +188,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     if daemon is not None:
         with daemon:
             rows = [_upstream_row(m) if m.get("remote_host") else
-                    [m["name"], str(m.get("digest", "")).removeprefix("sha256:")[:12],
-                     human_bytes(int(m.get("size", 0))), human_ago(_timestamp(m.get("modified_at")), now),
-                     BASE_NOTE if (m.get("details") or {}).get("base_model") else ""] for m in daemon.list()]
+                    [str(m["name"]), str(m.get("digest", "")).removeprefix("sha256:")[:12],
+                     human_bytes(int(as_number(m.get("size")) or 0)), human_ago(_timestamp(m.get("modified_at")), now),
+                     BASE_NOTE if as_object(m.get("details")).get("base_model") else ""] for m in daemon.list()]
     else:
         rows = [[e.name, e.id, human_bytes(e.size), human_ago(e.modified, now), BASE_NOTE if e.base_model else ""]
                 for e in _store().list()]
@@ -262,7 +263,7 @@ def _section(console: Console, title: str, rows: list[tuple[str, str]]) -> None:
     sys.stdout.write("\n".join(lines) + "\n\n")
 
 
-def _timestamp(iso: Any) -> float:
+def _timestamp(iso: JSONValue) -> float:
     import datetime as dt
 
     try:

@@ -21,6 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from ..errors import DaemonUnavailable, LocalrunError, StoreError
+from ..jsontypes import as_object, as_objects
 from . import commands as cmd
 from . import model_ops
 from .app import LocalrunApp
@@ -174,8 +175,8 @@ class ChatScreen(SlashCommands, Screen[None]):
         view.start_stream()
         try:
             async for chunk in self.app.backend.chat(session.model, messages, **fields):
-                message = chunk.get("message") or {}
-                text, thinking = message.get("content") or "", message.get("thinking") or ""
+                message = as_object(chunk.get("message"))
+                text, thinking = str(message.get("content") or ""), str(message.get("thinking") or "")
                 if (text or thinking) and ttft is None:
                     ttft = time.monotonic() - started
                     self.set_status("Streaming… (Esc stops)")
@@ -184,7 +185,7 @@ class ChatScreen(SlashCommands, Screen[None]):
                 if text:
                     parts.append(text)
                     await view.write(text)
-                for call in message.get("tool_calls") or []:
+                for call in as_objects(message.get("tool_calls")):
                     calls.append(call)
                     await view.add_tool_call(call)
                 if chunk.get("done"):
