@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import EngineError
+from ..jsontypes import JSONObject
 
 __all__ = [
     "BuildInfo", "Device", "DeviceKind", "DeviceProbe", "FakeProbe", "GgmlProbe", "NativeReport",
@@ -90,7 +91,7 @@ class Device:
     def is_igpu(self) -> bool:
         return self.kind is DeviceKind.IGPU
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {**asdict(self), "kind": str(self.kind)}
 
     @classmethod
