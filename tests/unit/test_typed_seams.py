@@ -230,9 +230,6 @@ def seam_findings() -> dict[str, set[str]]:
 KNOWN = frozenset({
     # engine/types.py is being changed on the engine branch: the JSON schema a request constrains output to
     "engine/types.py:GenerateRequest.format",
-    # chat templates: messages and tools as Jinja and the Go templates read them, and the compiled template
-    "engine/template.py:ChatTemplate.__init__(compiled)", "engine/template.py:ChatTemplate.render(*extra)",
-    "engine/template.py:ChatTemplate.render(messages)", "engine/template.py:ChatTemplate.render(tools)",
     # the template worker pool's frames (a callable and its pickled arguments)
     "runtime/bounded.py:BoundedPool.run -> ", "runtime/bounded.py:BoundedPool.run(*args)",
     "runtime/bounded.py:BoundedPool.run(fn)", "runtime/bounded.py:_Worker.call -> ",
