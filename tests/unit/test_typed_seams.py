@@ -230,10 +230,6 @@ def seam_findings() -> dict[str, set[str]]:
 KNOWN = frozenset({
     # engine/types.py is being changed on the engine branch: the JSON schema a request constrains output to
     "engine/types.py:GenerateRequest.format",
-    # the template worker pool's frames (a callable and its pickled arguments)
-    "runtime/bounded.py:BoundedPool.run -> ", "runtime/bounded.py:BoundedPool.run(*args)",
-    "runtime/bounded.py:BoundedPool.run(fn)", "runtime/bounded.py:_Worker.call -> ",
-    "runtime/bounded.py:_Worker.call(request)", "runtime/bounded.py:_Worker.replies",
     # the store's Modelfile parameters, config blob and GGUF metadata
     "store/gguf_file.py:GGUFInfo.metadata", "store/gguf_file.py:GGUFInfo.summary -> ",
     "store/model_store.py:ModelStore.read_config -> ", "store/model_store.py:ModelStore.read_params -> ",
