@@ -234,17 +234,17 @@ def cmd_show(args: argparse.Namespace) -> int:
     console = _console()
     d = details.details
     _section(console, "Model", [
-        ("architecture", d.get("family") or "-"),
-        ("parameters", d.get("parameter_size") or "-"),
+        ("architecture", str(d.get("family") or "-")),
+        ("parameters", str(d.get("parameter_size") or "-")),
         ("context length", str(d.get("context_length") or "-")),
-        ("quantization", d.get("quantization_level") or "-"),
+        ("quantization", str(d.get("quantization_level") or "-")),
         ("template", {"modelfile": "from the Modelfile", "gguf": "from the GGUF", "none": "none"}[
             details.template_source]),
         *([("kind", f"{BASE_NOTE} (it continues text; chat with {config.STARTER_MODEL})")]
           if d.get("base_model") else []),
     ])
-    params = [(k, _param_text(v)) for k in sorted(details.parameters)
-              for v in (details.parameters[k] if isinstance(details.parameters[k], list) else [details.parameters[k]])]
+    params = [(k, _param_text(v)) for k, value in sorted(details.parameters.items())
+              for v in (value if isinstance(value, list) else [value])]
     if params:
         _section(console, "Parameters", params)
     if details.system:

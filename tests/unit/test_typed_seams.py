@@ -230,10 +230,6 @@ def seam_findings() -> dict[str, set[str]]:
 KNOWN = frozenset({
     # engine/types.py is being changed on the engine branch: the JSON schema a request constrains output to
     "engine/types.py:GenerateRequest.format",
-    # the store's Modelfile parameters, config blob and GGUF metadata
-    "store/gguf_file.py:GGUFInfo.metadata", "store/gguf_file.py:GGUFInfo.summary -> ",
-    "store/model_store.py:ModelStore.read_config -> ", "store/model_store.py:ModelStore.read_params -> ",
-    "store/records.py:ResolvedModel.metadata", "store/records.py:ResolvedModel.parameters",
     # `localrun info`'s report and the device probe's payload
     "hardware/sysinfo.py:collect_info -> ", "hardware/devices.py:Device.from_dict(d)",
     # saved conversations and the chat session the CLI's `run` shares with the TUI
