@@ -230,8 +230,6 @@ def seam_findings() -> dict[str, set[str]]:
 KNOWN = frozenset({
     # engine/types.py is being changed on the engine branch: the JSON schema a request constrains output to
     "engine/types.py:GenerateRequest.format",
-    # `localrun info`'s report and the device probe's payload
-    "hardware/sysinfo.py:collect_info -> ", "hardware/devices.py:Device.from_dict(d)",
     # saved conversations and the chat session the CLI's `run` shares with the TUI
     "conversations.py:Conversation.from_json(data)", "conversations.py:Conversation.messages",
     "conversations.py:Conversation.new(options)", "conversations.py:Conversation.options",
