@@ -230,14 +230,6 @@ def seam_findings() -> dict[str, set[str]]:
 KNOWN = frozenset({
     # engine/types.py is being changed on the engine branch: the JSON schema a request constrains output to
     "engine/types.py:GenerateRequest.format",
-    # saved conversations and the chat session the CLI's `run` shares with the TUI
-    "conversations.py:Conversation.from_json(data)", "conversations.py:Conversation.messages",
-    "conversations.py:Conversation.new(options)", "conversations.py:Conversation.options",
-    "conversations.py:Conversation.to_json -> ",
-    "tui/session.py:ChatSession.add_turn(tool_calls)", "tui/session.py:ChatSession.defaults",
-    "tui/session.py:ChatSession.messages -> ", "tui/session.py:ChatSession.request_fields -> ",
-    "tui/session.py:ChatSession.request_messages -> ", "tui/session.py:ChatSession.start(*switches)",
-    "tui/session.py:ChatSession.start(options)",
 })
 
 
