@@ -17,6 +17,8 @@ _.kv_cache_resets  # EngineStats across the runner protocol (read by the seed te
 _.n_params, _.bos_text, _.eos_text, _.size_bytes, _.buffer_bytes  # ModelInfo -> /api/show, /api/ps
 _.offload_layers, _.gpu_buffer_bytes, _.cpu_buffer_bytes  # ModelInfo -> hardware.memory.reconcile (as a mapping)
 _.total_bytes  # Device / HostGpu -> `localrun info`
+_.localrun, _.registered_backends, _.cores_physical, _.cores_logical, _.available_bytes, _.workarounds
+_.setting, _.applies, _.used_bytes, _.disk_free_bytes, _.disk_total_bytes  # sysinfo.Info keys (TypedDict, by string)
 _.tensor_count, _.license  # GGUF header, Modelfile LICENSE -> /api/show
 _.prefix_len  # radix MatchResult field, part of its typed result
 _.enqueued  # scheduler _Pending, built positionally (kept for queue-wait reporting)

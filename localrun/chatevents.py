@@ -2,7 +2,7 @@
 
 :mod:`localrun.server.chatparse` turns a local model's output text into these events, and
 :mod:`localrun.upstream` decodes another server's stream into the same ones, so every API
-adapter maps one vocabulary onto its wire shape. Pure: no localrun imports.
+adapter maps one vocabulary onto its wire shape. Pure: no localrun imports but :mod:`localrun.jsontypes`.
 
 - :class:`ContentDelta` / :class:`ThinkingDelta`  answer text / reasoning text, in output order
 - :class:`ToolCall`  one call, with an ``id`` (``call_<hex>``) made once: stream and final message agree
@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
+
+from .jsontypes import JSONObject
 
 
 def new_id(prefix: str, sep: str = "_") -> str:
@@ -42,7 +43,7 @@ class ToolCall:
     """One call the model made; ``id`` is stable for the life of the reply."""
 
     name: str
-    arguments: dict[str, Any]
+    arguments: JSONObject  # the model's arguments, parsed
     index: int = 0
     id: str = field(default_factory=new_call_id)
 

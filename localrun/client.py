@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 
 from . import config, daemon_logs, errors
+from .jsontypes import JSONObject, JSONValue, as_objects
 
 PROBE_TIMEOUT_S = 3.0  # is_running(): a port held by something that does not answer HTTP is "not running"
 
@@ -36,11 +37,11 @@ _BY_STATUS = {400: errors.InvalidRequest, 401: errors.Unauthorized, 403: errors.
               413: errors.PayloadTooLarge, 502: errors.RunnerCrashed, 503: errors.Busy, 507: errors.ModelTooLarge}
 
 
-_Rows = list[dict[str, Any]]  # aliases: inside the clients, "list" is a method name
+_Rows = list[JSONObject]  # aliases: inside the clients, "list" is a method name
 _Tokens = list[int]
 
 
-def error_from(status: int, body: Any, headers: Any = None) -> errors.LocalrunError:
+def error_from(status: int, body: object, headers: Mapping[str, str] | None = None) -> errors.LocalrunError:
     """The LocalrunError for a daemon error response (either API's shape)."""
     message, code = f"HTTP {status}", None
     if isinstance(body, dict):
@@ -65,20 +66,46 @@ def _headers(api_key: str | None) -> dict[str, str]:
     return headers
 
 
-def _json_or_text(response: httpx.Response) -> Any:
+def _json_or_text(response: httpx.Response) -> JSONValue:
     try:
-        return response.json()
+        body: JSONValue = response.json()
     except ValueError:
         return {"error": response.text or response.reason_phrase}
+    return body
 
 
-def _create_body(model: str, modelfile: str, base_dir: str | None) -> dict[str, Any]:
+def _object(body: JSONValue) -> JSONObject:
+    """A reply that must be a JSON object; anything else is the daemon's bug, said as a LocalrunError."""
+    if not isinstance(body, dict):
+        raise errors.LocalrunError(f"the daemon answered {type(body).__name__}, not a JSON object")
+    return body
+
+
+def _list(value: JSONValue) -> list[JSONValue]:
+    if not isinstance(value, list):
+        raise errors.LocalrunError(f"the daemon answered {type(value).__name__}, not a JSON list")
+    return value
+
+
+def _number(value: JSONValue) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise errors.LocalrunError(f"the daemon answered {value!r}, not a number")
+    return value
+
+
+def _rows(body: JSONValue, key: str) -> _Rows:
+    """The objects listed under ``key`` of a reply (none when it has no such list)."""
+    return as_objects(_object(body).get(key))
+
+
+def _create_body(model: str, modelfile: str, base_dir: str | None) -> dict[str, object]:
     # Ollama's legacy form: ``path`` is the Modelfile's own path; relative FROM/ADAPTER resolve next to it.
     path = str(Path(base_dir).resolve() / "Modelfile") if base_dir else None
     return _payload(model=model, modelfile=modelfile, path=path, stream=True)
 
 
-def _payload(**fields: Any) -> dict[str, Any]:
+def _payload(**fields: object) -> dict[str, object]:
+    """A request body: the fields that are set (the daemon checks each one's type and range)."""
     return {k: v for k, v in fields.items() if v is not None}
 
 
@@ -101,18 +128,18 @@ class DaemonStatus:
     settings: dict[str, str]
 
     @classmethod
-    def from_json(cls, body: dict[str, Any]) -> DaemonStatus:
-        log_file = body.get("log_file")
+    def from_json(cls, body: JSONObject) -> DaemonStatus:
+        log_file, settings = body.get("log_file"), body.get("settings")
         return cls(
-            version=str(body.get("version", "")), pid=int(body.get("pid", 0)),
-            started_at=str(body.get("started_at", "")), uptime_s=float(body.get("uptime_seconds", 0.0)),
-            address=str(body.get("address", "")), log_file=Path(log_file) if log_file else None,
-            log_offset=int(body.get("log_offset", 0)),
-            settings={str(k): str(v) for k, v in (body.get("settings") or {}).items()},
+            version=str(body.get("version", "")), pid=int(_number(body.get("pid", 0))),
+            started_at=str(body.get("started_at", "")), uptime_s=_number(body.get("uptime_seconds", 0.0)),
+            address=str(body.get("address", "")), log_file=Path(str(log_file)) if log_file else None,
+            log_offset=int(_number(body.get("log_offset", 0))),
+            settings={str(k): str(v) for k, v in settings.items()} if isinstance(settings, dict) else {},
         )
 
 
-def _shutdown_body(grace: float | None) -> dict[str, Any]:
+def _shutdown_body(grace: float | None) -> dict[str, object]:
     return _payload(grace_seconds=grace)
 
 
@@ -139,18 +166,18 @@ class AsyncClient:
         await self.aclose()
 
     async def _request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, timeout: float | None = None,
-    ) -> Any:
-        extra: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
+        self, method: str, path: str, body: Mapping[str, object] | None = None, timeout: float | None = None,
+    ) -> JSONValue:
         try:
-            response = await self._http.request(method, path, json=body, **extra)
+            response = await self._http.request(
+                method, path, json=body, timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout)
         except httpx.TransportError as exc:
             raise errors.DaemonUnavailable(f"no localrun daemon answers at {self.base_url} ({exc})") from exc
         if response.status_code >= 400:
             raise error_from(response.status_code, _json_or_text(response), response.headers)
         return _json_or_text(response) if response.content else {}
 
-    async def _stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def _stream(self, path: str, body: Mapping[str, object]) -> AsyncIterator[JSONObject]:
         try:
             async with self._http.stream("POST", path, json=body) as response:
                 if response.status_code >= 400:
@@ -159,7 +186,7 @@ class AsyncClient:
                 async for line in response.aiter_lines():
                     if not line.strip():
                         continue
-                    chunk = json.loads(line)
+                    chunk = _object(json.loads(line))
                     if "error" in chunk:
                         raise error_from(500, chunk)
                     yield chunk
@@ -173,22 +200,22 @@ class AsyncClient:
             return False
         return True
 
-    async def health(self) -> dict[str, Any]:
-        return await self._request("GET", "/health")  # type: ignore[no-any-return]
+    async def health(self) -> JSONObject:
+        return _object(await self._request("GET", "/health"))
 
     async def status(self) -> DaemonStatus:
         """The daemon process: version, pid, start, log file, effective settings."""
-        return DaemonStatus.from_json(await self._request("GET", "/api/status"))
+        return DaemonStatus.from_json(_object(await self._request("GET", "/api/status")))
 
     async def shutdown(self, grace: float | None = None) -> float:
         """Ask the daemon to stop gracefully; returns at once, with the grace requests in flight get.
 
         ``grace`` None: the daemon's default. Only a client on the daemon's machine may ask (Forbidden).
         """
-        return float((await self._request("POST", "/api/shutdown", _shutdown_body(grace)))["grace_seconds"])
+        return _number(_object(await self._request("POST", "/api/shutdown", _shutdown_body(grace)))["grace_seconds"])
 
     async def version(self) -> str:
-        return str((await self._request("GET", "/api/version"))["version"])
+        return str(_object(await self._request("GET", "/api/version"))["version"])
 
     async def metrics(self) -> str:
         """The Prometheus text of ``/metrics``."""
@@ -200,23 +227,24 @@ class AsyncClient:
             raise error_from(response.status_code, _json_or_text(response), response.headers)
         return response.text
 
-    def generate(self, model: str, prompt: str, **fields: Any) -> AsyncIterator[dict[str, Any]]:
+    def generate(self, model: str, prompt: str, **fields: object) -> AsyncIterator[JSONObject]:
         """Stream /api/generate chunks; extra fields (system, options, keep_alive, format...) pass through."""
         return self._stream("/api/generate", _payload(model=model, prompt=prompt, stream=True, **fields))
 
-    def chat(self, model: str, messages: list[dict[str, Any]], **fields: Any) -> AsyncIterator[dict[str, Any]]:
+    def chat(self, model: str, messages: Sequence[Mapping[str, object]], **fields: object,
+             ) -> AsyncIterator[JSONObject]:
         return self._stream("/api/chat", _payload(model=model, messages=messages, stream=True, **fields))
 
     async def list(self) -> _Rows:
-        return list((await self._request("GET", "/api/tags"))["models"])
+        return _rows(await self._request("GET", "/api/tags"), "models")
 
-    async def show(self, model: str, verbose: bool = False) -> dict[str, Any]:
-        return await self._request("POST", "/api/show", _payload(model=model, verbose=verbose or None))  # type: ignore[no-any-return]
+    async def show(self, model: str, verbose: bool = False) -> JSONObject:
+        return _object(await self._request("POST", "/api/show", _payload(model=model, verbose=verbose or None)))
 
-    def pull(self, model: str) -> AsyncIterator[dict[str, Any]]:
+    def pull(self, model: str) -> AsyncIterator[JSONObject]:
         return self._stream("/api/pull", {"model": model, "stream": True})
 
-    def create(self, model: str, modelfile: str, base_dir: str | None = None) -> AsyncIterator[dict[str, Any]]:
+    def create(self, model: str, modelfile: str, base_dir: str | None = None) -> AsyncIterator[JSONObject]:
         """Create ``model`` from Modelfile text; relative FROM paths resolve against ``base_dir``."""
         return self._stream("/api/create", _create_body(model, modelfile, base_dir))
 
@@ -227,15 +255,15 @@ class AsyncClient:
         await self._request("DELETE", "/api/delete", {"model": model})
 
     async def ps(self) -> _Rows:
-        return list((await self._request("GET", "/api/ps"))["models"])
+        return _rows(await self._request("GET", "/api/ps"), "models")
 
     async def pulls(self) -> _Rows:
         """Downloads under way in the daemon (whoever started them): model, status, completed, total."""
-        return list((await self._request("GET", "/api/ps")).get("pulls", []))
+        return _rows(await self._request("GET", "/api/ps"), "pulls")
 
     async def upstreams(self) -> _Rows:
         """Each upstream member's state: upstream, url, state, in_flight, requests, errors, latency_ms..."""
-        return list((await self._request("GET", "/api/ps")).get("upstreams", []))
+        return _rows(await self._request("GET", "/api/ps"), "upstreams")
 
     async def stop(self, model: str) -> None:
         """Unload ``model`` now (after its in-flight requests finish)."""
@@ -244,11 +272,12 @@ class AsyncClient:
     async def tokenize(self, model: str, content: str, add_special: bool = True) -> _Tokens:
         """``content`` as ``model``'s token ids (``add_special``: with the BOS a prompt gets)."""
         body = {"model": model, "content": content, "add_special": add_special}
-        return [int(t) for t in (await self._request("POST", "/api/tokenize", body))["tokens"]]
+        return [int(_number(t)) for t in _list(_object(await self._request("POST", "/api/tokenize", body))["tokens"])]
 
     async def detokenize(self, model: str, tokens: _Tokens) -> str:
         """Token ids of ``model`` as text (special tokens print nothing)."""
-        return str((await self._request("POST", "/api/detokenize", {"model": model, "tokens": tokens}))["content"])
+        reply = _object(await self._request("POST", "/api/detokenize", {"model": model, "tokens": tokens}))
+        return str(reply["content"])
 
 
 # --- BEGIN GENERATED by scripts/render_sync_client.py from AsyncClient: do not edit ---
@@ -277,18 +306,18 @@ class Client:
         self.close()
 
     def _request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, timeout: float | None = None,
-    ) -> Any:
-        extra: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
+        self, method: str, path: str, body: Mapping[str, object] | None = None, timeout: float | None = None,
+    ) -> JSONValue:
         try:
-            response = self._http.request(method, path, json=body, **extra)
+            response = self._http.request(
+                method, path, json=body, timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout)
         except httpx.TransportError as exc:
             raise errors.DaemonUnavailable(f"no localrun daemon answers at {self.base_url} ({exc})") from exc
         if response.status_code >= 400:
             raise error_from(response.status_code, _json_or_text(response), response.headers)
         return _json_or_text(response) if response.content else {}
 
-    def _stream(self, path: str, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    def _stream(self, path: str, body: Mapping[str, object]) -> Iterator[JSONObject]:
         try:
             with self._http.stream("POST", path, json=body) as response:
                 if response.status_code >= 400:
@@ -297,7 +326,7 @@ class Client:
                 for line in response.iter_lines():
                     if not line.strip():
                         continue
-                    chunk = json.loads(line)
+                    chunk = _object(json.loads(line))
                     if "error" in chunk:
                         raise error_from(500, chunk)
                     yield chunk
@@ -311,22 +340,22 @@ class Client:
             return False
         return True
 
-    def health(self) -> dict[str, Any]:
-        return self._request("GET", "/health")  # type: ignore[no-any-return]
+    def health(self) -> JSONObject:
+        return _object(self._request("GET", "/health"))
 
     def status(self) -> DaemonStatus:
         """The daemon process: version, pid, start, log file, effective settings."""
-        return DaemonStatus.from_json(self._request("GET", "/api/status"))
+        return DaemonStatus.from_json(_object(self._request("GET", "/api/status")))
 
     def shutdown(self, grace: float | None = None) -> float:
         """Ask the daemon to stop gracefully; returns at once, with the grace requests in flight get.
 
         ``grace`` None: the daemon's default. Only a client on the daemon's machine may ask (Forbidden).
         """
-        return float((self._request("POST", "/api/shutdown", _shutdown_body(grace)))["grace_seconds"])
+        return _number(_object(self._request("POST", "/api/shutdown", _shutdown_body(grace)))["grace_seconds"])
 
     def version(self) -> str:
-        return str((self._request("GET", "/api/version"))["version"])
+        return str(_object(self._request("GET", "/api/version"))["version"])
 
     def metrics(self) -> str:
         """The Prometheus text of ``/metrics``."""
@@ -338,23 +367,24 @@ class Client:
             raise error_from(response.status_code, _json_or_text(response), response.headers)
         return response.text
 
-    def generate(self, model: str, prompt: str, **fields: Any) -> Iterator[dict[str, Any]]:
+    def generate(self, model: str, prompt: str, **fields: object) -> Iterator[JSONObject]:
         """Stream /api/generate chunks; extra fields (system, options, keep_alive, format...) pass through."""
         return self._stream("/api/generate", _payload(model=model, prompt=prompt, stream=True, **fields))
 
-    def chat(self, model: str, messages: list[dict[str, Any]], **fields: Any) -> Iterator[dict[str, Any]]:
+    def chat(self, model: str, messages: Sequence[Mapping[str, object]], **fields: object,
+             ) -> Iterator[JSONObject]:
         return self._stream("/api/chat", _payload(model=model, messages=messages, stream=True, **fields))
 
     def list(self) -> _Rows:
-        return list((self._request("GET", "/api/tags"))["models"])
+        return _rows(self._request("GET", "/api/tags"), "models")
 
-    def show(self, model: str, verbose: bool = False) -> dict[str, Any]:
-        return self._request("POST", "/api/show", _payload(model=model, verbose=verbose or None))  # type: ignore[no-any-return]
+    def show(self, model: str, verbose: bool = False) -> JSONObject:
+        return _object(self._request("POST", "/api/show", _payload(model=model, verbose=verbose or None)))
 
-    def pull(self, model: str) -> Iterator[dict[str, Any]]:
+    def pull(self, model: str) -> Iterator[JSONObject]:
         return self._stream("/api/pull", {"model": model, "stream": True})
 
-    def create(self, model: str, modelfile: str, base_dir: str | None = None) -> Iterator[dict[str, Any]]:
+    def create(self, model: str, modelfile: str, base_dir: str | None = None) -> Iterator[JSONObject]:
         """Create ``model`` from Modelfile text; relative FROM paths resolve against ``base_dir``."""
         return self._stream("/api/create", _create_body(model, modelfile, base_dir))
 
@@ -365,15 +395,15 @@ class Client:
         self._request("DELETE", "/api/delete", {"model": model})
 
     def ps(self) -> _Rows:
-        return list((self._request("GET", "/api/ps"))["models"])
+        return _rows(self._request("GET", "/api/ps"), "models")
 
     def pulls(self) -> _Rows:
         """Downloads under way in the daemon (whoever started them): model, status, completed, total."""
-        return list((self._request("GET", "/api/ps")).get("pulls", []))
+        return _rows(self._request("GET", "/api/ps"), "pulls")
 
     def upstreams(self) -> _Rows:
         """Each upstream member's state: upstream, url, state, in_flight, requests, errors, latency_ms..."""
-        return list((self._request("GET", "/api/ps")).get("upstreams", []))
+        return _rows(self._request("GET", "/api/ps"), "upstreams")
 
     def stop(self, model: str) -> None:
         """Unload ``model`` now (after its in-flight requests finish)."""
@@ -382,11 +412,12 @@ class Client:
     def tokenize(self, model: str, content: str, add_special: bool = True) -> _Tokens:
         """``content`` as ``model``'s token ids (``add_special``: with the BOS a prompt gets)."""
         body = {"model": model, "content": content, "add_special": add_special}
-        return [int(t) for t in (self._request("POST", "/api/tokenize", body))["tokens"]]
+        return [int(_number(t)) for t in _list(_object(self._request("POST", "/api/tokenize", body))["tokens"])]
 
     def detokenize(self, model: str, tokens: _Tokens) -> str:
         """Token ids of ``model`` as text (special tokens print nothing)."""
-        return str((self._request("POST", "/api/detokenize", {"model": model, "tokens": tokens}))["content"])
+        reply = _object(self._request("POST", "/api/detokenize", {"model": model, "tokens": tokens}))
+        return str(reply["content"])
 
 
 # --- END GENERATED ---

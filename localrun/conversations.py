@@ -19,10 +19,11 @@ import secrets
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from . import config
 from .errors import NotFound, StoreError
+from .jsontypes import JSONObject, as_objects
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +32,23 @@ _ID_RE = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
 _TITLE_LEN = 60
 
 
+class ChatMessage(TypedDict):
+    """One message of a chat, as saved and as sent to ``/api/chat``.
+
+    A reply may also keep its reasoning (``thinking``), the tool calls it made and whether it was
+    ``stopped``; only role, content and tool calls are sent back to the model.
+    """
+
+    role: str
+    content: str
+    thinking: NotRequired[str]
+    tool_calls: NotRequired[list[JSONObject]]
+    stopped: NotRequired[bool]
+
+
 @dataclass(slots=True)
 class Conversation:
-    """One chat: the model, the settings in force, and the messages (``{"role", "content"}`` dicts).
+    """One chat: the model, the settings in force, and the messages (:class:`ChatMessage`).
 
     ``messages`` never contains the system prompt; it lives in ``system`` so that editing it
     applies to the whole conversation, as in ``ollama run``.
@@ -45,11 +60,11 @@ class Conversation:
     updated_at: float
     title: str = ""
     system: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-    messages: list[dict[str, Any]] = field(default_factory=list)
+    options: JSONObject = field(default_factory=dict)
+    messages: list[ChatMessage] = field(default_factory=list)
 
     @classmethod
-    def new(cls, model: str, *, system: str | None = None, options: dict[str, Any] | None = None,
+    def new(cls, model: str, *, system: str | None = None, options: JSONObject | None = None,
             now: float | None = None) -> Conversation:
         now = time.time() if now is None else now
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
@@ -59,16 +74,17 @@ class Conversation:
     def auto_title(self) -> str:
         """The first line of the first user message, shortened: how the list names this chat."""
         for message in self.messages:
-            if message.get("role") == "user" and str(message.get("content", "")).strip():
-                line = str(message["content"]).strip().splitlines()[0]
+            if message["role"] == "user" and message["content"].strip():
+                line = message["content"].strip().splitlines()[0]
                 return line if len(line) <= _TITLE_LEN else line[: _TITLE_LEN - 1] + "…"
         return "(empty)"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {"version": FORMAT_VERSION, **asdict(self)}
 
     @classmethod
-    def from_json(cls, data: Any) -> Conversation:
+    def from_json(cls, data: object) -> Conversation:
+        """The conversation a file holds (``json.loads`` of it); ValueError, KeyError or TypeError if it is not one."""
         if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
             raise ValueError("not a version-1 conversation")
         messages = data.get("messages", [])
@@ -84,8 +100,23 @@ class Conversation:
         return cls(
             id=str(data["id"]), model=str(data["model"]), created_at=float(data["created_at"]),
             updated_at=float(data["updated_at"]), title=str(data.get("title") or ""),
-            system=system if isinstance(system, str) else None, options=options, messages=messages,
+            system=system if isinstance(system, str) else None, options=options,
+            messages=[_message(m) for m in messages],
         )
+
+
+def _message(saved: JSONObject) -> ChatMessage:
+    """A checked message (role and content are strings) with its optional fields that have their type;
+    anything else a hand-edited file put in it is not kept."""
+    message = ChatMessage(role=str(saved["role"]), content=str(saved["content"]))
+    thinking, calls, stopped = saved.get("thinking"), saved.get("tool_calls"), saved.get("stopped")
+    if isinstance(thinking, str):
+        message["thinking"] = thinking
+    if isinstance(calls, list):
+        message["tool_calls"] = as_objects(calls)
+    if isinstance(stopped, bool):
+        message["stopped"] = stopped
+    return message
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,9 +14,10 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from ..errors import BenchError
+from ..jsontypes import JSONObject, JSONValue, as_object, as_objects
 
 BASELINE_THRESHOLD = 0.10
 WORKLOAD_KEYS = ("api", "input_tokens", "output_tokens", "shared_prefix", "repeat_prompts")
@@ -55,7 +56,7 @@ class Change:
         return self.worse_by() > self.threshold
 
 
-def read_baseline(path: Path) -> dict[str, Any]:
+def read_baseline(path: Path) -> JSONObject:
     """The stored run; a BenchError when it is missing or not a ``--json`` result."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -68,32 +69,39 @@ def read_baseline(path: Path) -> dict[str, Any]:
     return data
 
 
-def _metric(level: dict[str, Any], path: tuple[str, ...]) -> float | None:
-    value: Any = level
+def _metric(level: JSONObject, path: tuple[str, ...]) -> float | None:
+    value: JSONValue = level
     for key in path:
         value = value.get(key) if isinstance(value, dict) else None
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def compare(current: dict[str, Any], baseline: dict[str, Any], threshold: float = BASELINE_THRESHOLD) -> list[Change]:
+def compare(current: JSONObject, baseline: JSONObject, threshold: float = BASELINE_THRESHOLD) -> list[Change]:
     """Every metric of every level present in both runs (see the module docstring)."""
-    now_cfg, old_cfg = current.get("config") or {}, baseline.get("config") or {}
+    now_cfg, old_cfg = as_object(current.get("config")), as_object(baseline.get("config"))
     differ = [k for k in WORKLOAD_KEYS if now_cfg.get(k, False) != old_cfg.get(k, False)]
     if differ:
         detail = ", ".join(f"{k} {old_cfg.get(k)} -> {now_cfg.get(k)}" for k in differ)
         raise BenchError(f"the baseline measured another workload ({detail}); compare like with like")
-    old = {(lv.get("target"), lv.get("concurrency")): lv for lv in baseline["levels"] if isinstance(lv, dict)}
+    old = {(lv.get("target"), lv.get("concurrency")): lv for lv in as_objects(baseline.get("levels"))}
     changes: list[Change] = []
-    for level in current.get("levels") or []:
+    for level in as_objects(current.get("levels")):
         before = old.get((level.get("target"), level.get("concurrency")))
         if before is None:
             continue
         for name, path, higher in METRICS:
             a, b = _metric(before, path), _metric(level, path)
             if a is not None and b is not None and a > 0:
-                changes.append(Change(str(level["target"]), int(level["concurrency"]), name, a, b, higher,
+                changes.append(Change(str(level["target"]), _int(level["concurrency"]), name, a, b, higher,
                                       threshold))
     return changes
+
+
+def _int(value: JSONValue) -> int:
+    """A level's concurrency, as ``int()`` reads it (a run that wrote no number is not a result)."""
+    if isinstance(value, (int, float, str)):
+        return int(value)
+    raise BenchError(f"not a concurrency: {value!r}")
 
 
 def _fmt(metric: str, value: float) -> str:

@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 
 import psutil
 
+from ..jsontypes import JSONObject
+
 log = logging.getLogger(__name__)
 
 CLIENT_CORE_WARN = 0.25  # warn above a quarter of one core's time
@@ -39,7 +41,7 @@ class CpuUsage:
             return None
         return max(0.0, self.machine_cores - self.client_cores - self.server_cores)
 
-    def as_dict(self) -> dict[str, float | int | None]:
+    def as_dict(self) -> JSONObject:
         return {
             "wall_s": round(self.wall_s, 3),
             "client_cores": round(self.client_cores, 3),

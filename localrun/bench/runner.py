@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from ..errors import BenchError
+from ..jsontypes import JSONObject, JSONValue
 from .cpu import CpuMeter, CpuUsage, find_server, is_local, warnings_for
 from .loadgen import Endpoint, LevelRun, LoadPlan, run_level, send_one
 from .prompts import CountFn, PromptBuilder, TokenizerInfo, calibrate, find_tokenizer
@@ -79,8 +80,8 @@ class LevelResult:
     records: tuple[RequestRecord, ...] = ()
     window_start: float = 0.0
 
-    def request_rows(self) -> list[dict[str, Any]]:
-        """Every request of the level (warm-up included), times in seconds from the window start."""
+    def request_rows(self) -> list[JSONValue]:
+        """Every request of the level (warm-up included) as an object, times in seconds from the window start."""
         def rel(t: float | None) -> float | None:
             return None if t is None else round(t - self.window_start, 4)
 
@@ -101,10 +102,10 @@ class BenchResult:
     levels: list[LevelResult] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     started_at: float = field(default_factory=time.time)
-    machine: dict[str, Any] = field(default_factory=dict)
+    machine: JSONObject = field(default_factory=dict)
     interrupted: bool = False  # stopped early; ``levels`` holds the levels measured before that
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         """A JSON-ready view (the format of ``--json``; version bumps on incompatible changes)."""
         cfg = asdict(self.config)
         cfg["targets"] = [{"label": t.label, "base_url": t.base_url, "model": t.model} for t in self.config.targets]
@@ -225,7 +226,8 @@ async def _prepare(
 async def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None) -> BenchResult:
     """Run every level for every target; raises BenchError when a target cannot be measured at all."""
     say = progress or (lambda _msg: None)
-    result = BenchResult(config, machine={"cpu_count": os.cpu_count(), "platform": platform.platform()})
+    cpu_count = os.cpu_count()
+    result = BenchResult(config, machine={"cpu_count": cpu_count, "platform": platform.platform()})
     extras: dict[str, Any] = {"stream_options": {"include_usage": True}}
     if config.send_extras:
         extras.update({k: f(config.output_tokens) for k, f in EXTRA_FIELDS})
@@ -243,9 +245,9 @@ async def run_bench(config: BenchConfig, progress: Callable[[str], None] | None 
         result.targets = [p[1] for p in prepared]
         for info in result.targets:
             say(f"{info.label}: model {info.model}; prompt lengths {info.tokenizer.note}")
-        if any(is_local(t.base_url) for t in config.targets) and (result.machine["cpu_count"] or 1) <= 2:
+        if any(is_local(t.base_url) for t in config.targets) and (cpu_count or 1) <= 2:
             result.warnings.append(
-                f"the load generator runs on the same {result.machine['cpu_count']} cores as the server"
+                f"the load generator runs on the same {cpu_count} cores as the server"
             )
         # One prompt counter per target: every target gets the same prompt sequence, and no prompt twice.
         counters = {info.label: itertools.count() for info in result.targets}

@@ -23,6 +23,7 @@ import psutil
 from .. import config, daemon_logs
 from ..errors import DaemonUnavailable, LocalrunError
 from ..fmt import human_duration, until
+from ..jsontypes import JSONValue
 from .connect import not_running, require_daemon, running_daemon, settings_differences
 
 _EXIT_WAIT_S = 30.0  # after the grace: unloading models and closing connections
@@ -54,6 +55,10 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _text(value: JSONValue) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def status(args: argparse.Namespace) -> int:
     with require_daemon(warn=False) as client:  # the differences are part of the report
         info = client.status()
@@ -61,7 +66,7 @@ def status(args: argparse.Namespace) -> int:
         differences = settings_differences(client)
     rows = [("address", info.address), ("pid", str(info.pid)), ("version", info.version),
             ("uptime", human_duration(info.uptime_s)), ("log", str(info.log_file or "(not to a file)"))]
-    names = [f"{m.get('name')} (until {until(m.get('expires_at')).lower()})" for m in models]
+    names = [f"{m.get('name')} (until {until(_text(m.get('expires_at'))).lower()})" for m in models]
     rows.append(("models", ", ".join(names) if names else "none loaded"))
     width = max(len(k) for k, _ in rows) + 2
     print("\n".join(f"{k + ':':<{width}}{v}" for k, v in rows))

@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import textwrap
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..fmt import binary_bytes
+from ..jsontypes import JSONObject, as_number
+
+if TYPE_CHECKING:  # the report's module is imported when the command runs
+    from ..hardware.sysinfo import BuildReport, Info
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -24,19 +29,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rpc(build: dict[str, Any], settings: dict[str, Any]) -> str:
+def _rpc(build: BuildReport, settings: JSONObject) -> str:
     """Whether this build has llama.cpp's RPC backend, and the workers LOCALRUN_RPC_SERVERS names."""
-    workers = ", ".join(settings.get("rpc_servers") or [])
+    servers = settings.get("rpc_servers")
+    workers = ", ".join(str(s) for s in servers) if isinstance(servers, list) else ""
     if not build.get("supports_rpc"):
         return "not in this build" + (f" (LOCALRUN_RPC_SERVERS={workers} cannot work)" if workers else "")
     return f"yes; layers split over {workers} (LOCALRUN_RPC_SERVERS)" if workers else "yes; no workers set"
 
 
-def render(info: dict[str, Any]) -> str:
+def render(info: Info) -> str:
     """The human-readable report (sections of aligned ``key: value`` lines)."""
     lines: list[str] = []
 
-    def section(title: str, rows: list[tuple[str, Any]]) -> None:
+    def section(title: str, rows: Sequence[tuple[str, object]]) -> None:
         lines.append(title)
         width = max((len(k) for k, _ in rows), default=0)
         lines.extend(f"  {k + ':':<{width + 1}} {v}" for k, v in rows)
@@ -55,11 +61,11 @@ def render(info: dict[str, Any]) -> str:
         ("GPU offload", "yes" if build.get("supports_gpu_offload") else "no"),
         ("RPC", _rpc(build, info.get("settings") or {})),
     ])
-    rows = [(d["name"], f"{d['kind'].upper():5} {binary_bytes(d['free_bytes'])} free of "
-             f"{binary_bytes(d['total_bytes'])}  {d.get('description', '')}") for d in info["devices"]]
+    rows = [(str(d["name"]), f"{str(d['kind']).upper():5} {binary_bytes(as_number(d['free_bytes']))} free of "
+             f"{binary_bytes(as_number(d['total_bytes']))}  {d.get('description', '')}") for d in info["devices"]]
     section("devices", rows or [("none", "the device probe failed (see errors)")])
     if info["host_gpus"]:
-        section("GPUs on this machine", [(g["vendor"], f"{g['name']} (found by {g['source']})")
+        section("GPUs on this machine", [(str(g["vendor"]), f"{g['name']} (found by {g['source']})")
                                          for g in info["host_gpus"]])
     features = [k for k, on in cpu["features"].items() if on and k not in ("OPENMP", "REPACK", "LLAMAFILE")]
     section("cpu", [

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ..errors import ConfigError, InvalidRequest
+from ..jsontypes import as_number
 from .connect import connect
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ def pull_with_progress(client: Client, model: str) -> None:
         for chunk in client.pull(model):
             status = str(chunk.get("status") or "")
             key = str(chunk.get("digest") or status)
-            total, completed = chunk.get("total"), chunk.get("completed")
+            total, completed = as_number(chunk.get("total")), as_number(chunk.get("completed"))
             if key not in tasks:
                 tasks[key] = progress.add_task(status[:40], total=total if total else None)
             progress.update(tasks[key], description=status[:40], completed=completed or 0,
@@ -161,7 +162,7 @@ def generate_once(client: Client, model: str, prompt: str, args: argparse.Namesp
     out = sys.stdout
     try:
         for chunk in client.generate(model, prompt, **fields):
-            text = chunk.get("response") or ""
+            text = str(chunk.get("response") or "")
             if text:
                 if ttft is None:
                     ttft = time.monotonic() - started

@@ -30,6 +30,7 @@ from rich.progress import (
 from .. import config
 from ..errors import InvalidRequest, LocalrunError
 from ..fmt import human_ago, human_bytes
+from ..jsontypes import JSONValue, as_number, as_object
 
 if TYPE_CHECKING:  # imported where used, to keep `localrun --help` fast
     from ..client import Client
@@ -187,9 +188,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     if daemon is not None:
         with daemon:
             rows = [_upstream_row(m) if m.get("remote_host") else
-                    [m["name"], str(m.get("digest", "")).removeprefix("sha256:")[:12],
-                     human_bytes(int(m.get("size", 0))), human_ago(_timestamp(m.get("modified_at")), now),
-                     BASE_NOTE if (m.get("details") or {}).get("base_model") else ""] for m in daemon.list()]
+                    [str(m["name"]), str(m.get("digest", "")).removeprefix("sha256:")[:12],
+                     human_bytes(int(as_number(m.get("size")) or 0)), human_ago(_timestamp(m.get("modified_at")), now),
+                     BASE_NOTE if as_object(m.get("details")).get("base_model") else ""] for m in daemon.list()]
     else:
         rows = [[e.name, e.id, human_bytes(e.size), human_ago(e.modified, now), BASE_NOTE if e.base_model else ""]
                 for e in _store().list()]
@@ -233,17 +234,17 @@ def cmd_show(args: argparse.Namespace) -> int:
     console = _console()
     d = details.details
     _section(console, "Model", [
-        ("architecture", d.get("family") or "-"),
-        ("parameters", d.get("parameter_size") or "-"),
+        ("architecture", str(d.get("family") or "-")),
+        ("parameters", str(d.get("parameter_size") or "-")),
         ("context length", str(d.get("context_length") or "-")),
-        ("quantization", d.get("quantization_level") or "-"),
+        ("quantization", str(d.get("quantization_level") or "-")),
         ("template", {"modelfile": "from the Modelfile", "gguf": "from the GGUF", "none": "none"}[
             details.template_source]),
         *([("kind", f"{BASE_NOTE} (it continues text; chat with {config.STARTER_MODEL})")]
           if d.get("base_model") else []),
     ])
-    params = [(k, _param_text(v)) for k in sorted(details.parameters)
-              for v in (details.parameters[k] if isinstance(details.parameters[k], list) else [details.parameters[k]])]
+    params = [(k, _param_text(v)) for k, value in sorted(details.parameters.items())
+              for v in (value if isinstance(value, list) else [value])]
     if params:
         _section(console, "Parameters", params)
     if details.system:
@@ -262,7 +263,7 @@ def _section(console: Console, title: str, rows: list[tuple[str, str]]) -> None:
     sys.stdout.write("\n".join(lines) + "\n\n")
 
 
-def _timestamp(iso: Any) -> float:
+def _timestamp(iso: JSONValue) -> float:
     import datetime as dt
 
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -75,7 +76,7 @@ def is_go_template(source: str) -> bool:
 class ChatTemplate:
     """A compiled chat template (Jinja2, Go, or none). Immutable and thread-safe to render."""
 
-    def __init__(self, source: str | None, kind: str, compiled: Any) -> None:
+    def __init__(self, source: str | None, kind: str, compiled: jinja2.Template | GoTemplate | None) -> None:
         self.source = source
         self.kind = kind            # "jinja" | "go" | "none"
         self._compiled = compiled
@@ -115,9 +116,9 @@ class ChatTemplate:
                 self._names = frozenset()
         return self._names
 
-    def render(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+    def render(self, messages: Sequence[Mapping[str, object]], *, tools: Sequence[Mapping[str, object]] | None = None,
                add_generation_prompt: bool = True, bos_token: str = "", eos_token: str = "",
-               think: bool | None = None, **extra: Any) -> str:
+               think: bool | None = None, **extra: object) -> str:
         """The prompt for ``messages``, as the Hugging Face reference renders it.
 
         ``messages`` are dicts with role, content and optionally images, ``tool_calls`` (a list of
@@ -127,17 +128,18 @@ class ChatTemplate:
         templates that use them. ``think`` (when set) is ``enable_thinking`` for Jinja2
         templates and ``.Think`` for Go ones.
         """
-        messages = [hf_message(m, i) for i, m in enumerate(messages)]
+        shaped = [hf_message(m, i) for i, m in enumerate(messages)]
+        compiled = self._compiled
         try:
-            if self.kind == "none":
-                return _plain(messages)
-            if self.kind == "go":
+            if compiled is None:  # kind "none"
+                return _plain(shaped)
+            if isinstance(compiled, GoTemplate):
                 if think is not None:
                     extra = {**extra, "Think": think, "IsThinkSet": True}
-                return _render_go(self._compiled, messages, tools, add_generation_prompt, extra)
+                return _render_go(compiled, shaped, tools, add_generation_prompt, extra)
             if think is not None:
                 extra = {**extra, "enable_thinking": think}
-            text = self._compiled.render(messages=messages, tools=tools or None,
+            text = compiled.render(messages=shaped, tools=tools or None,
                                          add_generation_prompt=add_generation_prompt,
                                          bos_token=bos_token, eos_token=eos_token, **extra)
         except TemplateError:
@@ -152,13 +154,13 @@ class ChatTemplate:
         return str(text)
 
 
-def hf_message(message: dict[str, Any], position: int) -> dict[str, Any]:
+def hf_message(message: Mapping[str, object], position: int) -> dict[str, object]:
     """``message`` in the shape Hugging Face chat templates expect (a new dict; see ``render``)."""
     out = dict(message)
     if out.get("content") is None:
         out["content"] = ""
     calls = out.get("tool_calls")
-    if calls:
+    if calls and isinstance(calls, (list, tuple)):
         out["tool_calls"] = [_hf_call(call, f"call_{position}_{i}") for i, call in enumerate(calls)]
     if out.get("role") == "tool" and out.get("tool_name") and not out.get("name"):
         out["name"] = out["tool_name"]
@@ -167,7 +169,7 @@ def hf_message(message: dict[str, Any], position: int) -> dict[str, Any]:
     return out
 
 
-def _hf_call(call: Any, default_id: str) -> Any:
+def _hf_call(call: object, default_id: str) -> object:
     if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
         return call
     fn = dict(call["function"])
@@ -180,12 +182,13 @@ def _hf_call(call: Any, default_id: str) -> Any:
     return {**call, "id": call.get("id") or default_id, "type": call.get("type") or "function", "function": fn}
 
 
-def _plain(messages: list[dict[str, Any]]) -> str:
+def _plain(messages: Sequence[Mapping[str, object]]) -> str:
     return "\n\n".join(str(m.get("content") or "") for m in messages if m.get("content"))
 
 
-def _render_go(template: GoTemplate, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-               add_generation_prompt: bool, extra: dict[str, Any]) -> str:
+def _render_go(template: GoTemplate, messages: Sequence[Mapping[str, object]],
+               tools: Sequence[Mapping[str, object]] | None, add_generation_prompt: bool,
+               extra: Mapping[str, object]) -> str:
     system = "\n\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
     if template.uses_messages:
         values = {"System": system, "Messages": messages, "Tools": tools or [], "Prompt": "",
@@ -194,7 +197,8 @@ def _render_go(template: GoTemplate, messages: list[dict[str, Any]], tools: list
     return _render_legacy(template, messages, add_generation_prompt)
 
 
-def _render_legacy(template: GoTemplate, messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+def _render_legacy(template: GoTemplate, messages: Sequence[Mapping[str, object]],
+                   add_generation_prompt: bool) -> str:
     """Ollama's rendering of .System/.Prompt/.Response templates: one execution per turn,
     the last one cut after ``{{ .Response }}`` so generation continues from there."""
     out: list[str] = []

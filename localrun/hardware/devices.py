@@ -33,12 +33,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import EngineError
+from ..jsontypes import JSONObject
 
 __all__ = [
     "BuildInfo", "Device", "DeviceKind", "DeviceProbe", "FakeProbe", "GgmlProbe", "NativeReport",
@@ -90,13 +91,20 @@ class Device:
     def is_igpu(self) -> bool:
         return self.kind is DeviceKind.IGPU
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {**asdict(self), "kind": str(self.kind)}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Device:
-        return cls(str(d["name"]), str(d.get("description", "")), DeviceKind(d["kind"]),
-                   int(d["total_bytes"]), int(d["free_bytes"]), str(d.get("backend", "")))
+    def from_dict(cls, d: Mapping[str, object]) -> Device:
+        """The device :meth:`to_dict` wrote (the probe's payload); KeyError, ValueError or TypeError if not one."""
+        return cls(str(d["name"]), str(d.get("description", "")), DeviceKind(str(d["kind"])),
+                   _byte_count(d["total_bytes"]), _byte_count(d["free_bytes"]), str(d.get("backend", "")))
+
+
+def _byte_count(value: object) -> int:
+    if not isinstance(value, (int, float, str)):
+        raise TypeError(f"a byte count must be a number, not {type(value).__name__}")
+    return int(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+
+from ..jsontypes import JSONObject
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ class HostGpu:
     source: str                 # how it was found: "nvidia-smi", "/sys/class/drm", "apple-silicon"...
     total_bytes: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
 

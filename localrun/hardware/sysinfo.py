@@ -1,6 +1,7 @@
 """What ``localrun info`` and ``GET /api/info`` report: versions, build, devices, CPU, workarounds, store.
 
-:func:`collect_info` returns a plain JSON-ready dict (the daemon serves it as is; the CLI prints it).
+:func:`collect_info` returns a plain JSON-ready dict, typed as :class:`Info` (the daemon serves it as is;
+the CLI prints it).
 It never raises for a missing or broken llama.cpp: problems go into ``errors`` and the rest is still
 reported. It takes about 0.3 s on a CPU-only machine (a child process probes the devices, see
 :mod:`localrun.hardware.devices`), longer the first time a GPU driver initialises; callers in the daemon should
@@ -24,10 +25,11 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from .. import __version__, config
 from ..errors import LocalrunError
+from ..jsontypes import JSONObject, JSONValue
 from . import hostgpu
 from .devices import NativeReport, probe_native, with_current_ram
 
@@ -42,6 +44,81 @@ NO_EXTRA_BUFTS_REASON = (
     "repacked CPU weight layouts (AMX, and the Q4_0/IQ4_NL interleaving), so prompt processing of "
     "those quantisations on CPU can be slower."
 )
+
+
+class LocalrunVersion(TypedDict):
+    version: str
+    python: str
+    executable: str
+    platform: str
+
+
+class LlamaCppVersion(TypedDict):
+    """The installed llama-cpp-python and the llama.cpp it wraps (None where the probe failed)."""
+
+    llama_cpp_python: str | None
+    ggml_version: str | None
+    ggml_commit: str | None
+    llama_version: str | None
+    system_info: str | None
+    lib_dir: str | None
+
+
+class BuildReport(TypedDict):
+    backend: str | None             # "CPU", "CUDA", "CUDA+Vulkan"...; None where the probe failed
+    gpu_backends: list[str]
+    registered_backends: list[str]
+    supports_gpu_offload: bool
+    supports_rpc: bool
+
+
+class CpuReport(TypedDict):
+    model: str | None
+    cores_physical: int | None
+    cores_logical: int | None
+    arch: str
+    features: dict[str, bool]       # llama.cpp's system_info
+    flags: list[str]                # the OS's, those worth showing
+
+
+class MemoryReport(TypedDict):
+    total_bytes: int
+    available_bytes: int
+
+
+class Workaround(TypedDict):
+    name: str
+    setting: str
+    active: bool
+    applies: bool
+    reason: str
+
+
+class DirUsage(TypedDict, total=False):
+    """:func:`dir_usage`'s result; in :class:`Info` it is empty when the models directory setting is unusable."""
+
+    dir: str
+    exists: bool
+    used_bytes: int
+    disk_free_bytes: int | None
+    disk_total_bytes: int | None
+
+
+class Info(TypedDict):
+    """What :func:`collect_info` returns (the keys of the module docstring)."""
+
+    localrun: LocalrunVersion
+    llama_cpp: LlamaCppVersion
+    build: BuildReport
+    devices: list[JSONObject]       # Device.to_dict
+    host_gpus: list[JSONObject]     # HostGpu.to_dict
+    cpu: CpuReport
+    memory: MemoryReport
+    workarounds: list[Workaround]
+    models: DirUsage
+    settings: JSONObject            # the LOCALRUN_* settings that could be read
+    advice: list[str]
+    errors: list[str]
 
 
 def parse_system_info(text: str) -> dict[str, bool]:
@@ -78,7 +155,7 @@ def _sysctl(name: str) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def dir_usage(path: Path) -> dict[str, Any]:
+def dir_usage(path: Path) -> DirUsage:
     """Bytes of regular files under ``path`` (symlinks not followed) and the free space of its disk."""
     used = 0
     stack = [path]
@@ -106,11 +183,13 @@ def dir_usage(path: Path) -> dict[str, Any]:
             "disk_free_bytes": free, "disk_total_bytes": total}
 
 
-def _settings(errors: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, get in (("host", lambda: config.host().url), ("num_parallel", config.num_parallel),
-                     ("max_loaded_models", config.max_loaded_models), ("keep_alive_s", config.keep_alive),
-                     ("log_dir", lambda: str(config.log_dir())), ("rpc_servers", lambda: list(config.rpc_servers()))):
+def _settings(errors: list[str]) -> JSONObject:
+    out: JSONObject = {}
+    getters: tuple[tuple[str, Callable[[], JSONValue]], ...] = (
+        ("host", lambda: config.host().url), ("num_parallel", config.num_parallel),
+        ("max_loaded_models", config.max_loaded_models), ("keep_alive_s", config.keep_alive),
+        ("log_dir", lambda: str(config.log_dir())), ("rpc_servers", lambda: list(config.rpc_servers())))
+    for key, get in getters:
         try:
             out[key] = get()
         except LocalrunError as exc:
@@ -122,7 +201,7 @@ def collect_info(
     native: Callable[[], NativeReport] = probe_native,
     host_gpus: Callable[[], list[hostgpu.HostGpu]] = hostgpu.detect,
     cpuinfo: Path = Path("/proc/cpuinfo"),
-) -> dict[str, Any]:
+) -> Info:
     """Everything ``localrun info`` shows, as a JSON-ready dict (see the module docstring)."""
     import psutil
 
@@ -142,7 +221,7 @@ def collect_info(
         models = dir_usage(config.models_dir())
     except LocalrunError as exc:
         errors.append(str(exc))
-        models = {}
+        models = DirUsage()
     vm = psutil.virtual_memory()
     has_amx = any(f in flags for f in AMX_FLAGS)
     return {

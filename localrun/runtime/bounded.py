@@ -37,14 +37,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import IO, Any
+from typing import IO, TypeVarTuple
 
 from .. import errors
+from ..jsontypes import JSONObject, JSONValue, as_object
 
 log = logging.getLogger(__name__)
 
 MAX_FRAME = 64 * 1024 * 1024
 _HEADER = struct.Struct(">I")
+Args = TypeVarTuple("Args")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +58,8 @@ class Limits:
     wall_seconds: float = 10.0
 
 
-def write_frame(out: IO[bytes], message: Any) -> None:
+def write_frame(out: IO[bytes], message: object) -> None:
+    """Send ``message`` (``json.dumps`` checks it is JSON: TypeError or ValueError when not)."""
     body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     if len(body) > MAX_FRAME:
         raise ValueError(f"message of {len(body)} bytes is over the {MAX_FRAME}-byte frame limit")
@@ -64,7 +67,7 @@ def write_frame(out: IO[bytes], message: Any) -> None:
     out.flush()
 
 
-def read_frame(inp: IO[bytes]) -> Any | None:
+def read_frame(inp: IO[bytes]) -> JSONValue:
     """The next message, or None at end of stream (the other side is gone)."""
     header = inp.read(_HEADER.size)
     if len(header) < _HEADER.size:
@@ -75,7 +78,8 @@ def read_frame(inp: IO[bytes]) -> Any | None:
     body = inp.read(n)
     if len(body) < n:
         return None
-    return json.loads(body.decode("utf-8"))
+    message: JSONValue = json.loads(body.decode("utf-8"))
+    return message
 
 
 class _WorkerGone(Exception):
@@ -90,7 +94,7 @@ class _Worker:
             [sys.executable, "-m", "localrun.runtime.bounded_child", json.dumps(asdict(limits))],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         )
-        self.replies: queue.Queue[Any] = queue.Queue()
+        self.replies: queue.Queue[JSONValue] = queue.Queue()  # None: the worker is gone
         self._reader = threading.Thread(target=self._read, name=f"bounded-reader-{self.proc.pid}", daemon=True)
         self._reader.start()
 
@@ -103,7 +107,7 @@ class _Worker:
             pass
         self.replies.put(None)
 
-    def call(self, request: dict[str, Any], timeout: float) -> Any:
+    def call(self, request: object, timeout: float) -> JSONObject:
         assert self.proc.stdin is not None
         try:
             write_frame(self.proc.stdin, request)
@@ -117,6 +121,8 @@ class _Worker:
         if reply is None:
             code = self.proc.wait()
             raise _WorkerGone(_describe_exit(code))
+        if not isinstance(reply, dict):  # bounded_child always answers {"ok": ...} or {"error": ...}
+            raise _WorkerGone(f"it answered {type(reply).__name__}, not a reply")
         return reply
 
     def kill(self) -> None:
@@ -169,10 +175,11 @@ class BoundedPool:
             raise
         self._release(worker)
 
-    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def run(self, fn: Callable[[*Args], object], *args: *Args) -> JSONValue:
         """``fn(*args)`` in a worker; its JSON result, or the error it raised (a LocalrunError).
 
-        ``fn`` must be a module-level function of localrun taking and returning JSON values.
+        ``fn`` must be a module-level function of localrun taking and returning JSON values; what
+        comes back is that value as JSON reads it (a tuple is a list), for the caller to narrow.
         Raises the pool's error type when the job breaks a limit or its worker dies.
         """
         name = f"{fn.__module__}:{fn.__qualname__}"
@@ -181,7 +188,7 @@ class BoundedPool:
         worker = self._acquire()
         started = time.monotonic()
         try:
-            reply = worker.call({"fn": name, "args": list(args)}, self.limits.wall_seconds)
+            reply = worker.call({"fn": name, "args": args}, self.limits.wall_seconds)
         except _WorkerGone as exc:
             self._discard(worker)
             log.warning("%s was stopped after %.1fs: %s", self._what, time.monotonic() - started, exc)
@@ -191,9 +198,9 @@ class BoundedPool:
         self._release(worker)
         if "ok" in reply:
             return reply["ok"]
-        raise self._rebuild(reply.get("error") or {})
+        raise self._rebuild(as_object(reply.get("error")))
 
-    def _rebuild(self, error: dict[str, Any]) -> errors.LocalrunError:
+    def _rebuild(self, error: JSONObject) -> errors.LocalrunError:
         message = str(error.get("message") or "failed")
         rebuilt = errors.from_code(error.get("code"), message)  # the same mapping as the runner pipe's
         return rebuilt if rebuilt is not None else self._error(f"{self._what} failed: {message}")

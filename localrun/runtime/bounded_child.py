@@ -15,9 +15,9 @@ import importlib
 import json
 import math
 import sys
-from typing import Any
 
 from ..errors import LocalrunError
+from ..jsontypes import JSONObject, JSONValue, as_object
 from .bounded import read_frame, write_frame
 
 try:
@@ -47,13 +47,15 @@ def _arm_cpu(cpu_seconds: int) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
-def _execute(request: dict[str, Any]) -> dict[str, Any]:
+def _execute(request: JSONObject) -> JSONObject:
     module_name, _, qualname = str(request.get("fn", "")).partition(":")
-    if not module_name.startswith("localrun.") or not qualname.isidentifier():
+    args = request.get("args", [])
+    if not module_name.startswith("localrun.") or not qualname.isidentifier() or not isinstance(args, list):
         return {"error": {"message": f"not a job: {request.get('fn')!r}"}}
     try:
         fn = getattr(importlib.import_module(module_name), qualname)
-        return {"ok": fn(*request.get("args", []))}
+        result: JSONValue = fn(*args)  # write_frame checks that it is JSON
+        return {"ok": result}
     except LocalrunError as exc:
         return {"error": {"code": exc.code, "message": exc.message}}
     except MemoryError:
@@ -71,7 +73,7 @@ def main() -> None:
     sys.stdout = sys.stderr  # a stray print must not corrupt the frames
     while (request := read_frame(stdin)) is not None:
         _arm_cpu(int(limits["cpu_seconds"]))
-        reply = _execute(request)
+        reply = _execute(as_object(request))
         try:
             write_frame(stdout, reply)
         except (TypeError, ValueError) as exc:  # the result was not JSON, or too large

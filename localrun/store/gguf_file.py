@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidModelFile
+from ..jsontypes import JSONObject
 from .geometry import ArrayLen, ModelGeometry, geometry_of, is_base_model
 from .tokenizer_facts import read_facts
 
@@ -89,7 +90,7 @@ class GGUFInfo:
     tensor_count: int
     file_size: int
     geometry: ModelGeometry
-    metadata: dict[str, Any] = field(default_factory=dict)  # scalars and short arrays, JSON-safe
+    metadata: JSONObject = field(default_factory=dict)  # scalars and short arrays, JSON-safe
 
     @property
     def parameter_size(self) -> str:
@@ -105,7 +106,7 @@ class GGUFInfo:
         """See :func:`is_base_model`."""
         return is_base_model(self.chat_template, self.metadata.get("general.finetune"))
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JSONObject:
         """The config-blob fields (Ollama's names, plus ``base_model``) for this model."""
         return {
             "base_model": self.base_model,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CorruptBlob, ModelfileError, ModelNotFound, StoreError
+from ..jsontypes import JSONObject, JSONValue, as_objects
 from . import manifest as mt
 from .blobs import BlobStore, file_lock
 from .create import Builder, FromHook
@@ -109,19 +110,20 @@ class ModelStore:
     def _text(self, layer: Layer | None) -> str | None:
         return None if layer is None else self.blobs.read_bytes(layer.digest).decode("utf-8", errors="replace")
 
-    def _json(self, layer: Layer | None, default: Any) -> Any:
+    def _json(self, layer: Layer | None, default: JSONValue) -> JSONValue:
         if layer is None:
             return default
         try:
-            return json.loads(self.blobs.read_bytes(layer.digest))
+            value: JSONValue = json.loads(self.blobs.read_bytes(layer.digest))
+            return value
         except ValueError as exc:
             raise CorruptBlob(f"layer {layer.digest} ({layer.media_type}) is not valid JSON: {exc}") from None
 
-    def read_params(self, layers: Iterable[Layer]) -> dict[str, Any]:
+    def read_params(self, layers: Iterable[Layer]) -> JSONObject:
         params = self._json(next((x for x in layers if x.media_type == mt.PARAMS), None), {})
         return params if isinstance(params, dict) else {}
 
-    def read_config(self, manifest: Manifest) -> dict[str, Any]:
+    def read_config(self, manifest: Manifest) -> JSONObject:
         try:
             config = self._json(manifest.config, {})
         except CorruptBlob:
@@ -130,7 +132,7 @@ class ModelStore:
 
     def _messages(self, manifest: Manifest) -> builtins.list[Message]:
         raw = self._json(manifest.first(mt.MESSAGES), [])
-        return [Message(str(m.get("role", "")), str(m.get("content", ""))) for m in raw if isinstance(m, dict)]
+        return [Message(str(m.get("role", "")), str(m.get("content", ""))) for m in as_objects(raw)]
 
     # -- resolve / show --------------------------------------------------------------
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from ..jsontypes import JSONObject
 from .modelfile import Message
 
 
@@ -41,10 +41,10 @@ class ResolvedModel:
     adapter_path: Path | None
     template: str | None
     system: str | None
-    parameters: dict[str, Any]
+    parameters: JSONObject
     messages: list[Message]
     license: str | None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: JSONObject = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,7 @@ class ModelDetails:
     size: int
     modified: float
     modelfile: str                 # a Modelfile that re-creates this model
-    parameters: dict[str, Any]
+    parameters: JSONObject
     template: str | None           # the Modelfile TEMPLATE, else the GGUF's chat template
     template_source: str           # "modelfile", "gguf" or "none"
     system: str | None
@@ -64,5 +64,5 @@ class ModelDetails:
     messages: list[Message]
     adapter_path: Path | None
     model_path: Path
-    details: dict[str, Any]        # family, parameter_size, quantization_level, format
-    model_info: dict[str, Any]     # GGUF metadata (scalars and short arrays)
+    details: JSONObject            # family, parameter_size, quantization_level, format
+    model_info: JSONObject         # GGUF metadata (scalars and short arrays)

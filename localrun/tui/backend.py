@@ -10,37 +10,40 @@ DaemonUnavailable, which the UI treats as "reconnect".
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..client import AsyncClient
 from ..fmt import format_seconds
+from ..jsontypes import JSONObject
 
 # The daemon's JSON objects, as the client returns them (``list`` is a method name below).
-Rows = list[dict[str, Any]]
+Rows = list[JSONObject]
+# A chat request's messages: role, content, images, tool_calls... as /api/chat takes them (the daemon checks them).
+Messages = Sequence[Mapping[str, object]]
 
 
 class DaemonApi(Protocol):
     base_url: str
 
-    def chat(self, model: str, messages: Rows, **fields: Any) -> AsyncIterator[dict[str, Any]]:
+    def chat(self, model: str, messages: Messages, **fields: object) -> AsyncIterator[JSONObject]:
         """Stream a chat reply; ``fields`` are options / format / keep_alive as /api/chat takes them."""
         ...
 
     async def list(self) -> Rows: ...
 
-    async def show(self, model: str) -> dict[str, Any]: ...
+    async def show(self, model: str) -> JSONObject: ...
 
     async def ps(self) -> Rows: ...
 
     async def pulls(self) -> Rows: ...
 
-    def pull(self, model: str) -> AsyncIterator[dict[str, Any]]: ...
+    def pull(self, model: str) -> AsyncIterator[JSONObject]: ...
 
-    def create(self, model: str, modelfile: str) -> AsyncIterator[dict[str, Any]]: ...
+    def create(self, model: str, modelfile: str) -> AsyncIterator[JSONObject]: ...
 
-    async def health(self) -> dict[str, Any]: ...
+    async def health(self) -> JSONObject: ...
 
     async def metrics(self) -> str:
         """The daemon's Prometheus text (``GET /metrics``)."""
@@ -60,13 +63,13 @@ class ClientBackend:
         self._client = client if client is not None else AsyncClient(base_url)
         self.base_url: str = self._client.base_url
 
-    def chat(self, model: str, messages: Rows, **fields: Any) -> AsyncIterator[dict[str, Any]]:
+    def chat(self, model: str, messages: Messages, **fields: object) -> AsyncIterator[JSONObject]:
         return self._client.chat(model, messages, **fields)
 
     async def list(self) -> Rows:
         return await self._client.list()
 
-    async def show(self, model: str) -> dict[str, Any]:
+    async def show(self, model: str) -> JSONObject:
         return await self._client.show(model)
 
     async def ps(self) -> Rows:
@@ -75,13 +78,13 @@ class ClientBackend:
     async def pulls(self) -> Rows:
         return await self._client.pulls()
 
-    def pull(self, model: str) -> AsyncIterator[dict[str, Any]]:
+    def pull(self, model: str) -> AsyncIterator[JSONObject]:
         return self._client.pull(model)
 
-    def create(self, model: str, modelfile: str) -> AsyncIterator[dict[str, Any]]:
+    def create(self, model: str, modelfile: str) -> AsyncIterator[JSONObject]:
         return self._client.create(model, modelfile)
 
-    async def health(self) -> dict[str, Any]:
+    async def health(self) -> JSONObject:
         return await self._client.health()
 
     async def metrics(self) -> str:
@@ -111,7 +114,7 @@ class ReplyStats:
     ttft_s: float | None = None
 
     @classmethod
-    def from_done(cls, chunk: dict[str, Any], ttft_s: float | None) -> ReplyStats:
+    def from_done(cls, chunk: JSONObject, ttft_s: float | None) -> ReplyStats:
         def num(key: str) -> int:
             value = chunk.get(key)
             return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from rich.text import Text
 from textual import getters, on, work
@@ -21,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from ..errors import DaemonUnavailable, LocalrunError, StoreError
+from ..jsontypes import JSONObject, as_object, as_objects
 from . import commands as cmd
 from . import model_ops
 from .app import LocalrunApp
@@ -164,7 +164,7 @@ class ChatScreen(SlashCommands, Screen[None]):
         messages = session.request_messages(prompt)
         fields = session.request_fields()
         parts: list[str] = []
-        calls: list[dict[str, Any]] = []
+        calls: list[JSONObject] = []
         stats: ReplyStats | None = None
         state, error = "done", ""
         started = time.monotonic()
@@ -174,8 +174,8 @@ class ChatScreen(SlashCommands, Screen[None]):
         view.start_stream()
         try:
             async for chunk in self.app.backend.chat(session.model, messages, **fields):
-                message = chunk.get("message") or {}
-                text, thinking = message.get("content") or "", message.get("thinking") or ""
+                message = as_object(chunk.get("message"))
+                text, thinking = str(message.get("content") or ""), str(message.get("thinking") or "")
                 if (text or thinking) and ttft is None:
                     ttft = time.monotonic() - started
                     self.set_status("Streaming… (Esc stops)")
@@ -184,7 +184,7 @@ class ChatScreen(SlashCommands, Screen[None]):
                 if text:
                     parts.append(text)
                     await view.write(text)
-                for call in message.get("tool_calls") or []:
+                for call in as_objects(message.get("tool_calls")):
                     calls.append(call)
                     await view.add_tool_call(call)
                 if chunk.get("done"):
@@ -201,7 +201,7 @@ class ChatScreen(SlashCommands, Screen[None]):
             await self._finish_reply(prompt, "".join(parts), view, state, error, stats, calls)
 
     async def _finish_reply(self, prompt: str, reply: str, view: AssistantMessage, state: str, error: str,
-                            stats: ReplyStats | None, calls: list[dict[str, Any]]) -> None:
+                            stats: ReplyStats | None, calls: list[JSONObject]) -> None:
         self.streaming = False
         self.set_status("")
         if state == "done":

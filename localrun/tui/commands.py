@@ -9,9 +9,11 @@ they mean.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..conversations import ChatMessage
 from ..errors import InvalidRequest, OptionError
 from ..parameters import ParameterValue, kind_of, parse_value
 
@@ -240,8 +242,8 @@ def format_parameter_value(value: object) -> str:
     return str(value)
 
 
-def save_modelfile(model: str, system: str | None, options: dict[str, Any],
-                   messages: list[dict[str, Any]]) -> str:
+def save_modelfile(model: str, system: str | None, options: Mapping[str, object],
+                   messages: Sequence[ChatMessage]) -> str:
     """The Modelfile ``/save`` creates: FROM the current model, SYSTEM, PARAMETERs and MESSAGEs."""
     lines = [f"FROM {model}"]
     if system:

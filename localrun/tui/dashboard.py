@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Mapping, Sequence
 
 from rich.text import Text
 from textual import getters, work
@@ -21,6 +22,7 @@ from textual.widgets import DataTable, Footer, Label, ProgressBar, Sparkline, St
 
 from .. import fmt
 from ..errors import LocalrunError
+from ..jsontypes import as_number
 from . import stats as st
 from .app import LocalrunApp
 from .backend import Rows
@@ -103,7 +105,7 @@ class DashboardScreen(Screen[None]):
         self.samples.append(0.0)
         self.query_one("#tps", Sparkline).data = list(self.samples)
 
-    def draw(self, models: list[dict[str, object]], health: dict[str, object],
+    def draw(self, models: Sequence[Mapping[str, object]], health: Mapping[str, object],
              snapshot: st.MetricsSnapshot | None) -> None:
         title = self.query_one("#dash-title", Static)
         title.remove_class("disconnected")
@@ -133,7 +135,7 @@ class DashboardScreen(Screen[None]):
         text.append(detail, style="dim")
         self.query_one(f"#total-{key}", Static).update(text)
 
-    def draw_models(self, models: list[dict[str, object]], snapshot: st.MetricsSnapshot | None) -> None:
+    def draw_models(self, models: Sequence[Mapping[str, object]], snapshot: st.MetricsSnapshot | None) -> None:
         table = self.query_one("#models", DataTable)
         table.clear()
         if not models:
@@ -158,7 +160,7 @@ class DashboardScreen(Screen[None]):
 
         pulls = {
             str(p.get("model")): PullState(str(p.get("model")), str(p.get("status") or "pulling"),
-                                           p.get("completed"), p.get("total"))
+                                           as_number(p.get("completed")), as_number(p.get("total")))
             for p in self.daemon_pulls
         }
         pulls.update(self.app.pulls)

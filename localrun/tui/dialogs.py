@@ -60,7 +60,7 @@ class ModelPicker(ModalScreen[str | None]):
         option_list = self.query_one("#model-list", OptionList)
         try:
             models = await self.app.backend.list()
-            loaded = {m.get("name") for m in await self.app.backend.ps()}
+            loaded: set[object] = {m.get("name") for m in await self.app.backend.ps()}
         except LocalrunError as exc:
             option_list.add_option(Option(Text(f"cannot list models: {exc}"), disabled=True))
             return

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from .. import config
 from ..errors import InvalidRequest, ModelNotFound, NotFound
+from ..jsontypes import JSONObject
 from .backend import DaemonApi
 
 ProgressFn = Callable[[str, float | None, float | None], object]
@@ -54,7 +54,7 @@ class ModelFacts:
     """What the chat shows about a model: whether it is a base model, and its real defaults."""
 
     base_model: bool = False
-    defaults: dict[str, Any] = field(default_factory=dict)  # what a request without options gets
+    defaults: JSONObject = field(default_factory=dict)  # what a request without options gets
 
 
 async def model_facts(backend: DaemonApi, model: str) -> ModelFacts:

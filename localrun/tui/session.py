@@ -8,10 +8,20 @@ history). It is mutated only by the chat screen, on the UI's event loop.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict, Unpack
 
-from ..conversations import Conversation, ConversationStore
+from ..conversations import ChatMessage, Conversation, ConversationStore
+from ..jsontypes import JSONObject
 from ..parameters import ParameterValue
+
+
+class Switches(TypedDict, total=False):
+    """The session-only settings :meth:`ChatSession.start` may set (the fields of the same names)."""
+
+    format: str | None
+    verbose: bool
+    keep_history: bool
+    keep_alive: str | None
 
 
 @dataclass(slots=True)
@@ -24,11 +34,11 @@ class ChatSession:
     keep_alive: str | None = None
     saved_ids: set[str] = field(default_factory=set)
     noticed: set[str] = field(default_factory=set)       # models whose base-model notice was shown
-    defaults: dict[str, Any] = field(default_factory=dict)  # the current model's real defaults (/api/show)
+    defaults: JSONObject = field(default_factory=dict)  # the current model's real defaults (/api/show)
 
     @classmethod
-    def start(cls, model: str, *, system: str | None = None, options: dict[str, Any] | None = None,
-              store: ConversationStore | None = None, **switches: Any) -> ChatSession:
+    def start(cls, model: str, *, system: str | None = None, options: JSONObject | None = None,
+              store: ConversationStore | None = None, **switches: Unpack[Switches]) -> ChatSession:
         return cls(Conversation.new(model, system=system, options=options), store, **switches)
 
     @property
@@ -36,21 +46,22 @@ class ChatSession:
         return self.conversation.model
 
     @property
-    def messages(self) -> list[dict[str, Any]]:
+    def messages(self) -> list[ChatMessage]:
         return self.conversation.messages
 
-    def request_messages(self, prompt: str) -> list[dict[str, Any]]:
+    def request_messages(self, prompt: str) -> list[ChatMessage]:
         """What to send for a new user turn: system, the history (unless /set nohistory), the prompt."""
-        out: list[dict[str, Any]] = []
+        out: list[ChatMessage] = []
         if self.conversation.system:
             out.append({"role": "system", "content": self.conversation.system})
         if self.keep_history:
-            out += [{k: m[k] for k in ("role", "content", "tool_calls") if k in m} for m in self.conversation.messages]
+            out += [_resent(m) for m in self.conversation.messages]
         out.append({"role": "user", "content": prompt})
         return out
 
-    def request_fields(self) -> dict[str, Any]:
-        fields: dict[str, Any] = {}
+    def request_fields(self) -> JSONObject:
+        """The /api/chat fields besides model and messages: options, format, keep_alive."""
+        fields: JSONObject = {}
         if self.conversation.options:
             fields["options"] = dict(self.conversation.options)
         if self.format:
@@ -60,14 +71,14 @@ class ChatSession:
         return fields
 
     def add_turn(self, prompt: str, reply: str, *, stopped: bool = False, thinking: str = "",
-                 tool_calls: list[dict[str, Any]] | None = None) -> None:
+                 tool_calls: list[JSONObject] | None = None) -> None:
         """Record a finished (or stopped) turn; a stopped reply is kept as far as it got.
 
         The reasoning is saved with the reply (shown again when the chat is reopened) but not
         sent back to the model: templates drop earlier turns' reasoning anyway.
         """
         self.conversation.messages.append({"role": "user", "content": prompt})
-        message: dict[str, Any] = {"role": "assistant", "content": reply}
+        message: ChatMessage = {"role": "assistant", "content": reply}
         if thinking:
             message["thinking"] = thinking
         if tool_calls:
@@ -77,7 +88,7 @@ class ChatSession:
         self.conversation.messages.append(message)
 
     def set_parameter(self, name: str, value: ParameterValue) -> None:
-        self.conversation.options[name] = value
+        self.conversation.options[name] = [*value] if isinstance(value, list) else value
 
     def new_conversation(self) -> None:
         """Start over with the same model, system prompt and parameters (``/clear``)."""
@@ -90,3 +101,11 @@ class ChatSession:
             return
         self.store.save(self.conversation)
         self.saved_ids.add(self.conversation.id)
+
+
+def _resent(message: ChatMessage) -> ChatMessage:
+    """A saved message as the model gets it again: role, content and tool calls (no reasoning, no mark)."""
+    out = ChatMessage(role=message["role"], content=message["content"])
+    if "tool_calls" in message:
+        out["tool_calls"] = message["tool_calls"]
+    return out

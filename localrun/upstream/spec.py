@@ -17,10 +17,10 @@ import enum
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import InvalidRequest
+from ..jsontypes import JSONObject
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -52,8 +52,8 @@ class UpstreamSpec:
     api_key_env: str | None = None
     models: tuple[str, ...] | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "url": self.url}
+    def to_json(self) -> JSONObject:
+        out: JSONObject = {"name": self.name, "url": self.url}
         if self.api is not None:
             out["api"] = self.api.value
         if self.api_key_env:
