@@ -95,6 +95,8 @@ class Engine:
         trace.mark("model_loaded")
         self._ctx: lc.llama_context_p | None = None
         self._closed = False
+        self.batcher: Batcher | None = None     # set by _setup for generation models
+        self.embedder: Embedder | None = None   # set by _setup (None until then, and once freed)
         try:
             self._setup(model, model_path, options, template, prefix_cache)
         except BaseException:
@@ -125,7 +127,6 @@ class Engine:
         self._cond = threading.Condition()
         self._incoming: deque[Sequence] = deque()
         self._next_id = 0
-        self.batcher: Batcher | None = None
         if generation:
             n_seq_max = min(MAX_SEQ_IDS, options.num_parallel + max(8, 2 * options.num_parallel))
             # llama.cpp aborts (GGML_ASSERT on n_outputs_max) when a batch is smaller than n_seq_max;
@@ -203,6 +204,8 @@ class Engine:
     def embed(self, inputs: list[EmbedInput], *, truncate: bool = True) -> EmbedResult:
         if self._closed:
             raise EngineError("the model is unloaded")
+        if self.embedder is None:
+            raise EngineError("the model is unloaded")
         return self.embedder.embed(inputs, truncate=truncate)
 
     def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
@@ -232,11 +235,10 @@ class Engine:
         if self._closed:
             return
         self._closed = True
-        if hasattr(self, "_cond"):
-            with self._cond:
-                self._cond.notify_all()
-            if self._thread.is_alive():
-                self._thread.join()
+        with self._cond:  # close() is reachable only on an engine whose __init__ returned
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join()
         if self._prefix_store is not None and self.batcher is not None and self._ctx is not None:
             try:
                 prefix_store.save(self._prefix_store, self._ctx, self.batcher.kv)
@@ -333,10 +335,10 @@ class Engine:
             seen = len(self._incoming)
 
     def _free_native(self) -> None:
-        if getattr(self, "batcher", None) is not None:
-            self.batcher = None
-        if getattr(self, "embedder", None) is not None:
+        self.batcher = None
+        if self.embedder is not None:
             self.embedder.close()
+            self.embedder = None
         if self._ctx is not None:
             lc.llama_free(self._ctx)
             self._ctx = None

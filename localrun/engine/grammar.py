@@ -16,6 +16,7 @@ from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
 from ..errors import GrammarError
 from .regex_bounds import check_pattern
+from .types import OutputFormat
 
 # Keywords that only annotate a schema: nothing to enforce.
 _ANNOTATIONS = {
@@ -38,7 +39,7 @@ MAX_GRAMMAR_CHARS = 200_000
 _REPEAT_RE = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
 
 
-def grammar_for(format: str | dict[str, Any] | None, grammar: str | None,
+def grammar_for(format: OutputFormat, grammar: str | None,
                 frame: tuple[str, str] | None = None) -> str | None:
     """The GBNF text for a request (raw ``grammar`` wins), or None when output is free.
 

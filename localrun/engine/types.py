@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+
+from ..jsontypes import JSONObject
+
+# What a request constrains its output to: None (free text), "json" (any JSON value) or a JSON Schema
+OutputFormat = str | JSONObject | None
 
 MAX_UBATCH = 512  # tokens llama.cpp computes at once (n_ubatch): its compute buffers scale with this
 
@@ -99,7 +103,7 @@ class GenerateRequest:
 
     prompt: str | list[int]
     sampling: SamplingOptions = field(default_factory=SamplingOptions)
-    format: str | dict[str, Any] | None = None
+    format: OutputFormat = None
     grammar: str | None = None
     format_frame: tuple[str, str] | None = None
     truncation: Truncation = Truncation.FRONT

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from .. import errors
 from ..chatevents import ChatEvent
-from ..engine.types import DoneEvent, DoneReason, GenerateRequest, Truncation
+from ..engine.types import DoneEvent, DoneReason, GenerateRequest, OutputFormat, Truncation
 from ..upstream.router import Route
 from . import chatturn, remote
 from .chatturn import ChatTurn
@@ -101,7 +101,7 @@ async def start_chat(service: Service, call: NativeCall, endpoint: str,
     return ChatRun(target.name, [LocalOutput(g, turn.parser()) for g in gens], prompt_tokens)
 
 
-async def start_completions(service: Service, call: NativeCall, fmt: str | dict[str, object] | None, endpoint: str,
+async def start_completions(service: Service, call: NativeCall, fmt: OutputFormat, endpoint: str,
                             cut: Truncation = Truncation.FRONT, suffix: str | None = None) -> ChatRun:
     """Start ``call.n`` completions of each of ``call.prompts`` (prompt-major order), as raw text.
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.types import GenerateRequest, SamplingOptions, Truncation
+from ..engine.types import GenerateRequest, OutputFormat, SamplingOptions, Truncation
 from . import prompts
 from .chatformat import ChatFormat, describe, require_tools, resolve_think
 from .chatparse import ChatStreamParser
@@ -43,7 +43,7 @@ class ChatTurn:
         """A fresh parser for one reply to this turn (one per generation)."""
         return ChatStreamParser(self.format, tools=self.tools, think=self.think, in_thinking=self.in_thinking)
 
-    def request(self, sampling: SamplingOptions, format: str | dict[str, Any] | None = None,
+    def request(self, sampling: SamplingOptions, format: OutputFormat = None,
                 truncation: Truncation = Truncation.FRONT) -> GenerateRequest:
         """The engine request; a forced call's grammar replaces ``format``."""
         if self.forced is not None:

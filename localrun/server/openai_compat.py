@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..chatevents import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
-from ..engine.types import DoneReason, EmbedInput, TokenLogprob
+from ..engine.types import DoneReason, EmbedInput, OutputFormat, TokenLogprob
 from ..errors import InvalidRequest, OptionError
 from ..runtime.resident import KeepAlive
 from .chatformat import parse_think
@@ -44,7 +44,7 @@ class NativeCall:
     n: int = 1
     logprobs: bool = False
     top_logprobs: int = 0
-    format: str | dict[str, Any] | None = None
+    format: OutputFormat = None
     messages: list[dict[str, Any]] = field(default_factory=list)
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
