@@ -138,7 +138,11 @@ def load_model(path: str, options: LoadOptions) -> lc.llama_model_p:
     rpc.add_servers(options.rpc_servers)  # before the load: devices are chosen from those registered
     params = lc.llama_model_default_params()
     params.use_extra_bufts = False  # AMX repacked buffers SIGSEGV under this VM (ENGINE_NOTES.md)
-    params.use_mmap = options.use_mmap
+    # use_mmap false (Ollama's option): read the weights into memory instead of mapping the file;
+    # true leaves llama.cpp's auto mode (mmap where the device allows it). llama_model_params has no
+    # use_mmap field since load_mode replaced it: ctypes would take the old name silently.
+    if not options.use_mmap:
+        params.load_mode = lc.LLAMA_LOAD_MODE_NONE
     if options.num_gpu is not None:
         params.n_gpu_layers = options.num_gpu
     params.main_gpu = options.main_gpu

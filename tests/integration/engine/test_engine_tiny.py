@@ -401,3 +401,11 @@ def test_fast_greedy_picks_what_llama_cpps_chain_picks(repeat: float, freq: floa
             fast.accept(native)
     finally:
         lc.llama_sampler_free(chain)
+
+
+@pytest.mark.parametrize(("use_mmap", "buffer"), [(True, "CPU_Mapped"), (False, "CPU")])
+def test_use_mmap_false_reads_the_weights_into_memory(tiny_gguf: Path, use_mmap: bool, buffer: str) -> None:
+    """Ollama's use_mmap option reaches llama.cpp (its load_mode; the old use_mmap field is gone)."""
+    with Engine(str(tiny_gguf), LoadOptions(num_ctx=64, num_parallel=1, num_batch=64, use_mmap=use_mmap)) as engine:
+        assert buffer in engine.info.buffer_bytes, engine.info.buffer_bytes
+        assert ("CPU_Mapped" in engine.info.buffer_bytes) is use_mmap
