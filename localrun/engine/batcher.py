@@ -36,17 +36,19 @@ import llama_cpp as lc
 
 from .. import trace
 from ..errors import EngineError, GrammarError, LocalrunError
-from .drafter import MAX_DRAFT_ROWS, NgramDrafter
+from .drafter import MAX_DRAFT, NgramDrafter, choose
 from .kvcache import KVCache
 from .native import Batch, Vocab
 from .radix import common_prefix_len
 from .sampling import GrammarDeadEnd, TokenData, accept_prompt, sample, token_logprobs
 from .sequence import SeqState, Sequence
+from .stepcost import StepCost
 from .types import DoneEvent, DoneReason, ErrorEvent, TokenEvent, TokenLogprob
 
 log = logging.getLogger(__name__)
 
 SHARE_MIN = 32  # tokens of shared prefix worth waiting for another prefill
+EXPLORE_EVERY = 128  # pure decode steps between two that draft one row whatever the cost model says
 MAX_BATCH_WAIT = 30.0  # seconds: a waiting batch request is then served like an interactive one
 # Burst admission (Engine._gather_burst): an idle engine that receives a request waits up to
 # BURST_GAP for the next one, and so on while they keep coming, at most BURST_MAX in all, so a
@@ -72,6 +74,8 @@ class Batcher:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.speculative = speculative
+        self.step_cost = StepCost()  # what a decode row costs here (stepcost.py): how much to draft
+        self._decode_steps = 0
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.generated_tokens = 0
@@ -205,28 +209,44 @@ class Batcher:
         return participants
 
     def _draft(self, decoding: list[Sequence], room: int) -> None:
-        """Set each decoding sequence's draft for this step, within ``room`` spare cells and the
-        step's draft rows (drafter.share_rows' rule: fewer when many sequences decode)."""
-        left = min(room, MAX_DRAFT_ROWS - (len(decoding) - 1))
+        """Set each decoding sequence's draft for this step, within ``room`` spare cells: the draft
+        tokens worth their rows by the measured cost of a row (drafter.choose)."""
+        offered: list[tuple[Sequence, list[int]]] = []
         for seq in decoding:
             seq.draft = []
-            if seq.drafter is None or left <= 0:
+            if seq.drafter is None:
                 continue
             limit = seq.num_ctx - len(seq.tokens) - 1  # the step's last token must still fit
             if seq.num_predict is not None:
                 limit = min(limit, seq.num_predict - seq.generated - 1)
-            want = min(seq.policy.wanted(), limit, left)
-            if want > 0:
-                seq.draft = seq.drafter.propose(seq.tokens, want)
-                left -= len(seq.draft)
+            proposal = seq.drafter.propose(seq.tokens, min(MAX_DRAFT, limit))
+            if proposal:
+                offered.append((seq, proposal))
+        if not offered:
+            return
+        self._decode_steps += 1
+        cost = self.step_cost.model()
+        if cost is not None and self._decode_steps % EXPLORE_EVERY == 0:
+            cost, room = None, min(room, 1)  # one row now and then keeps the slope measured
+        counts = choose([(len(p), s.policy.accept_rate) for s, p in offered], len(decoding), cost, room)
+        for (seq, proposal), count in zip(offered, counts, strict=True):
+            seq.draft = proposal[:count]
+            if not count:
+                seq.policy.skipped()
 
     def _decode(self, participants: list[Sequence]) -> bool:
+        """Decode the batch; a step of decode rows only is timed for the cost model (stepcost.py)."""
+        pure_decode = not self._placeholder and all(s.state is SeqState.DECODE for s in participants)
+        rows, started = self.batch.n_tokens, time.perf_counter()
         try:
-            return self._decode_batch(participants)
+            decoded = self._decode_batch(participants)
         finally:
             if self._placeholder:  # its one cell goes back at once
                 self._placeholder = False
                 self.kv.clear_scratch()
+        if decoded and pure_decode and self.batch.n_tokens == rows:  # not shrunk by a full cache
+            self.step_cost.record(rows, time.perf_counter() - started)
+        return decoded
 
     def _decode_batch(self, participants: list[Sequence]) -> bool:
         rc = self.batch.decode(self.ctx)

@@ -16,11 +16,11 @@ no draft model, no extra memory beyond one dict per sequence.
 
 :class:`NgramDrafter` indexes, for each length ``m`` in ``[min_n, max_n]``, the position that
 followed the latest earlier occurrence of every ``m``-gram, and is extended incrementally as the
-sequence grows (O(1) amortised per token). :class:`DraftPolicy` decides whether a sequence
-drafts in this step: not after misses (a cool-down that doubles with each fully rejected draft,
-so text that does not repeat costs almost nothing). The batcher shares :data:`MAX_DRAFT_ROWS`
-between the sequences of a step, fewer when many decode (a batch near the kernels' compute bound
-gains less from extra rows).
+sequence grows (O(1) amortised per token). :class:`DraftPolicy` estimates how often a sequence's
+drafts are right, and :func:`choose` spends a step's rows on the draft tokens worth their cost:
+what one more row costs is measured as the engine runs (stepcost.py), so a machine where a row
+costs nearly a whole step drafts little or nothing, and text that does not repeat costs almost
+nothing anywhere.
 
 Owned by the engine thread, one drafter and one policy per sequence.
 """
@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .stepcost import CostModel
+
 MAX_N = 3          # the longest n-gram looked up first (longer matches predict better)
 MIN_N = 2          # the shortest one tried when no longer one matches
 MAX_DRAFT = 4      # tokens drafted at most for one sequence in one step
@@ -36,7 +38,8 @@ MAX_DRAFT = 4      # tokens drafted at most for one sequence in one step
 # (the weights are read once either way), while a batch of 8+ sequences is already near the CPU
 # kernels' compute bound, where every extra row costs nearly its full share (BENCHMARKS.md).
 MAX_DRAFT_ROWS = 8
-MAX_COOLDOWN = 32  # steps without drafting after repeated misses, at most
+DECAY = 0.8        # weight of a sequence's earlier draft outcomes at each new one
+RECOVER = 0.02     # how far a sequence that did not draft moves back towards the prior, per step
 
 
 class NgramDrafter:
@@ -75,24 +78,57 @@ class NgramDrafter:
 
 @dataclass(slots=True)
 class DraftPolicy:
-    """How many tokens a sequence drafts: backs off after misses, recovers after hits."""
+    """How often a sequence's drafts are right: the chance that its next draft token is confirmed,
+    given the one before was (decayed counts, starting from one hit in two tries)."""
 
-    cooldown: int = 0   # steps left without drafting
-    penalty: int = 1    # the next cool-down after a fully rejected draft (doubles, at most MAX_COOLDOWN)
+    hits: float = 1.0
+    tries: float = 2.0
 
-    def wanted(self) -> int:
-        """Draft tokens this sequence wants this step (0 while cooling down); counts the step."""
-        if self.cooldown > 0:
-            self.cooldown -= 1
-            return 0
-        return MAX_DRAFT
+    @property
+    def accept_rate(self) -> float:
+        return self.hits / self.tries
 
     def record(self, drafted: int, accepted: int) -> None:
-        """The outcome of a step that drafted ``drafted`` tokens, ``accepted`` of them confirmed."""
+        """A step drafted ``drafted`` tokens and ``accepted`` of them were confirmed: each confirmed
+        one is a hit, and the first contradicted one (if any) a miss."""
         if drafted == 0:
             return
-        if accepted == 0:
-            self.cooldown = self.penalty
-            self.penalty = min(self.penalty * 2, MAX_COOLDOWN)
-        else:
-            self.penalty = 1
+        tested = accepted + (accepted < drafted)
+        self.hits = self.hits * DECAY + accepted
+        self.tries = self.tries * DECAY + tested
+
+    def skipped(self) -> None:
+        """A step in which this sequence did not draft: its estimate drifts back towards the prior,
+        so a sequence whose text starts repeating gets tried again."""
+        self.hits += RECOVER * (1.0 - self.hits)
+        self.tries += RECOVER * (2.0 - self.tries)
+
+
+def choose(offers: list[tuple[int, float]], rows: int, cost: CostModel | None, room: int) -> list[int]:
+    """How many of each offered draft to decode this step: ``offers[i]`` is (tokens proposed,
+    accept rate) for one sequence; ``rows`` decode rows are in the step already; ``room`` rows at
+    most may be added. Returns the count per offer.
+
+    A draft token ``j`` (1-based) of a sequence that accepts with rate ``p`` yields ``p**j`` tokens
+    on average. Rows are added best first while a row yields more than the step's current rate
+    (tokens per second) would buy with the row's time (``cost.per_row``): then adding it raises
+    tokens per second. With no cost model yet (too few pure decode steps of different sizes), up
+    to :data:`MAX_DRAFT_ROWS` rows are drafted, which is also how the model learns the slope.
+    """
+    counts = [0] * len(offers)
+    if cost is None:
+        left = min(room, MAX_DRAFT_ROWS - (rows - 1))
+        for i, (offered, _) in enumerate(offers):
+            counts[i] = max(0, min(offered, left))
+            left -= counts[i]
+        return counts
+    gains = sorted(((rate ** j, i) for i, (offered, rate) in enumerate(offers) for j in range(1, offered + 1)),
+                   reverse=True)
+    tokens, seconds = float(rows), cost.seconds(rows)
+    for gain, i in gains[:max(room, 0)]:
+        if gain * seconds <= cost.per_row * tokens:
+            break
+        counts[i] += 1
+        tokens += gain
+        seconds += cost.per_row
+    return counts

@@ -20,6 +20,7 @@ from engine_helpers import Result, collect
 
 from localrun.engine import batcher
 from localrun.engine.engine import Engine
+from localrun.engine.stepcost import CostModel, StepCost
 from localrun.engine.types import DoneReason, GenerateRequest, LoadOptions, SamplingOptions
 
 
@@ -43,7 +44,10 @@ class OracleDrafter:
 
 @pytest.fixture
 def oracle(monkeypatch: pytest.MonkeyPatch) -> type[OracleDrafter]:
+    """The oracle drafts, and every offered draft is decoded (no cost model: how much drafting pays
+    on this machine is test_the_measured_cost_decides's business)."""
     monkeypatch.setattr(batcher, "NgramDrafter", OracleDrafter)
+    monkeypatch.setattr(StepCost, "model", lambda self: None)
     OracleDrafter.references = []
     return OracleDrafter
 
@@ -227,11 +231,37 @@ def test_the_deterministic_mode_does_not_draft(tiny_gguf: Path, oracle: type[Ora
         assert e.stats().draft_tokens == 0
 
 
+@pytest.mark.parametrize(("cost", "drafts"), [
+    (CostModel(fixed=0.0176, per_row=0.0044), True),  # rows nearly free next to the step: draft
+    (CostModel(fixed=0.004, per_row=0.036), False),   # every row costs nearly a step: never draft
+])
+def test_the_measured_cost_decides(engines: tuple[Engine, Engine], oracle: type[OracleDrafter],
+                                   monkeypatch: pytest.MonkeyPatch, cost: CostModel, drafts: bool) -> None:
+    plain, spec = engines
+    request = GenerateRequest(prompt(16, 3), SamplingOptions(temperature=0, num_predict=100))
+    want = reference(plain, oracle, [request])[0]
+    monkeypatch.setattr(StepCost, "model", lambda self: cost)
+    got = collect(spec.submit(request))
+    assert got.generated == want.generated
+    assert (spec.stats().draft_tokens > 0) is drafts
+
+
+def test_decode_steps_are_timed(engines: tuple[Engine, Engine]) -> None:
+    _, spec = engines
+    collect(spec.submit(GenerateRequest(prompt(16, 3), SamplingOptions(temperature=0, num_predict=20))))
+    collect(spec.submit(GenerateRequest(prompt(16, 3), SamplingOptions(temperature=0, num_predict=20))))
+    cost = spec.batcher.step_cost  # type: ignore[union-attr]
+    assert cost._count.get(1, 0) >= 30  # one-row decode steps of the two requests, prefill steps not counted
+
+
 @pytest.mark.starter
 @pytest.mark.slow
-def test_a_real_model_repeating_itself_is_drafted_and_says_the_same(gemma_gguf: Path) -> None:
+def test_a_real_model_repeating_itself_is_drafted_and_says_the_same(gemma_gguf: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Gemma 3 270M (base) continuing repeated code: the n-gram drafter's guesses are confirmed,
-    and the text is what greedy decoding gives without drafts."""
+    and the text is what greedy decoding gives without drafts (every offered draft decoded,
+    whatever a row costs on this machine)."""
+    monkeypatch.setattr(StepCost, "model", lambda self: None)
     code = "def area(width, height):\n    return width * height\n\n"
     request = GenerateRequest(code * 3 + "def", SamplingOptions(temperature=0, num_predict=64, repeat_penalty=1.0))
     options = LoadOptions(num_ctx=1024, num_parallel=1, num_batch=256)
