@@ -245,6 +245,9 @@ class Batcher:
                 self._placeholder = False
                 self.kv.clear_scratch()
         if decoded and pure_decode and self.batch.n_tokens == rows:  # not shrunk by a full cache
+            # llama_decode returns once a GPU step is queued; sampling waits for it anyway, so waiting
+            # here costs nothing and times the step itself (the queueing alone misled the model on CUDA)
+            lc.llama_synchronize(self.ctx)
             self.step_cost.record(rows, time.perf_counter() - started)
         return decoded
 

@@ -7,9 +7,11 @@ The batcher decodes the guess in the same step as the sequence's next token and 
 longest prefix of it that greedy sampling confirms (batcher.py), so a right guess of ``k`` tokens
 yields ``k + 1`` tokens for one step, and a wrong one costs only the extra rows of that step.
 The output is the same tokens greedy decoding gives without drafts: a draft is only kept where
-the model's own argmax agrees with it (llama.cpp's numerics for a row can depend on what else is
-in the batch, as they already do under continuous batching; the deterministic mode, whose
-kernels do not, decodes without drafts because it cannot free cells out of order).
+the model's own argmax agrees with it. llama.cpp's numerics for a row can depend on what else is
+in the batch, as they already do under continuous batching: on CPU a lone sequence's rows come
+out bit for bit, while CUDA kernels round a multi-row step differently from a one-row one, so
+there a near-tie can go the other way (seen on an H200). The deterministic mode, whose kernels
+are batch-invariant, decodes without drafts because it cannot free cells out of order.
 
 This is llama.cpp's "prompt lookup" / n-gram speculation (vLLM and SGLang call it ngram):
 no draft model, no extra memory beyond one dict per sequence.

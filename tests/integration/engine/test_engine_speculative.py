@@ -107,8 +107,9 @@ def same_until_a_near_tie(want: Result, got: Result) -> None:
 def test_greedy_tokens_are_the_same_with_and_without_drafts(engines: tuple[Engine, Engine],
                                                              oracle: type[OracleDrafter],
                                                              sampling: SamplingOptions) -> None:
-    """Bit for bit, one request at a time: a verification batch of up to five rows runs the
-    kernels one row does, and a fresh cache puts the sequence in the same cells."""
+    """Bit for bit, one request at a time on CPU: a verification batch of up to five rows runs the
+    kernels one row does, and a fresh cache puts the sequence in the same cells. (CUDA kernels
+    round a multi-row step differently: on a GPU build this holds only up to near-ties.)"""
     plain, spec = engines
     requests = [GenerateRequest(prompt(20 + 3 * i, 11 * i), sampling) for i in range(4)]
     expected = [r.generated for r in reference(plain, oracle, requests)]
