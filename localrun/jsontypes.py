@@ -1,16 +1,20 @@
 """JSON as values: what ``json.loads`` returns and ``json.dumps`` takes.
 
 ``JSONValue`` is any JSON document; ``JSONObject`` one object (a request or reply body, a tool call's
-arguments, a saved file). A reader narrows a value before it uses it (``isinstance``, or the ``as_*`` readers
-below, which read a missing or wrong-typed field as absent), never with ``Any``.
+arguments, a saved file); ``JSONMapping`` an object a function only reads (any ``JSONObject`` or
+``dict[str, object]`` fits, since a Mapping cannot be written through). A reader narrows a value
+before it uses it (``isinstance``, or the ``as_*`` readers below, which read a missing or
+wrong-typed field as absent), never with ``Any``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TypeAlias
 
 JSONValue: TypeAlias = bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"] | None
 JSONObject: TypeAlias = dict[str, JSONValue]
+JSONMapping: TypeAlias = Mapping[str, object]
 
 
 def as_object(value: JSONValue) -> JSONObject:

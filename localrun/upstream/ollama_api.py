@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from ..chatevents import ChatEvent, ContentDelta, ThinkingDelta, ToolCall, new_call_id
 from ..engine.types import DoneEvent, DoneReason, EmbedResult
 from ..errors import UpstreamError
-from .requests import ChatRequest, CompletionRequest, EmbedRequest, JsonObject, Sampling, ToolChoice
+from ..jsontypes import JSONMapping
+from .requests import ChatRequest, CompletionRequest, EmbedRequest, Sampling, ToolChoice
 
 CHAT_PATH = "/api/chat"
 GENERATE_PATH = "/api/generate"
@@ -38,12 +39,12 @@ def options(s: Sampling) -> dict[str, object]:
     return out
 
 
-def _tool_name(tool: JsonObject) -> object:
+def _tool_name(tool: JSONMapping) -> object:
     fn = tool.get("function")
     return fn.get("name") if isinstance(fn, Mapping) else None
 
 
-def _tools(tools: Sequence[JsonObject] | None, choice: ToolChoice) -> list[dict[str, object]] | None:
+def _tools(tools: Sequence[JSONMapping] | None, choice: ToolChoice) -> list[dict[str, object]] | None:
     if not tools or choice == "none":
         return None
     if isinstance(choice, Mapping):

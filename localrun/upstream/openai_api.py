@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from ..chatevents import ChatEvent, ContentDelta, ThinkingDelta, ToolCall, new_call_id
 from ..engine.types import DoneEvent, DoneReason, EmbedResult
 from ..errors import UpstreamError
-from .requests import ChatRequest, CompletionRequest, EmbedRequest, Format, JsonObject, Sampling
+from ..jsontypes import JSONMapping
+from .requests import ChatRequest, CompletionRequest, EmbedRequest, Format, Sampling
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETION_PATH = "/v1/completions"
@@ -68,7 +69,7 @@ def _arguments_text(args: object) -> str:
     return args if isinstance(args, str) else json.dumps(args if args is not None else {}, ensure_ascii=False)
 
 
-def messages(native: Sequence[JsonObject]) -> list[dict[str, object]]:
+def messages(native: Sequence[JSONMapping]) -> list[dict[str, object]]:
     """Native messages in OpenAI's shape. Calls without ids get ``call_N`` ids, which the tool
     results that follow them (in order) answer, when they carry no ``tool_call_id`` of their own."""
     out: list[dict[str, object]] = []

@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import OptionError
+from ..jsontypes import JSONMapping
 
-JsonObject = Mapping[str, object]
-Format = str | JsonObject | None  # None, "json" or a JSON Schema object
-ToolChoice = str | JsonObject | None  # "none" / "auto" / "required" / {"type": "function", "function": {...}}
+Format = str | JSONMapping | None  # None, "json" or a JSON Schema object
+ToolChoice = str | JSONMapping | None  # "none" / "auto" / "required" / {"type": "function", "function": {...}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +44,8 @@ class ChatRequest:
     """One chat turn for an upstream; ``model`` is the upstream's own name for the model."""
 
     model: str
-    messages: Sequence[JsonObject]
-    tools: Sequence[JsonObject] | None = None
+    messages: Sequence[JSONMapping]
+    tools: Sequence[JSONMapping] | None = None
     tool_choice: ToolChoice = None
     format: Format = None
     think: bool | None = None
