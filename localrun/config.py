@@ -257,6 +257,17 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
+def _switch(name: str, *, default: bool) -> bool:
+    """An on/off variable: 1/true/yes/on or 0/false/no/off (any case); unset or empty is ``default``."""
+    raw = _env(name)
+    if raw is None:
+        return default
+    value = raw.lower()
+    if value not in _TRUE + _FALSE:
+        raise ConfigError(f"{name}={raw!r}: expected 1 or 0")
+    return value in _TRUE
+
+
 def batch_invariant() -> bool:
     """``LOCALRUN_BATCH_INVARIANT``: the default of the ``batch_invariant`` load option (deterministic
     mode: seeded output independent of the requests decoded alongside). Default off.
@@ -269,13 +280,7 @@ def batch_invariant() -> bool:
     Modelfile (``PARAMETER batch_invariant true``) or a request's options can ask for it too.
     GPU kernels are not covered either way.
     """
-    raw = _env("LOCALRUN_BATCH_INVARIANT")
-    if raw is None:
-        return False
-    value = raw.lower()
-    if value not in _TRUE + _FALSE:
-        raise ConfigError(f"LOCALRUN_BATCH_INVARIANT={raw!r}: expected 1 or 0")
-    return value in _TRUE
+    return _switch("LOCALRUN_BATCH_INVARIANT", default=False)
 
 
 def speculative() -> bool:
@@ -285,13 +290,7 @@ def speculative() -> bool:
     output (code, quotes, loops) comes out several tokens per step. Default on; ``0`` turns it off.
     Sampled and constrained requests and the deterministic mode never draft.
     """
-    raw = _env("LOCALRUN_SPECULATIVE")
-    if raw is None:
-        return True
-    value = raw.lower()
-    if value not in _TRUE + _FALSE:
-        raise ConfigError(f"LOCALRUN_SPECULATIVE={raw!r}: expected 1 or 0")
-    return value in _TRUE
+    return _switch("LOCALRUN_SPECULATIVE", default=True)
 
 
 def prefix_cache_dir() -> Path | None:

@@ -107,6 +107,21 @@ def test_batch_invariant_is_off_by_default_and_names_the_variable_on_a_bad_value
         config.load_settings()
 
 
+def test_speculative_is_on_by_default_reported_and_names_the_variable_on_a_bad_value(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOCALRUN_SPECULATIVE", raising=False)
+    assert config.speculative() is True
+    assert config.load_settings().report()["LOCALRUN_SPECULATIVE"] == "1"
+    for raw, value in (("0", False), ("off", False), ("1", True), ("ON", True)):
+        monkeypatch.setenv("LOCALRUN_SPECULATIVE", raw)
+        assert config.speculative() is value
+    monkeypatch.setenv("LOCALRUN_SPECULATIVE", "0")
+    assert config.load_settings().report()["LOCALRUN_SPECULATIVE"] == "0"
+    monkeypatch.setenv("LOCALRUN_SPECULATIVE", "sometimes")
+    with pytest.raises(ConfigError, match="LOCALRUN_SPECULATIVE"):
+        config.load_settings()
+
+
 def test_num_parallel_is_sized_per_model_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LOCALRUN_NUM_PARALLEL", raising=False)
     assert config.num_parallel() is None
