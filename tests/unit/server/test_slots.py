@@ -50,6 +50,15 @@ def test_batch_invariance_is_a_load_option_over_the_daemon_default() -> None:
     assert load.batch_invariant
 
 
+def test_speculative_decoding_is_the_daemons_setting_and_no_request_changes_it() -> None:
+    """LOCALRUN_SPECULATIVE reaches every load; a request cannot ask for a reload over it."""
+    for daemon in (True, False):
+        base = LoadOptions(speculative=daemon)
+        load, _, _ = merge_options({"speculative": not daemon}, {"speculative": not daemon}, num_parallel=4,
+                                   base=base)
+        assert load.speculative is daemon
+
+
 def test_only_a_prompt_that_may_overflow_needs_num_keep() -> None:
     from localrun.server.service import might_overflow
 
