@@ -24,7 +24,7 @@ _.prefix_len  # radix MatchResult field, part of its typed result
 _.enqueued  # scheduler _Pending, built positionally (kept for queue-wait reporting)
 
 # Fields of llama.cpp's ctypes structs: assigning them configures the native library.
-_.use_extra_bufts, _.n_gpu_layers, _.n_ubatch, _.n_threads_batch, _.kv_unified, _.flash_attn_type
+_.use_extra_bufts, _.n_gpu_layers, _.n_ubatch, _.n_threads_batch, _.kv_unified, _.flash_attn_type, _.load_mode
 _.type_k, _.type_v, _.no_perf, _.pooling_type, _.embd
 
 # Read by name through getattr-style indirection inside their own module.
