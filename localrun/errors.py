@@ -96,7 +96,19 @@ class GrammarError(InvalidRequest):
 
 
 class ContextOverflow(InvalidRequest):
+    """A prompt longer than the request's maximum context, where cutting it was not allowed.
+
+    ``prompt_tokens`` and ``max_tokens`` (the request's maximum, ``n_ctx``) are the numbers every
+    API names in its own words (``anthropic_compat`` says "prompt is too long: N tokens > M
+    maximum"); None when not known (an error rebuilt from an old runner's message).
+    """
+
     code = "context_length_exceeded"
+
+    def __init__(self, message: str, prompt_tokens: int | None = None, max_tokens: int | None = None) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
 
 
 class OptionError(InvalidRequest):
@@ -226,14 +238,18 @@ BY_CODE: dict[str, type[LocalrunError]] = _by_code()
 """Every error class by its ``code``: the one mapping the runner pipe and the HTTP client rebuild errors with."""
 
 
-def from_code(code: object, message: str, *, retry_after: float = 1.0) -> LocalrunError | None:
+def from_code(code: object, message: str, *, retry_after: float = 1.0, prompt_tokens: int | None = None,
+              max_tokens: int | None = None) -> LocalrunError | None:
     """The error whose ``code`` is ``code`` carrying ``message``; None for a code nobody here defines.
 
-    ``retry_after`` is used only when the code is Busy's. Never imports or evaluates what ``code`` names.
+    ``retry_after`` is used only when the code is Busy's, ``prompt_tokens``/``max_tokens`` only when
+    it is ContextOverflow's. Never imports or evaluates what ``code`` names.
     """
     cls = BY_CODE.get(code) if isinstance(code, str) else None
     if cls is None:
         return None
     if cls is Busy:
         return Busy(message, retry_after)
+    if cls is ContextOverflow:
+        return ContextOverflow(message, prompt_tokens, max_tokens)
     return cls(message)

@@ -274,8 +274,9 @@ class Engine:
         if len(tokens) < num_ctx:
             return tokens, 0
         if request.truncation is Truncation.REJECT:
-            raise ContextOverflow(f"the prompt is {len(tokens)} tokens; the context holds {num_ctx} "
-                                  "(shorten it, raise num_ctx, or allow truncation)")
+            raise ContextOverflow(f"the prompt is {len(tokens)} tokens; a request to this model holds at most "
+                                  f"{num_ctx} (shorten it, raise num_ctx, or allow truncation)",
+                                  len(tokens), num_ctx)
         assert isinstance(request.num_keep, int) and request.num_keep >= 0, f"num_keep={request.num_keep!r}"
         reserve = max(1, min(num_predict if num_predict else num_ctx // 4, num_ctx // 2))
         limit = num_ctx - reserve

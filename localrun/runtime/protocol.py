@@ -18,7 +18,7 @@ Runner -> daemon: loaded {info} | load_error {error} first, then accepted/event/
 Each op is a frozen dataclass below (:class:`Generate`, :class:`Accepted`, ...); :func:`encode_message`
 and :func:`decode_message` are the one codec between them and frames, driven by the table ``MESSAGES``
 (op -> class) and one decoder per payload type (a GenerateRequest, an Event, an error...). Errors cross
-the pipe as ``{code, message[, retry_after]}`` and are rebuilt with :func:`localrun.errors.from_code`,
+the pipe as ``{code, message[, retry_after][, prompt_tokens, max_tokens]}`` and are rebuilt with :func:`localrun.errors.from_code`,
 the same mapping the HTTP client uses; a code nobody defines becomes an EngineError.
 """
 
@@ -119,6 +119,8 @@ def encode_error(exc: BaseException) -> dict[str, Any]:
         out: dict[str, Any] = {"code": exc.code, "message": exc.message}
         if isinstance(exc, errors.Busy):
             out["retry_after"] = exc.retry_after
+        if isinstance(exc, errors.ContextOverflow) and exc.prompt_tokens is not None:
+            out["prompt_tokens"], out["max_tokens"] = exc.prompt_tokens, exc.max_tokens
         return out
     return {"code": errors.EngineError.code, "message": f"{type(exc).__name__}: {exc}"}
 
@@ -130,7 +132,10 @@ def decode_error(data: object) -> errors.LocalrunError:
     message = str(data.get("message", "runner error"))
     retry_after = data.get("retry_after", 1.0)
     retry = float(retry_after) if isinstance(retry_after, (int, float)) and not isinstance(retry_after, bool) else 1.0
-    return errors.from_code(data.get("code"), message, retry_after=retry) or errors.EngineError(message)
+    counts = [v if isinstance(v, int) and not isinstance(v, bool) else None
+              for v in (data.get("prompt_tokens"), data.get("max_tokens"))]
+    return errors.from_code(data.get("code"), message, retry_after=retry, prompt_tokens=counts[0],
+                            max_tokens=counts[1]) or errors.EngineError(message)
 
 
 # --- requests -----------------------------------------------------------------------------
