@@ -11,8 +11,9 @@ events to send as ``(event name, data)``:
     content_block_stop                                                        (per call)
     message_delta (stop_reason, stop_sequence, usage), message_stop
 
-``stop_reason`` is ``tool_use`` when the model called a tool, ``max_tokens`` when the limit cut
-it, ``stop_sequence`` when one of the request's ``stop_sequences`` ended it, else ``end_turn``.
+``stop_reason`` is ``max_tokens`` when the limit cut the output (even after a call: the model was
+still writing, perhaps a second call), else ``tool_use`` when the model called a tool,
+``stop_sequence`` when one of the request's ``stop_sequences`` ended it, else ``end_turn``.
 Usage follows Anthropic's accounting: ``input_tokens`` are the prompt tokens read fresh,
 ``cache_read_input_tokens`` those served from the prefix cache (their sum is the prompt).
 A non-streamed reply is the encoder's final :attr:`MessageEncoder.message`.
@@ -32,11 +33,11 @@ Event = tuple[str, dict[str, Any]]
 
 def stop_reason(tool_calls: bool, hit_limit: bool, stop_string: str | None,
                 stop_sequences: tuple[str, ...]) -> tuple[str, str | None]:
-    """(``stop_reason``, ``stop_sequence``) for how the output ended."""
-    if tool_calls:
-        return "tool_use", None
+    """(``stop_reason``, ``stop_sequence``) for how the output ended (the module docstring)."""
     if hit_limit:
         return "max_tokens", None
+    if tool_calls:
+        return "tool_use", None
     if stop_string is not None and stop_string in stop_sequences:
         return "stop_sequence", stop_string
     return "end_turn", None

@@ -10,7 +10,7 @@ Interface::
                               think=True, in_thinking=fmt.starts_in_thinking(prompt))
     for piece in model_output_stream:
         for event in parser.feed(piece): ...               # ContentDelta | ThinkingDelta | ToolCall
-    for event in parser.finish(): ...                      # what was held back, at the end
+    for event in parser.finish(truncated=cut): ...         # what was held back, at the end
     reply = parse_reply(fmt, text, ...)                    # the same, all at once (non-streaming)
 
 Events come in output order. :class:`ToolCall` carries a stable ``id`` (``call_<hex>``, made once
@@ -23,14 +23,21 @@ What counts as a call (only with ``tools`` given, and only naming one of them):
 a bare JSON object or list of objects at the start of the reply or right after another call
 (``{"name": ..., "arguments"|"parameters": {...}}``, OpenAI's ``{"function": {...}}`` shape, in a
 ```` ```json ```` fence too), ``<|python_tag|>{json}`` (Llama 3.x) and ``[TOOL_CALLS][{json}, ...]``
-(Mistral). Text that looks like a call but is not one is released as content.
+(Mistral). A bare call names its tool first: it opens with ``{"name": "<tool>"``,
+``{"function": {"name": "<tool>"`` or ``{"type": "function", ...`` (whitespace aside). Text that
+looks like a call but is not one is released as content.
 
 Reasoning (with ``think``): text inside the format's tags (``<think>...</think>``) at the start
 of the reply, or from the start when the prompt left a block open (``in_thinking``), comes out
 as :class:`ThinkingDelta`; the tags themselves are dropped.
 
 Streaming holds back only what may still turn into a tag or a call: a partial tag at the end of
-the text, or a reply that starts like a JSON call, until it is decided.
+the text, or a reply whose JSON so far can still open a call to an offered tool (``{"na`` is held,
+``{"answer"`` or ``{"name": "Alice"`` is released at once), until it is decided.
+
+An output cut by the token limit (``finish(truncated=True)``) ends without the call it had opened
+and not finished: a half-written call is neither a call nor answer text. The API then says the
+reply was cut (``length``, ``max_tokens``, ``incomplete``), not that it called a tool.
 """
 
 from __future__ import annotations
@@ -74,14 +81,21 @@ class ChatStreamParser:
         self._think_ok = tags is not None  # a reasoning block may still open
         self._count = 0
         self._scan = _JsonScan()    # progress through the JSON block being decided (state CALL)
+        self._heads = _call_heads(tools or frozenset())
+        self._truncated = False     # finish(truncated=True): the token limit cut the output
 
     def feed(self, text: str) -> list[ChatEvent]:
         """Events that ``text`` (the next piece of output) completes."""
         self._buf += text
         return self._drain(final=False)
 
-    def finish(self) -> list[ChatEvent]:
-        """Everything still held, decided now that the output has ended."""
+    def finish(self, truncated: bool = False) -> list[ChatEvent]:
+        """Everything still held, decided now that the output has ended.
+
+        ``truncated``: the token limit cut the output, so what was held because it may have been
+        the start of a call (an unfinished call, a partial tag) is dropped instead of released.
+        """
+        self._truncated = truncated
         return self._drain(final=True)
 
     # -- the state machine ---------------------------------------------------------------------
@@ -117,8 +131,8 @@ class ChatStreamParser:
         text = head if self._after_block else self._buf
         if self._names is not None:
             starts = self._tags + ((_FENCE, "{", "[") if self._bare_ok else ())
-            if not final and any(s.startswith(head) and s != head for s in starts):
-                return False  # too short to tell ("[" may be "[TOOL_CALLS]")
+            if any(s.startswith(head) and s != head for s in starts) and (not final or self._truncated):
+                return False  # too short to tell ("[" may be "[TOOL_CALLS]"); cut off there: dropped
             if any(head.startswith(s) for s in starts):
                 self._buf, self._state = head, _State.CALL
                 return True
@@ -147,15 +161,23 @@ class ChatStreamParser:
             _emit(out, ContentDelta(self._buf[:i]))
             self._buf, self._state = self._buf[i:], _State.CALL
             return True
-        keep = 0 if final else _partial_suffix(self._buf, self._tags)
+        keep = 0 if final and not self._truncated else _partial_suffix(self._buf, self._tags)
         _emit(out, ContentDelta(self._buf[:len(self._buf) - keep]))
-        self._buf = self._buf[len(self._buf) - keep:]
+        self._buf = self._buf[len(self._buf) - keep:]  # at the end, _drain drops it
         self._bare_ok = False
         return False
 
     def _call(self, out: list[ChatEvent], final: bool) -> bool:
-        """``_buf`` starts with a tag, a fence or a JSON opener: cut one block and decide it."""
-        block = _cut_block(self._buf, self._tags, self._scan, final)
+        """``_buf`` starts with a tag, a fence or a JSON opener: cut one block and decide it.
+
+        Cut by the token limit inside the block: it is a call if what was written already is one
+        (a closing tag was all that was missing), else it is dropped.
+        """
+        cut = final and self._truncated
+        block = _cut_block(self._buf, self._tags, self._heads, self._scan, final and not cut)
+        unfinished = block is None and cut
+        if unfinished:
+            block = _cut_block(self._buf, self._tags, self._heads, self._scan, True)
         if block is None:
             return False  # incomplete: wait for more output
         self._scan = _JsonScan()
@@ -167,7 +189,8 @@ class ChatStreamParser:
                 self._count += 1
             self._buf, self._state, self._bare_ok, self._after_block = rest, _State.START, True, True
         else:
-            _emit(out, ContentDelta(text))
+            if not unfinished:
+                _emit(out, ContentDelta(text))
             self._buf, self._state, self._bare_ok = rest, _State.CONTENT, False
         return True
 
@@ -195,10 +218,12 @@ def _partial_suffix(text: str, tags: tuple[str, ...]) -> int:
     return best
 
 
-def _cut_block(buf: str, tags: tuple[str, ...], scan: _JsonScan, final: bool) -> tuple[str, str | None, str] | None:
+def _cut_block(buf: str, tags: tuple[str, ...], heads: tuple[str, ...], scan: _JsonScan,
+               final: bool) -> tuple[str, str | None, str] | None:
     """Split ``buf`` into (block text, JSON body or None when it cannot be a call, rest).
 
-    None: the block is not complete yet (never when ``final``).
+    None: the block is not complete yet (never when ``final``). A bare or fenced JSON block that
+    cannot open a call (``heads``, see :func:`_call_heads`) is decided at once: not a call.
     """
     if buf.startswith("<tool_call>"):
         end = buf.find("</tool_call>")
@@ -212,14 +237,18 @@ def _cut_block(buf: str, tags: tuple[str, ...], scan: _JsonScan, final: bool) ->
                 return None
             return buf[:cut[1]], cut[0], buf[cut[1]:]
     if buf.startswith(_FENCE):
-        return _cut_fence(buf, final)
+        return _cut_fence(buf, heads, final)
+    if not scan.call_like:
+        scan.call_like = _opens_call(buf, heads)
+        if scan.call_like is False:
+            return buf, None, ""
     cut = scan.cut(buf, 0, final)
     if cut is None:
         return None
     return buf[:cut[1]], cut[0], buf[cut[1]:]
 
 
-def _cut_fence(buf: str, final: bool) -> tuple[str, str | None, str] | None:
+def _cut_fence(buf: str, heads: tuple[str, ...], final: bool) -> tuple[str, str | None, str] | None:
     """A ```` ```json ```` fence holding a call; any other fence is content at once."""
     newline = buf.find("\n")
     if newline < 0:
@@ -230,8 +259,7 @@ def _cut_fence(buf: str, final: bool) -> tuple[str, str | None, str] | None:
     if language not in ("", "json"):
         return buf, None, ""
     inner = buf[newline + 1:]
-    head = inner.lstrip()
-    if head and head[0] not in "{[":
+    if _opens_call(inner, heads) is False:
         return buf, None, ""
     end = inner.find(_FENCE)
     if end < 0:
@@ -240,15 +268,42 @@ def _cut_fence(buf: str, final: bool) -> tuple[str, str | None, str] | None:
     return buf[:stop], inner[:end], buf[stop:]
 
 
+# How a bare call may open, whitespace removed (%s: the tool's name as a JSON string).
+_CALL_SHAPES = ('{"name":%s', '{"function":{"name":%s', '{"type":"function","function":{"name":%s',
+                '{"type":"function","name":%s')
+_HEAD_SPAN = 512  # characters of a block read to decide whether it opens a call
+
+
+def _call_heads(names: frozenset[str]) -> tuple[str, ...]:
+    """Every way a bare call (or a list of calls) to one of ``names`` opens, whitespace removed."""
+    quoted = ["".join(json.dumps(n, ensure_ascii=False).split()) for n in sorted(names)]
+    return tuple(opener + shape % q for q in quoted for shape in _CALL_SHAPES for opener in ("", "["))
+
+
+def _opens_call(text: str, heads: tuple[str, ...]) -> bool | None:
+    """Whether JSON ``text`` opens a call: True (it does), False (it cannot), None (too short to tell).
+
+    Whitespace is ignored, also inside strings: that can only hold text longer, never release a call.
+    """
+    compact = "".join(text[:_HEAD_SPAN].split())
+    if any(compact.startswith(h) for h in heads):
+        return True
+    if any(h.startswith(compact) for h in heads) and len(text) < _HEAD_SPAN:
+        return None
+    return False
+
+
 class _JsonScan:
     """Finds where a JSON value ends, scanning only the text added since the last call.
 
     The buffer it scans must only grow at the end while one block is being decided.
+    ``call_like``: whether the block opens a call (:func:`_opens_call`), None until known.
     """
 
-    __slots__ = ("depth", "escaped", "first", "in_string", "pos")
+    __slots__ = ("call_like", "depth", "escaped", "first", "in_string", "pos")
 
     def __init__(self) -> None:
+        self.call_like: bool | None = None
         self.first: int | None = None   # index of the opening bracket
         self.pos = 0
         self.depth = 0

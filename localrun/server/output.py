@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..chatevents import ChatEvent, ContentDelta
-from ..engine.types import DoneEvent, TokenLogprob
+from ..engine.types import DoneEvent, DoneReason, TokenLogprob
 from .chatparse import ChatStreamParser
 from .service import Generation
 
@@ -88,12 +88,14 @@ class LocalOutput:
         return self.gen.total_duration_ns
 
     async def pieces(self) -> AsyncIterator[Piece]:
+        """The reply's pieces; a call the token limit cut short is left out (``finish(truncated=)``)."""
         parser = self._parser
         async for event in self.gen.events():
             events = parser.feed(event.text) if parser is not None else [ContentDelta(event.text)]
             yield Piece(tuple(events), event.text, event.logprobs)
         if parser is not None:
-            tail = parser.finish()
+            done = self.gen.done
+            tail = parser.finish(truncated=done is not None and done.done_reason is DoneReason.LENGTH)
             if tail:
                 yield Piece(tuple(tail))
 

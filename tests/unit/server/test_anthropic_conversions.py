@@ -142,7 +142,8 @@ def test_bad_requests_are_invalid_request_errors_naming_the_field(body: dict[str
 
 
 @pytest.mark.parametrize(("calls", "limit", "matched", "expected"), [
-    (True, True, None, ("tool_use", None)),
+    (True, False, None, ("tool_use", None)),
+    (True, True, None, ("max_tokens", None)),  # cut after a call: the model was still writing (issue #25)
     (False, True, None, ("max_tokens", None)),
     (False, False, "END", ("stop_sequence", "END")),
     (False, False, "<|im_end|>", ("end_turn", None)),  # a Modelfile stop, not one the request asked for
