@@ -11,7 +11,9 @@ answer must match, enforced by grammar; ``effort``). ``cache_control`` marks are
 prefix cache reuses every shared prefix on its own. Images, documents, hosted (server) tools and
 other blocks a text model cannot take are a 400 that names them.
 
-``count_tokens`` takes the same body without ``max_tokens``.
+``count_tokens`` takes the same body without ``max_tokens``. A ``thread`` (Anthropic's server-side
+conversations) is refused with the 400 the SDKs resend the whole conversation on (:func:`thread_refusal`);
+count_tokens ignores it.
 """
 
 from __future__ import annotations
@@ -46,11 +48,13 @@ class Thinking:
 
 @dataclass(slots=True)
 class MessagesCall:
-    """A Messages request in native terms, plus what the reply needs from it."""
+    """A Messages request in native terms, plus what the reply needs from it. ``thread`` is the request's
+    message-thread ``type`` ("create" / "continue"), None without one (see :func:`thread_refusal`)."""
 
     call: NativeCall
     stop_sequences: tuple[str, ...]
     thinking: Thinking
+    thread: str | None = None
 
 
 def messages_to_native(body: dict[str, Any], *, count_only: bool = False) -> MessagesCall:
@@ -83,7 +87,42 @@ def messages_to_native(body: dict[str, Any], *, count_only: bool = False) -> Mes
     if think.budget_tokens is not None and max_tokens is not None and think.budget_tokens >= max_tokens:
         raise InvalidRequest("thinking.budget_tokens: must be less than max_tokens")
     call.think = think.enabled
-    return MessagesCall(call, tuple(stops or ()), think)
+    return MessagesCall(call, tuple(stops or ()), think, thread_type(body.get("thread")))
+
+
+_THREAD_TYPES = ("create", "continue")
+THREAD_UNSUPPORTED = "thread_unsupported_request"  # the error_code Anthropic's SDKs resend a turn in full on
+
+
+def thread_type(value: Any) -> str | None:
+    """The ``type`` of a message ``thread`` (Anthropic's server-side conversations), None without one."""
+    if value is None:
+        return None
+    kind = str_field(value, "type")
+    if kind not in _THREAD_TYPES:
+        raise InvalidRequest("thread.type: must be 'create' or 'continue'")
+    return kind
+
+
+def thread_refusal(kind: str) -> dict[str, Any]:
+    """The 400 for a request with a ``thread``: this server keeps no conversation between requests.
+
+    A ``continue`` carries only the newest messages (without ``system`` and ``tools``), so answering it
+    would answer them alone. ``error.details.error_code`` ``thread_unsupported_request`` is what the
+    SDKs' thread state (the 2.x Python SDK's tool runner, Claude Code) reads as "send this turn again
+    with the whole conversation and no ``thread``, and stop threading"; a ``create`` is refused the
+    same way so a client learns it on its first turn, before it sends a delta.
+    """
+    message = (f"thread: this server keeps no conversation between requests, so it cannot {kind} a thread; "
+               "send the whole conversation without 'thread'")
+    return {"type": "error", "error": {"type": "invalid_request_error", "message": message,
+                                       "details": {"error_code": THREAD_UNSUPPORTED}}}
+
+
+def prompt_too_long(prompt_tokens: int, max_tokens: int) -> str:
+    """A prompt over the request's context in Anthropic's words, which agents look for (Claude Code
+    compacts the conversation when it reads them)."""
+    return f"prompt is too long: {prompt_tokens} tokens > {max_tokens} maximum"
 
 
 def system_messages(value: Any, where: str = "system") -> list[dict[str, Any]]:

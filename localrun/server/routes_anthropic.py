@@ -5,7 +5,9 @@ Thin: :mod:`.anthropic_compat` converts the request, :func:`.chat.start_chat` ru
 Anthropic's SSE events when ``stream`` is true (with a ``ping`` every PING_INTERVAL seconds
 while a long prompt is still being read), else the final ``message``. The ``anthropic-version``
 and ``anthropic-beta`` headers are accepted and not needed; errors come in Anthropic's shape
-(the error middleware renders every error under /v1/messages that way).
+(the error middleware renders every error under /v1/messages that way). A prompt longer than the
+context is never cut: it is a 400 "prompt is too long: N tokens > M maximum" (Claude Code compacts
+the conversation on it). A message ``thread`` is refused with the 400 the SDKs resend in full on.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from aiohttp import web
 
 from .. import errors
 from ..chatevents import ContentDelta, ThinkingDelta
-from .anthropic_compat import messages_to_native, tool_use_id
+from ..engine.types import Truncation
+from .anthropic_compat import messages_to_native, thread_refusal, tool_use_id
 from .anthropic_stream import Event, MessageEncoder, error_event, ping
 from .chat import ChatRun, TokenUsage, count_prompt_tokens, hit_length_limit, output_events, start_chat, with_heartbeat
 from .http import EventStream, read_json
@@ -49,8 +52,11 @@ async def _drive(run: ChatRun, encoder: MessageEncoder, stops: tuple[str, ...], 
 async def messages(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     converted = messages_to_native(body)
+    if converted.thread is not None:
+        # Not a LocalrunError: the SDKs read error.details, which no error class here carries.
+        return web.json_response(thread_refusal(converted.thread), status=400)
     service = request.app[SERVICE]
-    run = await start_chat(service, converted.call, "/v1/messages")
+    run = await start_chat(service, converted.call, "/v1/messages", Truncation.REJECT)
     encoder = MessageEncoder(run.model)
     try:
         if not converted.call.stream:
