@@ -15,6 +15,7 @@ must ``close()`` the run. :func:`start_completions` does the same for raw prompt
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -30,6 +31,7 @@ from .output import LocalOutput, Output
 from .service import Generation, Service, Target
 
 T = TypeVar("T")
+log = logging.getLogger("localrun.requests")  # beside the request lines (service.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +60,19 @@ class ChatRun:
     prompt_tokens: Callable[[], Awaitable[int]]
 
     async def close(self) -> None:
-        """Close every reply (cancels unfinished ones, releases the model, logs)."""
+        """Close every reply (cancels unfinished ones, releases the model, logs: see :func:`close_reply`)."""
         for out in self.outputs:
-            await out.close()
+            await close_reply(out)
+
+
+async def close_reply(output: Output) -> None:
+    """Close one reply; a prompt that was cut to fit the context is never cut silently: a WARNING says
+    how much (the reply itself says it in its API's words: ``prompt_truncated_count``)."""
+    done = output.done
+    if done is not None and done.truncated_tokens:
+        log.warning("prompt cut to fit the context: model=%s prompt_tokens=%d kept=%d dropped=%d", output.model,
+                    done.prompt_eval_count + done.truncated_tokens, done.prompt_eval_count, done.truncated_tokens)
+    await output.close()
 
 
 def upstream_route(service: Service, model: object) -> Route | None:

@@ -3,7 +3,8 @@
 Order (outermost first): metrics -> errors -> host -> cors -> auth -> handler. Every
 LocalrunError becomes its HTTP status with ``{"error": msg}`` on /api (Ollama), an Anthropic
 error (``{"type": "error", "error": {"type", "message"}}``) on /v1/messages, or an OpenAI
-error object on the rest of /v1; aiohttp's own HTTP errors (404 route, 405, 413 body too
+error object on the rest of /v1; a prompt over the context is worded as each API's clients
+expect (:func:`error_message`). aiohttp's own HTTP errors (404 route, 405, 413 body too
 large) are rendered the same way. Anything else is logged with a traceback and answered 500.
 A request whose client went away before the answer (its handler cancelled, or a write to a
 closed connection) is counted as 499, nginx's "client closed request", never as 500.
@@ -25,6 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from .. import errors, trace
+from . import anthropic_compat, openai_compat, responses_compat
 from .http import PRIORITIES, PRIORITY_HEADER, interactive_hint
 from .keys import METRICS, SETTINGS
 
@@ -69,14 +71,33 @@ def error_body(request: web.Request, status: int, message: str, code: str) -> di
     return {"error": message, "code": code}  # Ollama's shape; "code" lets localrun's client map the error
 
 
+# A prompt over the context in each API's own words, by route: the words its clients look for
+# (Claude Code compacts the conversation on Anthropic's "prompt is too long"); /api keeps the engine's.
+_OVERFLOW_WORDS: dict[str, Callable[[int, int], str]] = {
+    "/v1/chat/completions": openai_compat.context_overflow_message,
+    "/v1/completions": lambda n, m: openai_compat.context_overflow_message(n, m, "prompt"),
+    "/v1/responses": responses_compat.input_too_long,
+    "/v1/messages": anthropic_compat.prompt_too_long,
+}
+
+
+def error_message(request: web.Request, exc: errors.LocalrunError) -> str:
+    """``exc``'s message as the API of ``request`` words it (a context overflow names both counts)."""
+    if isinstance(exc, errors.ContextOverflow) and exc.prompt_tokens is not None and exc.max_tokens is not None:
+        words = _OVERFLOW_WORDS.get(request.path)
+        if words is not None:
+            return words(exc.prompt_tokens, exc.max_tokens)
+    return exc.message
+
+
 def error_response(request: web.Request, exc: errors.LocalrunError) -> web.Response:
     headers = {}
     if isinstance(exc, errors.Busy):
         headers["Retry-After"] = str(max(1, round(exc.retry_after)))
     if isinstance(exc, errors.Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"
-    return web.json_response(error_body(request, exc.status, exc.message, exc.code), status=exc.status,
-                             headers=headers)
+    return web.json_response(error_body(request, exc.status, error_message(request, exc), exc.code),
+                             status=exc.status, headers=headers)
 
 
 @web.middleware

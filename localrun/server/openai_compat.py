@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..chatevents import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
-from ..engine.types import DoneReason, EmbedInput, OutputFormat, TokenLogprob
+from ..engine.types import DoneEvent, DoneReason, EmbedInput, OutputFormat, TokenLogprob
 from ..errors import InvalidRequest, OptionError
 from ..runtime.resident import KeepAlive
 from .chatformat import parse_think
@@ -276,13 +276,32 @@ def finish_reason(reason: DoneReason | None, tool_calls: bool) -> str:
     return "length" if reason is DoneReason.LENGTH else "stop"
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
-    return {
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int, truncated_tokens: int = 0) -> dict[str, Any]:
+    """OpenAI's ``usage``; ``prompt_truncated_count`` (localrun's, as on /api) when ``truncate: true`` cut the
+    prompt's oldest tokens to fit the context: ``prompt_tokens`` counts what was kept."""
+    out: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
+    if truncated_tokens:
+        out["prompt_truncated_count"] = truncated_tokens
+    return out
+
+
+def context_overflow_message(prompt_tokens: int, max_tokens: int, what: str = "messages") -> str:
+    """A prompt over the request's context in OpenAI's words (the ones clients such as LiteLLM look for),
+    naming both counts, then localrun's ways out; ``what`` is "messages" (chat) or "prompt" (completions)."""
+    return (f"This model's maximum context length is {max_tokens} tokens. However, your {what} resulted in "
+            f"{prompt_tokens} tokens. Please reduce the length of the {what} (or raise num_ctx, or send "
+            "\"truncate\": true to cut the oldest tokens).")
+
+
+def truncation_note(done: DoneEvent | None) -> dict[str, Any]:
+    """The field a streamed choice's last chunk carries when ``truncate: true`` cut its prompt (else none):
+    ``prompt_truncated_count``, the oldest prompt tokens left out, so a stream without usage says it too."""
+    return {"prompt_truncated_count": done.truncated_tokens} if done is not None and done.truncated_tokens else {}
 
 
 def tool_call_json(call: ToolCall, stream: bool = False) -> dict[str, Any]:

@@ -16,7 +16,10 @@ in ``input`` instead). What a request may hold:
   A ``web_search`` tool is not offered to the model (nothing here searches the web; Codex sends
   one with ``external_web_access: false``); other hosted tools (file search...) are a 400.
 - ``text.format``: ``text``, ``json_object`` or ``json_schema`` (with ``schema``; enforced by grammar).
-- ``max_output_tokens``, ``temperature``, ``top_p``, ``stream``, ``metadata``, ``truncation``,
+- ``truncation``: ``disabled`` (the default) refuses an input longer than the context (400
+  ``context_length_exceeded``); ``auto`` drops its oldest items until it fits, never the instructions
+  (``instructions``, system and developer messages), a call's result together with its call.
+- ``max_output_tokens``, ``temperature``, ``top_p``, ``stream``, ``metadata``,
   plus localrun's extra fields as on the other /v1 routes (``keep_alive``, ``options``, ``num_ctx``...).
 
 Images, files and audio are a 400 (text models).
@@ -25,10 +28,9 @@ Images, files and audio are a 400 (text models).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..engine.types import Truncation
 from ..errors import InvalidRequest
 from .http import get, get_whole, str_field
 from .openai_compat import NativeCall, options_from_openai
@@ -43,17 +45,59 @@ _UNSUPPORTED_PARTS = {"input_image": "images", "input_file": "files", "input_aud
 
 @dataclass(slots=True)
 class ResponsesCall:
-    """A Responses request in native terms, plus what the reply echoes back."""
+    """A Responses request in native terms, plus what the reply echoes back.
+
+    ``auto_truncation`` is ``truncation: "auto"``: a prompt over the context drops its oldest input
+    items (:meth:`without_oldest`); otherwise it is a 400. ``items`` are the request's input items
+    (a string input is one user message) and ``instructions`` the system message before them.
+    """
 
     call: NativeCall
-    truncation: Truncation
+    auto_truncation: bool = False
     echo: dict[str, Any] = field(default_factory=dict)  # request fields the response object repeats
     namespaces: dict[str, tuple[str, str]] = field(default_factory=dict)  # "ns.name" -> (ns, name)
+    items: list[dict[str, Any]] = field(default_factory=list)
+    instructions: list[dict[str, Any]] = field(default_factory=list)
 
     def split_name(self, offered: str) -> tuple[str | None, str]:
         """A called tool's (namespace, name): a namespaced member was offered as ``NAMESPACE.NAME``."""
         namespace, name = self.namespaces.get(offered, (None, offered))
         return namespace, name
+
+    @property
+    def droppable(self) -> int:
+        """How many input items ``truncation: "auto"`` may drop: all but system / developer messages."""
+        return len(_droppable(self.items))
+
+    def without_oldest(self, count: int) -> tuple[NativeCall, int]:
+        """The call without its ``count`` oldest droppable input items, and how many items went in all.
+
+        Instructions (``instructions``, system and developer messages) stay; a ``function_call_output``
+        whose call was dropped goes with it, so a result never reaches the model without its call (a
+        call always comes before its result, so a kept result keeps its call).
+        """
+        kept = drop_oldest(self.items, count)
+        call = replace(self.call, messages=self.instructions + input_messages(kept))
+        return call, len(self.items) - len(kept)
+
+
+def _kind(item: dict[str, Any]) -> str | None:
+    """An input item's type; an item without one is a message when it has a ``role``."""
+    return str_field(item, "type") if "type" in item else "message" if "role" in item else None
+
+
+def _droppable(items: list[dict[str, Any]]) -> list[int]:
+    """Indices of the items truncation may drop, oldest first: every item but system / developer messages."""
+    return [i for i, item in enumerate(items)
+            if not (_kind(item) == "message" and native_role(item.get("role")) == "system")]
+
+
+def drop_oldest(items: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+    """``items`` without their ``count`` oldest droppable items and the results of the calls among them."""
+    gone = set(_droppable(items)[:count])
+    calls = {str_field(items[i], "call_id") for i in gone if _kind(items[i]) == "function_call"}
+    return [item for i, item in enumerate(items)
+            if i not in gone and not (_kind(item) == "function_call_output" and str_field(item, "call_id") in calls)]
 
 
 def responses_to_native(body: dict[str, Any]) -> ResponsesCall:
@@ -75,8 +119,9 @@ def responses_to_native(body: dict[str, Any]) -> ResponsesCall:
     options = options_from_openai({k: body[k] for k in _PASSED_OPTIONS if k in body})
     if max_output is not None:
         options["num_predict"] = max_output
-    messages = ([{"role": "system", "content": instructions}] if instructions else []) + input_messages(
-        body.get("input"))
+    items = input_items(body.get("input"))
+    system = [{"role": "system", "content": instructions}] if instructions else []
+    messages = system + input_messages(items)
     tools, namespaces = function_tools(body.get("tools"))
     choice = tool_choice(body.get("tool_choice"))
     call = NativeCall(model=body.get("model"), options=options, keep_alive=parse_keep_alive(body.get("keep_alive")),
@@ -92,8 +137,25 @@ def responses_to_native(body: dict[str, Any]) -> ResponsesCall:
         "user": body.get("user") if isinstance(body.get("user"), str) else None,
         "reasoning": {"effort": (body.get("reasoning") or {}).get("effort"), "summary": None},
     }
-    return ResponsesCall(call, Truncation.REJECT if truncation == "disabled" else Truncation.FRONT, echo,
-                         namespaces)
+    return ResponsesCall(call, truncation == "auto", echo, namespaces, items, system)
+
+
+def input_items(value: Any) -> list[dict[str, Any]]:
+    """``input`` as a list of items (a string is one user message); their shapes are :func:`input_messages`' job."""
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": value}]
+    if not isinstance(value, list) or not value:
+        raise InvalidRequest("'input' must be a string or a non-empty list of input items")
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise InvalidRequest(f"input[{i}] must be an object")
+    return value
+
+
+def input_too_long(prompt_tokens: int, max_tokens: int) -> str:
+    """An input over the request's context in OpenAI's words, naming both counts, and the way out."""
+    return (f"Your input exceeds the context window of this model: {prompt_tokens} tokens > {max_tokens} maximum. "
+            "Please adjust your input and try again, or send \"truncation\": \"auto\" to drop its oldest items.")
 
 
 def _text_parts(content: Any, where: str) -> str:
@@ -135,17 +197,12 @@ def _arguments(value: Any, where: str) -> dict[str, Any]:
 
 def input_messages(value: Any) -> list[dict[str, Any]]:
     """``input`` as native chat messages (Ollama shape, tool calls as ``{"function": ...}``)."""
-    if isinstance(value, str):
-        return [{"role": "user", "content": value}]
-    if not isinstance(value, list) or not value:
-        raise InvalidRequest("'input' must be a string or a non-empty list of input items")
+    value = input_items(value)
     out: list[dict[str, Any]] = []
     names: dict[str, str] = {}  # call_id -> function name, for the results that answer them
     for i, item in enumerate(value):
         where = f"input[{i}]"
-        if not isinstance(item, dict):
-            raise InvalidRequest(f"{where} must be an object")
-        kind = item.get("type", "message" if "role" in item else None)
+        kind = _kind(item)
         if kind == "message":
             role = native_role(item.get("role"), TURN_ROLES)
             if role is None:

@@ -3,9 +3,10 @@
 Handlers parse and validate, call the Service, and stream NDJSON. The final chunk carries
 ``done_reason`` and Ollama's timing fields in nanoseconds, plus ``prompt_eval_cached_count``
 (prompt tokens served from the prefix cache) and, when the prompt was cut to fit,
-``prompt_truncated_count``. An error after streaming started becomes a last ``{"error": ...}``
-line, as Ollama does. Chat output goes through :mod:`.chatturn` / :mod:`.chatparse` (the same
-as /v1's): ``message.thinking`` and ``message.tool_calls`` come from the model's own formats.
+``prompt_truncated_count`` (with a WARNING in the log: :func:`.chat.close_reply`). An error after
+streaming started becomes a last ``{"error": ...}`` line, as Ollama does. Chat output goes through
+:mod:`.chatturn` / :mod:`.chatparse` (the same as /v1's): ``message.thinking`` and
+``message.tool_calls`` come from the model's own formats.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ..engine.types import EmbedInput, EmbedResult, GenerateRequest, SamplingOpt
 from ..errors import UnsupportedCapability
 from ..runtime.resident import KeepAlive
 from . import chatturn, prompts, remote
-from .chat import start_chat, start_completions, upstream_route
+from .chat import close_reply, start_chat, start_completions, upstream_route
 from .chatformat import parse_think
 from .chatparse import ChatStreamParser
 from .http import NDJSONStream, get, now_iso, read_json
@@ -45,9 +46,14 @@ def check_format(value: Any) -> str | dict[str, Any] | None:
     raise errors.InvalidRequest("'format' must be \"json\" or a JSON schema object")
 
 
-def truncation(body: dict[str, Any]) -> Truncation:
-    """``truncate: false`` refuses a prompt longer than the context (400) instead of cutting its front."""
-    return Truncation.FRONT if get(body, "truncate", bool, True) else Truncation.REJECT
+def truncation(body: dict[str, Any], *, default: bool = True) -> Truncation:
+    """localrun's ``truncate``: true cuts the oldest tokens of a prompt longer than the context (the system
+    prompt is kept, and the reply says how many went), false refuses it (400 ``context_length_exceeded``).
+
+    ``default`` is what an unset ``truncate`` means: true on /api (Ollama's behaviour), false on /v1,
+    where a prompt is never cut unless the client asks for it.
+    """
+    return Truncation.FRONT if get(body, "truncate", bool, default) else Truncation.REJECT
 
 
 def done_fields(out_: Output) -> dict[str, Any]:
@@ -131,7 +137,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     try:
         return await _respond(request, out, stream, GENERATE)
     finally:
-        await out.close()
+        await close_reply(out)
 
 
 async def _generate_local(service: Service, body: dict[str, Any], prompt: str, suffix: str, think: bool | None,

@@ -2,7 +2,9 @@
 
 Thin: convert with :mod:`.openai_compat`, run through the Service, stream as SSE.
 ``n`` > 1 runs n requests side by side (they batch together in the engine); with a seed,
-choice i uses seed + i so the choices differ but stay reproducible.
+choice i uses seed + i so the choices differ but stay reproducible. A prompt over the context is a
+400 ``context_length_exceeded`` unless the request says ``truncate: true``; then the reply says how
+many tokens went (``usage.prompt_truncated_count``, and on each streamed choice's last chunk).
 """
 
 from __future__ import annotations
@@ -74,11 +76,11 @@ async def _collect(outputs: list[Output]) -> tuple[list[list[ChatEvent]], list[s
 
 
 def _usage(outputs: list[Output], prompt_groups: int = 1) -> dict[str, Any]:
-    per_prompt = len(outputs) // max(1, prompt_groups)
-    dones = [o.done for o in outputs]
-    prompt = sum(d.prompt_eval_count for i, d in enumerate(dones) if d and i % max(1, per_prompt) == 0)
-    cached = sum(d.cached_tokens for i, d in enumerate(dones) if d and i % max(1, per_prompt) == 0)
-    return oc.usage(prompt, sum(d.eval_count for d in dones if d), cached)
+    """Usage of every reply: each prompt's tokens once (its ``n`` replies share it), every output token."""
+    per_prompt = max(1, len(outputs) // max(1, prompt_groups))
+    firsts = [o.done for i, o in enumerate(outputs) if i % per_prompt == 0 and o.done is not None]
+    return oc.usage(sum(d.prompt_eval_count for d in firsts), sum(o.done.eval_count for o in outputs if o.done),
+                    sum(d.cached_tokens for d in firsts), sum(d.truncated_tokens for d in firsts))
 
 
 async def _stream_error(sse: SSEStream, request: web.Request, exc: errors.LocalrunError) -> None:
@@ -88,7 +90,7 @@ async def _stream_error(sse: SSEStream, request: web.Request, exc: errors.Localr
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     call = oc.chat_to_native(body)
-    run = await start_chat(request.app[SERVICE], call, "/v1/chat/completions", truncation(body))
+    run = await start_chat(request.app[SERVICE], call, "/v1/chat/completions", truncation(body, default=False))
     rid, created = new_id("chatcmpl", "-"), int(time.time())
     try:
         if call.stream:
@@ -130,8 +132,9 @@ async def _chat_stream(request: web.Request, run: ChatRun, rid: str, created: in
                 await send(i, piece.events, lp)
                 continue
             done = outputs[i].done
-            await sse.write(oc.chat_chunk(rid, model, created, i, {},
-                                          oc.finish_reason(done.done_reason if done else None, called[i])))
+            await sse.write({**oc.chat_chunk(rid, model, created, i, {},
+                                             oc.finish_reason(done.done_reason if done else None, called[i])),
+                             **oc.truncation_note(done)})
         if include_usage:
             await sse.write(oc.usage_chunk(rid, model, created, "chat.completion.chunk", _usage(outputs)))
     except errors.LocalrunError as exc:
@@ -145,7 +148,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     call = oc.completion_to_native(body)
     fmt = oc.response_format(body.get("response_format"))
-    run = await start_completions(request.app[SERVICE], call, fmt, "/v1/completions", truncation(body))
+    run = await start_completions(request.app[SERVICE], call, fmt, "/v1/completions", truncation(body, default=False))
     outputs, model = run.outputs, run.model
     try:
         rid, created = new_id("cmpl", "-"), int(time.time())
@@ -165,7 +168,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
                         done = outputs[i].done
                         choice = {"index": i, "text": "", "logprobs": None,
                                   "finish_reason": oc.finish_reason(done.done_reason if done else None, False)}
-                    await sse.write(oc.completion(rid, model, created, [choice], None))
+                    note = oc.truncation_note(outputs[i].done) if piece is None else {}
+                    await sse.write({**oc.completion(rid, model, created, [choice], None), **note})
                 if call.include_usage:
                     await sse.write(oc.usage_chunk(rid, model, created, "text_completion",
                                                    _usage(outputs, len(call.prompts))))

@@ -1,24 +1,34 @@
-"""``POST /v1/responses``: OpenAI's Responses API over the shared chat path (stateless).
+"""``POST /v1/responses``: OpenAI's Responses API over the shared chat path (stateless), and
+``POST /v1/responses/input_tokens``: how many tokens its input is.
 
 Thin: :mod:`.responses_compat` converts the request, :func:`.chat.start_chat` runs it, and
 :class:`.responses_stream.ResponsesEncoder` turns the model's output events into the reply:
 typed SSE events when ``stream`` is true, else the final ``response`` object.
+
+A prompt is never cut by tokens. Over the context, ``truncation: "disabled"`` (the default) is a 400
+``context_length_exceeded``; ``"auto"`` drops the oldest input items (:func:`_start_fitted`) and the
+response says what went in ``truncation_details`` (localrun's field), as does a WARNING.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
 from .. import errors
 from ..chatevents import ContentDelta, ThinkingDelta
-from .chat import ChatRun, TokenUsage, hit_length_limit, output_events, start_chat
+from ..engine.types import Truncation
+from .chat import ChatRun, TokenUsage, count_prompt_tokens, hit_length_limit, output_events, start_chat
 from .http import EventStream, read_json
 from .keys import SERVICE
 from .responses_compat import ResponsesCall, responses_to_native
 from .responses_stream import Event, ResponsesEncoder
+from .service import Service
 
+log = logging.getLogger("localrun.requests")
 Emit = Callable[[list[Event]], Awaitable[None]]
 
 
@@ -40,8 +50,8 @@ async def _drive(run: ChatRun, converted: ResponsesCall, encoder: ResponsesEncod
 async def create_response(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     converted = responses_to_native(body)
-    run = await start_chat(request.app[SERVICE], converted.call, "/v1/responses", converted.truncation)
-    encoder = ResponsesEncoder(run.model, converted.echo)
+    run, dropped = await _start(request.app[SERVICE], converted)
+    encoder = ResponsesEncoder(run.model, {**converted.echo, **dropped})
     try:
         if not converted.call.stream:
             async def keep(events: list[Event]) -> None:
@@ -65,5 +75,69 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         await run.close()
 
 
+async def _start(service: Service, converted: ResponsesCall) -> tuple[ChatRun, dict[str, Any]]:
+    """Start the reply, refusing a prompt over the context; with ``truncation: "auto"`` one that does
+    not fit starts again without its oldest input items. Returns the run and the response's
+    ``truncation_details`` field (empty when nothing was dropped)."""
+    try:
+        return await start_chat(service, converted.call, "/v1/responses", Truncation.REJECT), {}
+    except errors.ContextOverflow as overflow:
+        if not converted.auto_truncation or overflow.prompt_tokens is None or overflow.max_tokens is None:
+            raise
+        return await _start_fitted(service, converted, overflow.prompt_tokens, overflow.max_tokens)
+
+
+async def _start_fitted(service: Service, converted: ResponsesCall, prompt_tokens: int,
+                        max_tokens: int) -> tuple[ChatRun, dict[str, Any]]:
+    """Drop the fewest oldest input items that leave room for the output, and start the reply.
+
+    A bounded search: the prompt is rendered and counted once per halving of the droppable items
+    (about log2 of their number), and the newest item always stays. If even that one alone does not
+    fit, the engine's refusal (400, with the counts) stands.
+    """
+    budget = max_tokens - _output_room(converted.call.options.get("num_predict"), max_tokens)
+    counts: dict[int, int] = {}
+
+    async def size(count: int) -> int:
+        if count not in counts:
+            counts[count] = await count_prompt_tokens(service, converted.without_oldest(count)[0])
+        return counts[count]
+
+    low, high = 1, converted.droppable - 1  # the smallest count that fits lies in [low, high]
+    if high < low:
+        raise errors.ContextOverflow("the input is over the context and has no item to drop", prompt_tokens,
+                                     max_tokens)
+    while low < high:
+        middle = (low + high) // 2
+        if await size(middle) <= budget:
+            high = middle
+        else:
+            low = middle + 1
+    call, dropped = converted.without_oldest(low)
+    kept_tokens = await size(low)
+    run = await start_chat(service, call, "/v1/responses", Truncation.REJECT)
+    log.warning("input items dropped to fit the context (truncation auto): model=%s items=%d prompt_tokens=%d "
+                "kept=%d context=%d", run.model, dropped, prompt_tokens, kept_tokens, max_tokens)
+    return run, {"truncation_details": {"dropped_items": dropped, "dropped_tokens": prompt_tokens - kept_tokens}}
+
+
+def _output_room(num_predict: object, max_tokens: int) -> int:
+    """Tokens of the context kept free for the output when input items are dropped: ``max_output_tokens``
+    when set, else a quarter of the context, never more than half (the engine's own rule when it cuts
+    a prompt's front, ``engine._fit``)."""
+    wanted = num_predict if isinstance(num_predict, int) and num_predict > 0 else max_tokens // 4
+    return max(1, min(wanted, max_tokens // 2))
+
+
+async def input_tokens(request: web.Request) -> web.Response:
+    """``{"object": "response.input_tokens", "input_tokens": N}``: the prompt the request would send, as
+    the model's template renders it (instructions and tools included) and its tokenizer counts it."""
+    body = await read_json(request)
+    converted = responses_to_native(body)
+    count = await count_prompt_tokens(request.app[SERVICE], converted.call)
+    return web.json_response({"object": "response.input_tokens", "input_tokens": count})
+
+
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/responses", create_response)
+    app.router.add_post("/v1/responses/input_tokens", input_tokens)
