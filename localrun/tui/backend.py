@@ -112,6 +112,7 @@ class ReplyStats:
     load_duration_ns: int = 0
     done_reason: str = ""
     ttft_s: float | None = None
+    truncated_tokens: int = 0  # the conversation's oldest tokens the daemon left out to fit the context
 
     @classmethod
     def from_done(cls, chunk: JSONObject, ttft_s: float | None) -> ReplyStats:
@@ -124,8 +125,16 @@ class ReplyStats:
             prompt_eval_count=num("prompt_eval_count"), prompt_eval_duration_ns=num("prompt_eval_duration"),
             cached_tokens=num("prompt_eval_cached_count"), total_duration_ns=num("total_duration"),
             load_duration_ns=num("load_duration"), done_reason=str(chunk.get("done_reason") or ""),
-            ttft_s=ttft_s,
+            ttft_s=ttft_s, truncated_tokens=num("prompt_truncated_count"),
         )
+
+    def truncation_notice(self, context_length: int | None) -> str:
+        """What to tell the user when the conversation no longer fits the model's context (``truncated_tokens``
+        > 0): how many of its oldest tokens this reply did not see, and the context when known."""
+        context = f"the model's {context_length:,}-token context" if context_length else "the model's context"
+        return (f"The conversation no longer fits {context}: its oldest {self.truncated_tokens:,} tokens were "
+                "left out of this reply (the system prompt was kept). /clear starts afresh; "
+                "/set parameter num_ctx N gives the model a larger context.")
 
     @property
     def tokens_per_second(self) -> float | None:
