@@ -12,6 +12,10 @@ row and keeps each draft token it confirms; the first row it contradicts ends th
 token greedy picked there, and the cells of the drafts it did not reach are dropped. The
 sequence gets 1 to ``k + 1`` tokens from the step, the very tokens greedy decoding picks.
 
+The KV pool is shared by admission, not by slot (admission.py): a request joins while the pool
+can hold it and what the running requests still need; generating requests that outgrow the pool
+pause the lowest-priority one, which resumes from the prefix cache.
+
 A waiting request whose prompt shares a long prefix with a prompt still being prefilled waits
 for that prefill (it is registered in the prefix tree chunk by chunk) instead of computing the
 same prefix again: eight requests with one system prompt compute it once.
@@ -36,6 +40,7 @@ import llama_cpp as lc
 
 from .. import trace
 from ..errors import EngineError, GrammarError, LocalrunError
+from . import admission
 from .drafter import MAX_DRAFT, NgramDrafter, choose
 from .kvcache import KVCache
 from .native import Batch, Vocab
@@ -81,6 +86,7 @@ class Batcher:
         self.generated_tokens = 0
         self.draft_tokens = 0      # cumulative: draft rows decoded
         self.accepted_tokens = 0   # cumulative: draft tokens greedy sampling confirmed
+        self.preemptions = 0       # cumulative: requests paused because the pool was full (admission.py)
 
     # -- accounting --------------------------------------------------------------------
     def used_cells(self) -> int:
@@ -132,18 +138,54 @@ class Batcher:
             if self._should_wait_for_shared_prefill(seq):
                 deferred.append(seq)
                 continue
-            seq.lease = self.kv.acquire(seq.tokens[: seq.prompt_len])
-            seq.n_past = seq.lease.cached
-            seq.state = SeqState.PREFILL
-            seq.t_start = time.perf_counter()
-            trace.mark("admitted", seq.handle.request_id, seq.lease.cached)
-            accept_prompt(seq.sampler, seq.tokens[: seq.prompt_len], seq.last_n)
-            if self.speculative and self.kv.can_draft and seq.sampler.fast_greedy is not None:
-                seq.drafter = NgramDrafter()
-            self.running.append(seq)
-            self.prompt_tokens += seq.prompt_len
-            self.cached_tokens += seq.lease.cached
+            if not self._has_room(seq):  # the pool is full: it and those behind it wait, in order
+                deferred.append(seq)
+                break
+            self._start(seq)
         self.waiting.extendleft(reversed(deferred))
+
+    def _has_room(self, seq: Sequence) -> bool:
+        """Whether the pool can hold waiting ``seq`` beside the running requests (admission.fits)."""
+        kv = self.kv
+        prompt = seq.tokens[: seq.prefill_end]
+        cached, held = 0, True
+        if kv.enabled and len(prompt) >= 2:
+            match = kv.tree.match_prefix(prompt[:-1])
+            cached, held = match.length, match.node.lock_ref > 0  # an unlocked match stops being evictable
+        reclaimable = kv.n_cells - self.used_cells() + kv.tree.evictable_size - (0 if held else cached)
+        return admission.fits(seq, cached, reclaimable, self.running)
+
+    def _start(self, seq: Sequence) -> None:
+        """Admit ``seq``: a sequence id, its cached prefix, and (the first time) its prompt's accounting."""
+        seq.lease = self.kv.acquire(seq.tokens[: seq.prefill_end])
+        seq.n_past = seq.lease.cached
+        seq.state = SeqState.PREFILL
+        seq.t_admit = time.perf_counter()
+        trace.mark("admitted", seq.handle.request_id, seq.lease.cached)
+        self.running.append(seq)
+        if seq.t_start:  # resuming after a preemption: its sampler and drafter carry on
+            return
+        seq.t_start = seq.t_admit
+        accept_prompt(seq.sampler, seq.tokens[: seq.prompt_len], seq.last_n)
+        if self.speculative and self.kv.can_draft and seq.sampler.fast_greedy is not None:
+            seq.drafter = NgramDrafter()
+        self.prompt_tokens += seq.prompt_len
+        self.cached_tokens += seq.lease.cached
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Pause running ``seq`` because the pool is full (admission.py): its cells become an unlocked
+        cached prefix, and it waits at the head of the queue to resume where it stopped."""
+        assert seq.lease is not None
+        self.running.remove(seq)
+        if seq.state is SeqState.DECODE:
+            seq.resume_decode = True
+        self.kv.release(seq.lease, seq.tokens[: seq.n_past], keep=True)
+        seq.lease, seq.n_past, seq.row, seq.chunk, seq.draft = None, 0, None, 0, []
+        seq.state = SeqState.WAITING
+        self.waiting.appendleft(seq)
+        self.preemptions += 1
+        log.info("KV pool full: request %d paused after %d tokens (it resumes from the prefix cache)",
+                 seq.handle.request_id, len(seq.tokens))
 
     def _order_waiting(self) -> None:
         """More requests than free slots: interactive ones first, each class in arrival order.
@@ -158,29 +200,40 @@ class Batcher:
     def _should_wait_for_shared_prefill(self, seq: Sequence) -> bool:
         if not self.kv.enabled:
             return False
-        prompt = seq.tokens[: seq.prompt_len]
+        prompt = seq.tokens[: seq.prefill_end]
         cached = self.kv.tree.match_prefix(prompt[:-1]).length
         for other in self.running:
-            if other.state is SeqState.PREFILL and other.n_past < other.prompt_len:
-                shared = common_prefix_len(prompt[:-1], other.tokens[: other.prompt_len])
+            if other.state is SeqState.PREFILL and other.n_past < other.prefill_end:
+                shared = common_prefix_len(prompt[:-1], other.tokens[: other.prefill_end])
                 if shared >= cached + SHARE_MIN and other.n_past < shared:
                     return True
         return False
 
-    def _build(self) -> list[Sequence]:
-        batch = self.batch
-        batch.clear()
-        decoding = [s for s in self.running if s.state is SeqState.DECODE]
-        # Interactive prompts first, then the shortest remaining: a chat turn admitted behind a long
-        # batch prompt gets its first token without waiting for all of that prompt's chunks.
-        prefilling = sorted((s for s in self.running if s.state is SeqState.PREFILL),
-                            key=lambda s: (not s.interactive, s.prompt_len - s.n_past))
-        wanted = len(decoding) + sum(s.prompt_len - s.n_past for s in prefilling)
+    def _make_room(self) -> int:
+        """Free cells for this step's tokens: evict unlocked cache when short of them, and pause
+        requests (admission.victim) while the generating ones alone outgrow the pool. Returns the
+        free cells."""
+        wanted = sum(1 if s.state is SeqState.DECODE else s.prefill_end - s.n_past for s in self.running)
         free = self.kv.n_cells - self.used_cells()
         if free < min(wanted, self.n_batch):
             self.kv.evict(min(wanted, self.n_batch) - free)
             self.kv.release_parked()  # memory is needed now: free what eviction parked
             free = self.kv.n_cells - self.used_cells()
+        while len(self.running) > 1 and free < sum(s.state is SeqState.DECODE for s in self.running):
+            self._preempt(admission.victim(self.running))
+            self.kv.evict(sum(s.state is SeqState.DECODE for s in self.running) - free)
+            free = self.kv.n_cells - self.used_cells()
+        return free
+
+    def _build(self) -> list[Sequence]:
+        batch = self.batch
+        batch.clear()
+        free = self._make_room()
+        decoding = [s for s in self.running if s.state is SeqState.DECODE]
+        # Interactive prompts first, then the shortest remaining: a chat turn admitted behind a long
+        # batch prompt gets its first token without waiting for all of that prompt's chunks.
+        prefilling = sorted((s for s in self.running if s.state is SeqState.PREFILL),
+                            key=lambda s: (not s.interactive, s.prefill_end - s.n_past))
         self._draft(decoding, min(self.n_batch, free) - len(decoding))
         for seq in decoding:
             seq.chunk = 0
@@ -193,10 +246,10 @@ class Batcher:
         for seq in prefilling:
             if budget <= 0:
                 break
-            take = min(budget, seq.prompt_len - seq.n_past)
-            if seq.seeded and take > 1 and seq.n_past + take == seq.prompt_len:
+            take = min(budget, seq.prefill_end - seq.n_past)
+            if seq.seeded and take > 1 and seq.n_past + take == seq.prefill_end:
                 take -= 1  # the last prompt token in a step of its own (module docstring)
-            last = seq.n_past + take == seq.prompt_len
+            last = seq.n_past + take == seq.prefill_end and not seq.resume_decode
             row = batch.add(seq.lease.seq_id, seq.n_past,  # type: ignore[union-attr]
                             seq.tokens[seq.n_past: seq.n_past + take], want_last_logits=last)
             seq.row = row if last else None
@@ -261,16 +314,16 @@ class Batcher:
             rc = self.batch.decode(self.ctx)
             if rc == 1 and any(s.chunk for s in participants):
                 log.warning("KV cache full: postponing prompt chunks this step")
-                decoding = [s for s in participants if s.state is SeqState.DECODE]
-                self.batch.clear()
-                for seq in decoding:
-                    seq.draft = []
-                    seq.row = self.batch.add_one(seq.lease.seq_id, seq.n_past, seq.tokens[-1])  # type: ignore[union-attr]
                 for seq in participants:
                     if seq.state is SeqState.PREFILL:
                         seq.chunk, seq.row = 0, None
-                participants[:] = decoding
-                rc = self.batch.decode(self.ctx) if decoding else 0
+                participants[:] = [s for s in participants if s.state is SeqState.DECODE]
+                rc = self._decode_only(participants) if participants else 0
+            while rc == 1 and len(participants) > 1:  # llama.cpp found no room after all: pause one, retry
+                self._preempt(admission.victim(participants))
+                participants[:] = [s for s in participants if s in self.running]
+                self.kv.evict_all()
+                rc = self._decode_only(participants)
         if rc == 0:
             return True
         why = "the KV cache is full" if rc == 1 else f"llama_decode failed ({rc})"
@@ -279,13 +332,24 @@ class Batcher:
             self._fail(seq, EngineError(f"generation failed: {why}"), keep=False)
         return False
 
+    def _decode_only(self, decoding: list[Sequence]) -> int:
+        """Decode just the decode token of each sequence in ``decoding`` (no drafts, no prompt chunks)."""
+        self.batch.clear()
+        for seq in decoding:
+            seq.draft = []
+            seq.row = self.batch.add_one(seq.lease.seq_id, seq.n_past, seq.tokens[-1])  # type: ignore[union-attr]
+        return self.batch.decode(self.ctx)
+
     def _advance(self, seq: Sequence) -> None:
         if seq.state is SeqState.PREFILL:
             seq.n_past += seq.chunk
             self.kv.register(seq.lease, seq.tokens[: seq.n_past])  # type: ignore[arg-type]
-            if seq.n_past < seq.prompt_len:
+            if seq.n_past < seq.prefill_end:
                 return
             seq.state = SeqState.DECODE
+            if seq.resume_decode:  # back where it was paused: the next step decodes tokens[-1]
+                seq.resume_decode = False
+                return
             seq.t_first = time.perf_counter()
             trace.mark("prefilled", seq.handle.request_id)
             if seq.num_predict == 0:

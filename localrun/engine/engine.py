@@ -1,13 +1,15 @@
 """The public engine: one loaded model, one llama context, one engine thread.
 
 ``Engine(model_path, options, template=...)`` loads the GGUF and creates one context with a
-unified KV cache of ``num_ctx * num_parallel`` cells shared by ``num_parallel`` running
-sequences and the prefix cache. The engine thread owns the context and runs the
-:class:`~localrun.engine.batcher.Batcher` loop; callers on any thread ``submit()`` requests
-(refused synchronously: GrammarError, ContextOverflow, InvalidRequest; option ranges are the server's
-job, asserted here) and read
-events from the returned :class:`RequestHandle`. ``embed()`` uses a second, lazily created
-context and is serialised by its own lock. ``close()`` stops the thread and frees native memory.
+unified KV cache of ``options.pool`` cells (the pool) shared by up to ``num_parallel`` running
+sequences and the prefix cache; one request may hold up to ``num_ctx`` of them (capped at the
+model's trained context and the pool). Requests are admitted while the pool can hold them
+(admission.py): a long one does not need every slot reserved at its size. The engine thread
+owns the context and runs the :class:`~localrun.engine.batcher.Batcher` loop; callers on any
+thread ``submit()`` requests (refused synchronously: GrammarError, ContextOverflow,
+InvalidRequest; option ranges are the server's job, asserted here) and read events from the
+returned :class:`RequestHandle`. ``embed()`` uses a second, lazily created context and is
+serialised by its own lock. ``close()`` stops the thread and frees native memory.
 With a ``prefix_cache`` location, the prefix cache is restored from disk at load and saved there
 by ``close()`` (prefix_store.py), so a model reloaded later answers cached prompts at once.
 """
@@ -72,7 +74,7 @@ def check_load_options(options: LoadOptions) -> None:
     """Assert the invariants the daemon established (the server's option parsing and the scheduler's
     slot sizing set these; Settings checks kv_cache_type): a violation is a caller's bug, not user input."""
     for name, value, low in (("num_ctx", options.num_ctx, 16), ("num_batch", options.num_batch, 1),
-                             ("num_parallel", options.num_parallel, 1)):
+                             ("num_parallel", options.num_parallel, 1), ("context_pool", options.pool, 16)):
         assert isinstance(value, int) and not isinstance(value, bool) and value >= low, f"{name}={value!r} < {low}"
     assert options.num_thread is None or (isinstance(options.num_thread, int) and options.num_thread >= 1), \
         f"num_thread={options.num_thread!r}"
@@ -107,9 +109,11 @@ class Engine:
                prefix_cache: PrefixCacheLocation | None) -> None:
         self.vocab = native.Vocab(model)
         n_ctx_train = int(lc.llama_model_n_ctx_train(model))
-        num_ctx = min(options.num_ctx, n_ctx_train) if n_ctx_train > 0 else options.num_ctx
+        pool = options.pool
+        num_ctx = min(options.num_ctx, pool, n_ctx_train if n_ctx_train > 0 else pool)
         if num_ctx < options.num_ctx:
-            log.info("num_ctx %d capped at the model's training context %d", options.num_ctx, num_ctx)
+            log.info("num_ctx %d capped at %d (trained context %d, pool %d)", options.num_ctx, num_ctx,
+                     n_ctx_train, pool)
         self.num_ctx = num_ctx
         self.threads = options.num_thread or native.default_threads()
         n_swa = int(lc.llama_model_n_swa(model))
@@ -131,10 +135,10 @@ class Engine:
             n_seq_max = min(MAX_SEQ_IDS, options.num_parallel + max(8, 2 * options.num_parallel))
             # llama.cpp aborts (GGML_ASSERT on n_outputs_max) when a batch is smaller than n_seq_max;
             # above the whole context a batch buys nothing and its buffers could exhaust memory.
-            n_batch = max(min(options.num_batch, num_ctx * options.num_parallel), n_seq_max)
+            n_batch = max(min(options.num_batch, pool), n_seq_max)
             if n_batch != options.num_batch:
                 log.info("num_batch %d clamped to %d", options.num_batch, n_batch)
-            spec = native.ContextSpec(n_ctx=num_ctx * options.num_parallel, n_seq_max=n_seq_max,
+            spec = native.ContextSpec(n_ctx=pool, n_seq_max=n_seq_max,
                                       n_batch=n_batch, n_threads=self.threads, swa_full=n_swa > 0,
                                       kv_type=kv_type(options))
             self._ctx = native.create_context(model, spec)
@@ -158,6 +162,7 @@ class Engine:
             n_vocab=self.vocab.n_vocab, chat_template=chat_template, template=self.template.source,
             bos_text=self.vocab.special_text(self.vocab.bos), eos_text=self.vocab.special_text(self.vocab.eos),
             size_bytes=int(lc.llama_model_size(model)), num_ctx=num_ctx, num_parallel=options.num_parallel,
+            context_pool=pool if generation else 0,
             n_swa=n_swa, generation=generation, prefix_cache=generation and not recurrent,
             gpu_layers=report.gpu_layers, offload_layers=report.total_layers,
             gpu_buffer_bytes=report.gpu_bytes, cpu_buffer_bytes=report.cpu_bytes,
@@ -166,8 +171,9 @@ class Engine:
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         if generation:
             self._thread.start()
-        log.info("loaded %s (%s, %d parallel x %d ctx, %d threads, prefix cache %s)", arch, model_path,
-                 options.num_parallel, num_ctx, self.threads, "on" if self._info.prefix_cache else "off")
+        log.info("loaded %s (%s, up to %d parallel in a pool of %d tokens, at most %d per request, %d threads, "
+                 "prefix cache %s)", arch, model_path, options.num_parallel, pool, num_ctx, self.threads,
+                 "on" if self._info.prefix_cache else "off")
 
     # -- public API ----------------------------------------------------------------------
     @property
@@ -227,7 +233,7 @@ class Engine:
             kv_cells_total=b.kv.n_cells, kv_cells_used=b.used_cells(), prefix_cache_hit_tokens=b.cached_tokens,
             prompt_tokens=b.prompt_tokens, generated_tokens=b.generated_tokens, kv_cache_resets=b.kv.resets,
             host_cache_tokens=host.n_tokens if host else 0, host_cache_bytes=host.n_bytes if host else 0,
-            draft_tokens=b.draft_tokens, accepted_tokens=b.accepted_tokens,
+            draft_tokens=b.draft_tokens, accepted_tokens=b.accepted_tokens, preemptions=b.preemptions,
         )
 
     def close(self) -> None:

@@ -118,9 +118,19 @@ class Sequence:
     chunk: int = 0                               # prompt tokens in the current batch
     generated: int = 0
     t_submit: float = field(default_factory=time.perf_counter)
-    t_start: float = 0.0                         # admitted
+    t_start: float = 0.0                         # first admitted
     t_first: float = 0.0                         # first token sampled
+    t_admit: float = 0.0                         # last admitted (again after a preemption: admission.py)
+    # Paused while generating (admission.py): re-admitted, it computes tokens[:-1] again (mostly from
+    # the prefix cache), then decodes tokens[-1] as if it had never stopped.
+    resume_decode: bool = False
 
     @property
     def cached(self) -> int:
         return self.lease.cached if self.lease else 0
+
+    @property
+    def prefill_end(self) -> int:
+        """Positions to compute before the next token is sampled or decoded: the prompt, or for a
+        sequence resuming after a preemption everything but its last token."""
+        return len(self.tokens) - 1 if self.resume_decode else self.prompt_len

@@ -22,7 +22,7 @@ MAX_UBATCH = 512  # tokens llama.cpp computes at once (n_ubatch): its compute bu
 class LoadOptions:
     """Options fixed when a model is loaded; a request asking for different ones reloads it."""
 
-    num_ctx: int = 4096          # context length per sequence slot, in tokens
+    num_ctx: int = 4096          # the most tokens one request may hold (prompt + output); capped at the pool
     # max tokens per llama_decode call (a step's prefill budget); llama.cpp runs them in physical
     # batches of at most MAX_UBATCH (llama-server's -b 2048 -ub 512): a burst's prompts share one step
     num_batch: int = 2048
@@ -31,6 +31,9 @@ class LoadOptions:
     num_thread: int | None = None  # None = all physical cores
     use_mmap: bool = True
     num_parallel: int = 4        # sequence slots (the daemon sizes them from memory: hardware/memory.py)
+    # KV cells the running requests share (the unified KV cache, the "pool"); None: num_ctx x num_parallel.
+    # The daemon sizes it from the memory free after the weights (hardware/memory.py plan_context).
+    context_pool: int | None = None
     adapter: str | None = None   # path to a LoRA adapter GGUF
     embedding: bool = False      # load for embeddings (pooling) instead of generation
     # Deterministic mode (as SGLang's): a seeded request gives the same text whatever runs beside it.
@@ -48,6 +51,11 @@ class LoadOptions:
     # greedy requests draft tokens from their own text and keep what greedy confirms (engine/drafter.py):
     # LOCALRUN_SPECULATIVE, set by the daemon for every load
     speculative: bool = True
+
+    @property
+    def pool(self) -> int:
+        """KV cells of the context: ``context_pool``, else ``num_ctx * num_parallel``."""
+        return self.context_pool if self.context_pool is not None else self.num_ctx * self.num_parallel
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +201,7 @@ class EngineStats:
     host_cache_bytes: int = 0      # their size
     draft_tokens: int = 0          # cumulative: tokens speculative decoding drafted (engine/drafter.py)
     accepted_tokens: int = 0       # cumulative: drafted tokens greedy sampling confirmed
+    preemptions: int = 0           # cumulative: requests paused because the KV pool was full (admission.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,8 +219,9 @@ class ModelInfo:
     bos_text: str
     eos_text: str
     size_bytes: int
-    num_ctx: int                   # context per sequence actually used (capped at n_ctx_train)
+    num_ctx: int                   # the most tokens one request may hold (capped at n_ctx_train and the pool)
     num_parallel: int
+    context_pool: int = 0          # KV cells the running requests share (0: not reported)
     n_swa: int = 0                 # sliding-window size, 0 = none
     generation: bool = True        # False: an embeddings-only model
     prefix_cache: bool = True      # False: the model's cache cannot be shared (recurrent models)

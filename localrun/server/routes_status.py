@@ -73,8 +73,9 @@ def ps_entry(scheduler: Scheduler, model: ResidentModel) -> dict[str, Any]:
         "details": details(geometry),
         "expires_at": iso(scheduler.expires_at(model)),
         "size_vram": p.vram,
-        "context_length": model.spec.options.num_ctx,
+        "context_length": info.num_ctx if info else model.spec.options.num_ctx,  # the most one request holds
         # localrun extras (ignored by Ollama clients):
+        "context_pool": info.context_pool if info and info.context_pool else model.spec.options.pool,
         "processor": p.processor(),
         "gpu_layers": p.gpu_layers,
         "num_parallel": model.slots,
@@ -121,6 +122,7 @@ async def metrics(request: web.Request) -> web.Response:
         m.host_cache_bytes.labels(model.name).set(stats.host_cache_bytes)
         m.draft_tokens.labels(model.name).set(stats.draft_tokens)
         m.accepted_tokens.labels(model.name).set(stats.accepted_tokens)
+        m.preemptions.labels(model.name).set(stats.preemptions)
     return web.Response(body=m.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 

@@ -51,6 +51,15 @@ def collect(handle: Handle, timeout: float = 120.0) -> Result:
             return Result("".join(t.text for t in tokens), tokens, event)
 
 
+def same_until_a_near_tie(want: Result, got: Result, margin: float = 0.02) -> None:
+    """``got`` says what ``want`` says, or parts from it only where ``want``'s two best tokens were
+    within ``margin`` in log-probability (a near-tie that other cells or rows can round the other
+    way). ``want`` must have been asked for ``top_logprobs`` of at least 2."""
+    if got.generated == want.generated:
+        return
+    at = next(i for i, (a, b) in enumerate(zip(want.generated, got.generated, strict=False)) if a != b)
+    top = [lp.top for e in want.tokens for lp in e.logprobs][at]
+    assert len(top) >= 2 and top[0][1] - top[1][1] < margin, f"parted at token {at} with no near-tie: {top}"
 
 
 class RunnerEngine:

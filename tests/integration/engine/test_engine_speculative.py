@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from engine_helpers import Result, collect
+from engine_helpers import Result, collect, same_until_a_near_tie
 
 from localrun.engine import batcher
 from localrun.engine.engine import Engine
@@ -86,16 +86,6 @@ def no_stray_cells(engine: Engine) -> None:
     kv = engine.batcher.kv  # type: ignore[union-attr]
     kv.check_integrity()
     assert engine.stats().kv_cells_used == kv.cached_cells  # no rejected draft left a cell behind
-
-
-def same_until_a_near_tie(want: Result, got: Result) -> None:
-    """``got`` says what ``want`` says, or parts from it only where ``want``'s two best tokens were
-    within 0.02 in log-probability (a near-tie that other cells or rows can round the other way)."""
-    if got.generated == want.generated:
-        return
-    at = next(i for i, (a, b) in enumerate(zip(want.generated, got.generated, strict=False)) if a != b)
-    top = [lp.top for e in want.tokens for lp in e.logprobs][at]
-    assert len(top) >= 2 and top[0][1] - top[1][1] < 0.02, f"parted at token {at} with no near-tie: {top}"
 
 
 @pytest.mark.parametrize("sampling", [
