@@ -232,6 +232,20 @@ def num_parallel() -> int | None:
     return _positive_int("LOCALRUN_NUM_PARALLEL", 1)
 
 
+def context_length() -> int | None:
+    """``LOCALRUN_CONTEXT_LENGTH``: the most tokens one request may hold, for every model.
+
+    Default (unset or ``auto``): ``None``, each model's trained context, or as much of it as the
+    KV pool sized from free memory holds (``hardware.memory.plan_context``). A number above a
+    model's trained context means that model's trained context, as Ollama's
+    ``OLLAMA_CONTEXT_LENGTH`` does. A Modelfile's or a request's ``num_ctx`` overrides it.
+    """
+    raw = _env("LOCALRUN_CONTEXT_LENGTH")
+    if raw is None or raw.lower() == "auto":
+        return None
+    return _positive_int("LOCALRUN_CONTEXT_LENGTH", 0, minimum=16)
+
+
 KV_CACHE_TYPES = ("auto", "f16", "bf16")
 
 
@@ -432,6 +446,7 @@ class Settings:
     upstreams: tuple[UpstreamSpec, ...] = ()
     rpc_servers: tuple[str, ...] = ()
     speculative: bool = True
+    context_length: int | None = None  # None: each model's trained context, as memory allows
 
     def report(self) -> dict[str, str]:
         """Each setting as the variable a user would set for it, with its value written back in that form.
@@ -457,6 +472,7 @@ class Settings:
             "LOCALRUN_UPSTREAMS": ",".join(f"{u.name}={u.display_url}" for u in self.upstreams),
             "LOCALRUN_RPC_SERVERS": ",".join(self.rpc_servers),
             "LOCALRUN_SPECULATIVE": "1" if self.speculative else "0",
+            "LOCALRUN_CONTEXT_LENGTH": "auto" if self.context_length is None else str(self.context_length),
         }
 
 
@@ -466,7 +482,7 @@ SETTING_VARIABLES = (
     "LOCALRUN_HOST", "LOCALRUN_MODELS", "LOCALRUN_KEEP_ALIVE", "LOCALRUN_MAX_LOADED_MODELS", "LOCALRUN_NUM_PARALLEL",
     "LOCALRUN_KV_CACHE_TYPE", "LOCALRUN_BATCH_INVARIANT", "LOCALRUN_MAX_QUEUE", "LOCALRUN_ORIGINS", "LOCALRUN_API_KEY",
     "LOCALRUN_LOG_LEVEL", "LOCALRUN_PREFIX_CACHE", "LOCALRUN_PREFIX_CACHE_RAM", "LOCALRUN_UPSTREAMS",
-    "LOCALRUN_RPC_SERVERS", "LOCALRUN_SPECULATIVE",
+    "LOCALRUN_RPC_SERVERS", "LOCALRUN_SPECULATIVE", "LOCALRUN_CONTEXT_LENGTH",
 )
 _SEAMS = ("LOCALRUN_RUNNER_FACTORY", "LOCALRUN_RUNNER_DEBUG", "LOCALRUN_TRACE")
 
@@ -513,5 +529,6 @@ def load_settings() -> Settings:
         upstreams=upstreams(),
         rpc_servers=rpc_servers(),
         speculative=speculative(),
+        context_length=context_length(),
     )
 

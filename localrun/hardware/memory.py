@@ -2,8 +2,9 @@
 
 :func:`read_geometry` gives the :class:`~localrun.store.geometry.ModelGeometry` of a GGUF: the
 store's one validated reader (:mod:`localrun.store.gguf_file`), so every count used here was checked
-for type and range before any planning. :func:`estimate` adds up weights, KV cache for
-``num_ctx * num_parallel`` tokens (2-byte K and V: bf16 or f16, as the engine allocates) and compute buffers;
+for type and range before any planning. :func:`plan_context` lays out the context (per-request
+maximum, KV pool, slots) from the memory free after the weights; :func:`estimate` adds up weights,
+KV cache for the pool's tokens (2-byte K and V: bf16 or f16, as the engine allocates) and compute buffers;
 :func:`place` decides how many layers go to a GPU and whether the rest fits in RAM.
 
 The numbers are estimates, deliberately on the high side: a model that is refused here would
@@ -19,7 +20,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..engine.types import MAX_UBATCH, LoadOptions, ModelInfo
-from ..errors import InvalidModelFile
+from ..errors import InvalidModelFile, OptionError
+from ..fmt import human_bytes
 from ..store.geometry import ModelGeometry as ModelGeometry  # the store reader's record, for the runtime
 from ..store.gguf_file import read_gguf
 from . import devices
@@ -89,7 +91,19 @@ def _read_geometry_cached(path: str, _size: int, _mtime: int) -> ModelGeometry:
 
 
 MAX_AUTO_SLOTS = 16  # batched decode on CPU stops gaining throughput around here (ENGINE_NOTES.md)
-SLOT_SHARE = 0.5  # of the memory left after the weights: what default_slots may give the KV cache
+POOL_SHARE = 0.5  # of the memory left after the weights: what the KV pool takes by default
+EXPLICIT_SHARE = 0.9  # ... and the most an explicit num_ctx may take before it is refused
+SLOT_CTX = 4096  # pool tokens each sequence slot brings: what a chat turn needs
+FALLBACK_CTX = 4096  # per-request maximum for a GGUF that does not say its trained context
+
+
+@dataclass(frozen=True, slots=True)
+class ContextPlan:
+    """How a model's context is laid out: what one request may hold, the pool they share, slots."""
+
+    num_ctx: int        # the most tokens one request may hold (prompt + output)
+    context_pool: int   # KV cells the running requests share (the unified KV cache)
+    num_parallel: int   # requests decoding at once
 
 
 def kv_bytes_per_token(geometry: ModelGeometry) -> int:
@@ -98,24 +112,45 @@ def kv_bytes_per_token(geometry: ModelGeometry) -> int:
     return g.n_layer * g.n_head_kv * (g.head_dim_k + g.head_dim_v) * 2
 
 
-def default_slots(geometry: ModelGeometry, options: LoadOptions, free_ram: int, gpus: list[Device]) -> int:
-    """How many sequence slots to load ``geometry`` with when the user did not say.
+def plan_context(geometry: ModelGeometry, options: LoadOptions, free_ram: int, gpus: list[Device], *,
+                 num_ctx: int | None, num_parallel: int | None) -> ContextPlan:
+    """The context a model loads with, from the memory left once its weights and compute buffers
+    are placed (free RAM, plus free GPU memory when a GPU is there).
 
-    Each slot costs ``num_ctx`` tokens of KV cache plus a row of logits. Up to :data:`SLOT_SHARE`
-    of the memory left once the weights and compute buffers are placed (free RAM, plus free GPU
-    memory when a GPU is there) goes to slots, between 1 and :data:`MAX_AUTO_SLOTS`. Ollama sizes
-    its parallelism from free memory too; on a 24 GB machine a small model gets 16.
+    - ``num_parallel`` (LOCALRUN_NUM_PARALLEL) or, when None, one slot per :data:`SLOT_CTX` tokens
+      the pool budget (:data:`POOL_SHARE` of that memory) holds, between 1 and :data:`MAX_AUTO_SLOTS`.
+    - ``num_ctx``: an explicit per-request maximum (request options, Modelfile or
+      LOCALRUN_CONTEXT_LENGTH, already at most the trained context). None: the model's trained
+      context, or the whole pool where that is smaller.
+    - The pool holds one request at that maximum, or every slot at :data:`SLOT_CTX`, whichever is
+      more, within the budget; an explicit ``num_ctx`` gets at least its own size. Requests share
+      it (engine/admission.py): a long one does not need every slot reserved at its size.
+
+    Raises OptionError when an explicit ``num_ctx`` needs more than :data:`EXPLICIT_SHARE` of that
+    memory, naming both numbers. Pure: the caller probes the memory.
     """
-    base = estimate(geometry, dataclasses.replace(options, num_parallel=1))
-    per_slot = options.num_ctx * kv_bytes_per_token(geometry) + geometry.n_vocab * 4
-    left = free_ram + sum(max(0, g.free_bytes) for g in gpus) - base.weights - base.compute
-    return max(1, min(MAX_AUTO_SLOTS, int(left * SLOT_SHARE) // max(1, per_slot)))
+    kv = max(1, kv_bytes_per_token(geometry))
+    base = estimate(geometry, dataclasses.replace(options, num_parallel=1, context_pool=MAX_UBATCH))
+    left = max(0, free_ram + sum(max(0, g.free_bytes) for g in gpus) - base.weights - base.compute)
+    budget = int(left * POOL_SHARE) // kv
+    per_slot = SLOT_CTX * kv + geometry.n_vocab * 4  # its share of the pool and a row of logits
+    slots = num_parallel or max(1, min(MAX_AUTO_SLOTS, int(left * POOL_SHARE) // per_slot))
+    wanted = num_ctx if num_ctx is not None else (geometry.n_ctx_train or FALLBACK_CTX)
+    pool = min(max(wanted, slots * min(wanted, SLOT_CTX)), max(budget, min(wanted, SLOT_CTX)))
+    if num_ctx is None:
+        return ContextPlan(num_ctx=min(wanted, pool), context_pool=pool, num_parallel=slots)
+    holdable = int(left * EXPLICIT_SHARE) // kv
+    if num_ctx > holdable:
+        raise OptionError(f"num_ctx {num_ctx} is more than memory can hold: after the weights, "
+                          f"{human_bytes(left)} holds at most {holdable} tokens of KV cache "
+                          f"({human_bytes(kv)} each)")
+    return ContextPlan(num_ctx=num_ctx, context_pool=max(pool, num_ctx), num_parallel=slots)
 
 
 def estimate(geometry: ModelGeometry, options: LoadOptions) -> MemoryEstimate:
     """Bytes needed to load ``geometry`` with ``options`` (weights + KV cache + compute buffers)."""
     g = geometry
-    kv_tokens = options.num_ctx * max(1, options.num_parallel)
+    kv_tokens = options.pool
     kv = kv_tokens * kv_bytes_per_token(g)
     batch = max(1, min(options.num_batch, MAX_UBATCH, kv_tokens))  # buffers follow the physical batch
     # Activations for one batch, plus one row of logits per sequence slot, plus allocator slack.

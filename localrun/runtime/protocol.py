@@ -18,8 +18,8 @@ Runner -> daemon: loaded {info} | load_error {error} first, then accepted/event/
 Each op is a frozen dataclass below (:class:`Generate`, :class:`Accepted`, ...); :func:`encode_message`
 and :func:`decode_message` are the one codec between them and frames, driven by the table ``MESSAGES``
 (op -> class) and one decoder per payload type (a GenerateRequest, an Event, an error...). Errors cross
-the pipe as ``{code, message[, retry_after][, prompt_tokens, max_tokens]}`` and are rebuilt with :func:`localrun.errors.from_code`,
-the same mapping the HTTP client uses; a code nobody defines becomes an EngineError.
+the pipe as ``{code, message[, retry_after][, prompt_tokens, max_tokens]}`` and are rebuilt with
+:func:`localrun.errors.from_code`, the same mapping the HTTP client uses; a code nobody defines becomes an EngineError.
 """
 
 from __future__ import annotations

@@ -148,6 +148,7 @@ def create_app(
                                                                   api_key=config.upstream_api_key)
     metrics.watch_upstreams(upstreams.snapshot)
     app[SERVICE] = Service(store, scheduler, metrics, num_parallel=settings.num_parallel,
+                           context_length=settings.context_length,
                            geometry=memory.read_geometry, probe=_probe_devices(executors),
                            load_defaults=LoadOptions(batch_invariant=settings.batch_invariant,
                                                      kv_cache_type=settings.kv_cache_type,

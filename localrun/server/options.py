@@ -85,14 +85,17 @@ def merge_options(
     model_params: Mapping[str, Any] | None,
     request_options: Any,
     *,
-    num_parallel: int,
     n_ctx_train: int | None = None,
     base: LoadOptions = _DEFAULT_LOAD,
 ) -> tuple[LoadOptions, SamplingOptions, dict[str, Any]]:
     """Combine Modelfile parameters and request options over ``base`` (the daemon's settings:
-    batch_invariant, kv_cache_type), with ``num_parallel`` slots.
+    batch_invariant, kv_cache_type).
 
-    Returns (load options, sampling options, extras) where extras holds ``num_keep``.
+    Returns (load options, sampling options, extras): extras holds ``num_keep`` and ``num_ctx``,
+    the explicit per-request maximum (None when neither the Modelfile nor the request set it; the
+    service then plans it from memory, ``hardware.memory.plan_context``). A request's ``num_ctx``
+    above the model's trained context ``n_ctx_train`` is an OptionError naming both; a Modelfile's
+    is capped there, with a warning.
     """
     if request_options is None:
         request_options = {}
@@ -107,30 +110,33 @@ def merge_options(
                 log.debug("ignoring unknown option %r", name)
                 continue
             try:
-                merged[name] = check_option(name, value)
+                value = check_option(name, value)
             except OptionError:
                 if strict:
                     raise
                 log.warning("ignoring bad Modelfile parameter %s=%r", name, value)
+                continue
+            if name == "num_ctx" and n_ctx_train and value > n_ctx_train:
+                if strict:
+                    raise OptionError(f"option 'num_ctx' is {value}, above the model's trained context of "
+                                      f"{n_ctx_train} tokens")
+                log.warning("Modelfile num_ctx %d is above the model's trained context; using %d", value, n_ctx_train)
+                value = n_ctx_train
+            merged[name] = value
     load_kwargs = {k: v for k, v in merged.items() if k in _LOAD}
     if load_kwargs.get("num_gpu") == -1:
         load_kwargs["num_gpu"] = None  # Ollama's "-1": let the fit check decide
-    if n_ctx_train and load_kwargs.get("num_ctx", _DEFAULT_LOAD.num_ctx) > n_ctx_train:
-        load_kwargs["num_ctx"] = n_ctx_train  # as Ollama does: never beyond the trained context
-    # num_batch is clamped into [MIN_BATCH, the engine's whole context (num_ctx x num_parallel)]:
-    # - above it buys nothing and made the engine allocate num_batch-sized buffers (10**15: MemoryError, 500);
-    # - a batch smaller than the engine's sequence count aborts the runner in llama.cpp
-    #   (GGML_ASSERT n_outputs_max, e.g. num_batch 8 with 8 parallel sequences).
-    load_kwargs["num_batch"] = min(max(load_kwargs.get("num_batch", _DEFAULT_LOAD.num_batch), MIN_BATCH),
-                                   load_kwargs.get("num_ctx", _DEFAULT_LOAD.num_ctx) * num_parallel)
-    load = dataclasses.replace(base, num_parallel=num_parallel, **load_kwargs)
+    # A batch smaller than the engine's sequence count aborts the runner in llama.cpp (GGML_ASSERT
+    # n_outputs_max, e.g. num_batch 8 with 8 parallel sequences); the service caps it at the pool.
+    load_kwargs["num_batch"] = max(load_kwargs.get("num_batch", _DEFAULT_LOAD.num_batch), MIN_BATCH)
+    load = dataclasses.replace(base, **load_kwargs)
     sampling_kwargs = {k: v for k, v in merged.items() if k in _SAMPLING}
     if sampling_kwargs.get("num_predict") is not None and sampling_kwargs["num_predict"] < 0:
         sampling_kwargs["num_predict"] = None  # -1 (infinite) and -2 (fill context)
     if sampling_kwargs.get("seed") is not None and sampling_kwargs["seed"] < 0:
         sampling_kwargs["seed"] = None
     sampling = SamplingOptions(**sampling_kwargs)
-    extras = {"num_keep": merged.get("num_keep")}
+    extras = {"num_keep": merged.get("num_keep"), "num_ctx": merged.get("num_ctx")}
     return load, sampling, extras
 
 

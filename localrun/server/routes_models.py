@@ -109,7 +109,7 @@ async def show(request: web.Request) -> web.Response:
         "details": info.details or _details_for(info.model_path),
         "model_info": info.model_info,
         "capabilities": _capabilities(template, info.model_path),
-        "defaults": _defaults(info.parameters, info.model_path, request.app[SERVICE].num_parallel),
+        "defaults": await _defaults(request, name, info.parameters),
         "modified_at": _iso(info.modified),
     }
     if info.messages:
@@ -126,22 +126,22 @@ def _capabilities(template: str, path: Path) -> list[str]:
     return capabilities(describe(template or None), geometry)
 
 
-def _defaults(params: dict[str, Any], path: Path, num_parallel: int | None) -> dict[str, Any]:
-    """What a request without options gets (Modelfile PARAMETERs over the engine's defaults).
+async def _defaults(request: web.Request, name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """What a request without options gets (Modelfile PARAMETERs over the engine's defaults, the
+    context planned from memory: ``Service.target``), and the KV pool requests share.
 
     A localrun field (Ollama's ``parameters`` lists only what the Modelfile sets); the chat UI
     shows these in its settings dialog.
     """
     try:
-        n_ctx_train = read_geometry(str(path)).n_ctx_train
-    except errors.LocalrunError:
-        n_ctx_train = None
-    # Slots sized from memory (num_parallel None) change none of the values shown here.
-    load, sampling, _ = merge_options(params, {}, num_parallel=num_parallel or 1,
-                                      n_ctx_train=n_ctx_train)
+        target = await request.app[SERVICE].target(name)
+        load, sampling = target.spec.options, target.sampling
+    except errors.LocalrunError:  # a model that cannot load still shows its Modelfile's values
+        load, sampling, _ = merge_options(params, {})
     return {
         "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
         "min_p": sampling.min_p, "repeat_penalty": sampling.repeat_penalty, "num_ctx": load.num_ctx,
+        "context_pool": load.pool, "num_parallel": load.num_parallel,
         "num_predict": sampling.num_predict if sampling.num_predict is not None else -1,
         "seed": sampling.seed, "stop": list(sampling.stop),
     }

@@ -32,7 +32,7 @@ from ..engine.types import (
 )
 from ..fmt import human_bytes
 from ..hardware import memory
-from ..hardware.memory import ModelGeometry
+from ..hardware.memory import ContextPlan, ModelGeometry
 from ..runtime.resident import Backend, EventStream, Phase, ProbeFn
 from ..runtime.scheduler import DEFAULT, KeepAlive, Lease, LoadSpec, Scheduler
 from ..store.records import ResolvedModel
@@ -159,13 +159,15 @@ class Service:
         metrics: Metrics,
         *,
         num_parallel: int | None,
+        context_length: int | None = None,
         geometry: Callable[[str], ModelGeometry],
         probe: ProbeFn | None = None,
         load_defaults: LoadOptions | None = None,
         executors: Executors | None = None,
         upstreams: Upstreams | None = None,
     ) -> None:
-        """``num_parallel`` None: slots sized per model from free memory (``probe``, see :meth:`slots`);
+        """``num_parallel`` None: slots sized per model from free memory (``probe``, see :meth:`context_plan`);
+        ``context_length``: LOCALRUN_CONTEXT_LENGTH (None: each model's trained context, as memory allows);
         ``load_defaults``: the daemon's batch_invariant and kv_cache_type settings; ``upstreams``: the
         configured upstream servers (``NAME/model`` names), routed by ``.chat``."""
         self.store = store
@@ -173,12 +175,13 @@ class Service:
         self.scheduler = scheduler
         self.metrics = metrics
         self.num_parallel = num_parallel
+        self.context_length = context_length
         self._geometry = geometry
         self._probe = probe
         self._load_defaults = load_defaults or LoadOptions()
-        # Slots chosen per (model file, other load options), kept so that requests arriving while the
-        # model loads, or after free memory moved a little, ask for the same options (no reload).
-        self._slots: dict[tuple[str, LoadOptions], int] = {}
+        # Context plans per (model file, other load options, explicit num_ctx), kept so that requests
+        # arriving while the model loads, or after free memory moved a little, ask for the same options.
+        self._plans: dict[tuple[str, LoadOptions, int | None], ContextPlan] = {}
         self._store_pool = (executors or Executors()).store
 
     async def target(self, name: object, options: object = None, keep_alive: KeepAlive = DEFAULT) -> Target:
@@ -194,12 +197,11 @@ class Service:
                 and not await templating.vet(resolved.name, geometry.chat_template):
             geometry = dataclasses.replace(geometry, chat_template=None)  # refused: plain prompt, warned once
         params = resolved.parameters or {}
-        load, sampling, extras = merge_options(params, options, num_parallel=1, n_ctx_train=geometry.n_ctx_train,
+        load, sampling, extras = merge_options(params, options, n_ctx_train=geometry.n_ctx_train,
                                                base=self._load_defaults)
-        slots = await self.slots(str(resolved.model_path), load, geometry)
-        if slots != 1:
-            load, _, _ = merge_options(params, options, num_parallel=slots, n_ctx_train=geometry.n_ctx_train,
-                                       base=self._load_defaults)
+        plan = await self.context_plan(str(resolved.model_path), load, geometry, extras["num_ctx"])
+        load = replace(load, num_ctx=plan.num_ctx, context_pool=plan.context_pool, num_parallel=plan.num_parallel,
+                       num_batch=min(load.num_batch, plan.context_pool))
         adapter = resolved.adapter_path
         if adapter:
             load = replace(load, adapter=str(adapter))
@@ -216,24 +218,35 @@ class Service:
             num_keep=extras.get("num_keep"), keep_alive=keep_alive,
         )
 
-    async def slots(self, model_path: str, load: LoadOptions, geometry: ModelGeometry) -> int:
-        """Sequence slots for a model loaded with ``load``: LOCALRUN_NUM_PARALLEL when set, else
-        :func:`~localrun.hardware.memory.default_slots` of the free memory when it is first asked
-        (the answer is kept for the daemon's life, so the options of a resident model never move)."""
-        if self.num_parallel is not None:
-            return self.num_parallel
-        key = (model_path, replace(load, num_parallel=1))
-        known = self._slots.get(key)
+    async def context_plan(self, model_path: str, load: LoadOptions, geometry: ModelGeometry,
+                           num_ctx: int | None) -> ContextPlan:
+        """The context a model loaded with ``load`` gets (:func:`~localrun.hardware.memory.plan_context`):
+        ``num_ctx`` when the Modelfile or request set it, else LOCALRUN_CONTEXT_LENGTH (capped at the
+        trained context), else as much of the trained context as the memory free when first asked
+        holds. Kept for the daemon's life per model and options, so a resident model's options never
+        move with free memory (which would reload it). OptionError when ``num_ctx`` cannot fit.
+        """
+        if num_ctx is None and self.context_length is not None:
+            num_ctx = min(self.context_length, geometry.n_ctx_train or self.context_length)
+        key = (model_path, replace(load, num_ctx=num_ctx or 0), num_ctx)
+        known = self._plans.get(key)
         if known is None:
             if self._probe is None:
                 free_ram, gpus = memory.system_devices()
             else:
                 probed = self._probe()
                 free_ram, gpus = await probed if inspect.isawaitable(probed) else probed
-            known = self._slots.setdefault(key, memory.default_slots(geometry, load, free_ram, gpus))
-            log.info("%s: %d sequence slots (%s of KV cache per token, %s free)", model_path, known,
-                     human_bytes(memory.kv_bytes_per_token(geometry)), human_bytes(free_ram))
+            known = self._plans.setdefault(key, memory.plan_context(
+                geometry, load, free_ram + self._held_ram(model_path), gpus, num_ctx=num_ctx,
+                num_parallel=self.num_parallel))
+            log.info("%s: up to %d tokens a request, a pool of %d tokens for %d parallel requests "
+                     "(%s of KV cache per token, %s free)", model_path, known.num_ctx, known.context_pool,
+                     known.num_parallel, human_bytes(memory.kv_bytes_per_token(geometry)), human_bytes(free_ram))
         return known
+
+    def _held_ram(self, model_path: str) -> int:
+        """RAM a resident copy of ``model_path`` holds: a reload with new options gets it back."""
+        return sum(m.placement.ram for m in self.scheduler.models.values() if m.spec.model_path == model_path)
 
     async def generate(
         self, target: Target, request: GenerateRequest, endpoint: str, *, context: list[int] | None = None,

@@ -63,5 +63,5 @@ def test_openai_requests_carry_them_and_refuse_bad_values() -> None:
 
 def test_ollama_options_do_not_take_them() -> None:
     """Ollama has no such options; like other unknown options they are ignored, not applied."""
-    _, sampling, _ = merge_options({}, {"ignore_eos": True, "min_tokens": 5}, num_parallel=1)
+    _, sampling, _ = merge_options({}, {"ignore_eos": True, "min_tokens": 5})
     assert (sampling.ignore_eos, sampling.min_tokens) == (False, 0)

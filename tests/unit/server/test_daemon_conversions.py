@@ -78,15 +78,15 @@ def test_request_options_override_modelfile_parameters_and_split_load_from_sampl
     load, sampling, extras = merge_options(
         {"temperature": 0.2, "num_ctx": 1024, "stop": ["<end>"]},
         {"temperature": 0.7, "num_predict": -1, "seed": 5, "mirostat": 2, "num_keep": 4},
-        num_parallel=2, n_ctx_train=2048,
+        n_ctx_train=2048,
     )
-    assert load == LoadOptions(num_ctx=1024, num_parallel=2)
+    assert load == LoadOptions(num_ctx=1024) and extras["num_ctx"] == 1024
     assert sampling.temperature == 0.7 and sampling.stop == ("<end>",) and sampling.num_predict is None
     assert sampling.seed == 5 and extras["num_keep"] == 4
 
 
-def test_num_ctx_is_capped_at_the_trained_context() -> None:
-    load, _, _ = merge_options({}, {"num_ctx": 100000}, num_parallel=1, n_ctx_train=2048)
+def test_a_modelfile_num_ctx_is_capped_at_the_trained_context() -> None:
+    load, _, _ = merge_options({"num_ctx": 100000}, {}, n_ctx_train=2048)
     assert load.num_ctx == 2048
 
 
@@ -94,7 +94,7 @@ def test_num_ctx_is_capped_at_the_trained_context() -> None:
                                      {"use_mmap": "yes"}, {"num_ctx": 0}, {"top_p": 2}])
 def test_bad_options_name_the_option(options: dict[str, object]) -> None:
     with pytest.raises(errors.OptionError, match=next(iter(options))):
-        merge_options({}, options, num_parallel=1)
+        merge_options({}, options)
 
 
 @pytest.mark.parametrize(
@@ -110,11 +110,11 @@ def test_bad_options_name_the_option(options: dict[str, object]) -> None:
 def test_impossible_sampling_options_are_refused_once_here_before_any_engine(bad: dict[str, object]) -> None:
     """The one validation layer: the engine only asserts these ranges (tests/unit/engine)."""
     with pytest.raises(errors.OptionError, match=next(iter(bad))):
-        merge_options({}, bad, num_parallel=1)
+        merge_options({}, bad)
 
 
 def test_negative_num_predict_means_no_limit_and_negative_seed_means_random() -> None:
-    _, sampling, _ = merge_options({}, {"num_predict": -3, "seed": -1}, num_parallel=1)
+    _, sampling, _ = merge_options({}, {"num_predict": -3, "seed": -1})
     assert sampling.num_predict is None and sampling.seed is None
 
 
