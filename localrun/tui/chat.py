@@ -214,7 +214,8 @@ class ChatScreen(SlashCommands, Screen[None]):
             footer = f"Error: {error}"
         await view.finish(footer, state=state)
         if state == "done" and stats is not None and stats.truncated_tokens:
-            self.info(stats.truncation_notice(await self._context_length()))
+            context = await model_ops.context_length(self.app.backend, self.session.model)
+            self.info(stats.truncation_notice(context))
         if state == "error" and not reply and not view.thinking:
             # Nothing came back: give the prompt back to the editor so nothing is lost.
             prompt_input = self.query_one(PromptInput)
@@ -223,19 +224,6 @@ class ChatScreen(SlashCommands, Screen[None]):
             return
         self.session.add_turn(prompt, reply, stopped=state != "done", thinking=view.thinking, tool_calls=calls)
         self.save_conversation()
-
-    async def _context_length(self) -> int | None:
-        """The context the daemon loaded the session's model with (``/api/ps``), None when unknown."""
-        try:
-            rows = await self.app.backend.ps()
-        except LocalrunError:
-            return None
-        wanted = model_ops.full_name(self.session.model)
-        for row in rows:
-            length = row.get("context_length")
-            if model_ops.full_name(str(row.get("name") or "")) == wanted and isinstance(length, int):
-                return length
-        return None
 
     def save_conversation(self) -> None:
         try:

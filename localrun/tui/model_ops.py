@@ -1,4 +1,5 @@
-"""Model operations the chat performs through the backend: load (pulling when missing) and /save.
+"""Model operations the chat performs through the backend: load (pulling when missing), /save, and
+what the daemon says about a loaded model (its context).
 
 Headless async functions, so the screens stay thin and tests can call them with a fake backend.
 """
@@ -9,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import config
-from ..errors import InvalidRequest, ModelNotFound, NotFound
+from ..errors import InvalidRequest, LocalrunError, ModelNotFound, NotFound
 from ..jsontypes import JSONObject
 from .backend import DaemonApi
 
@@ -75,3 +76,15 @@ def full_name(name: str) -> str:
     """``tiny`` -> ``tiny:latest`` (the tag Ollama adds), lower-cased: names that mean the same model."""
     return (name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest").lower()
 
+
+async def context_length(backend: DaemonApi, model: str) -> int | None:
+    """The context the daemon loaded ``model`` with (``/api/ps``), None when it cannot say."""
+    try:
+        rows = await backend.ps()
+    except LocalrunError:
+        return None
+    for row in rows:
+        length = row.get("context_length")
+        if full_name(str(row.get("name") or "")) == full_name(model) and isinstance(length, int):
+            return length
+    return None
