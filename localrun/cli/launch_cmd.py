@@ -23,7 +23,23 @@ them):
   and ``model = "localrun/MODEL"``, an hour's request timeout; update checks and model-list
   downloads off.
 
-Arguments after ``--`` go to the agent unchanged (``localrun launch claude -- -p "hi"``).
+Each agent is also told the model's context window (``agent_context.py`` says how large it is
+made: the trained context, or at least 64k tokens where memory allows, through a derived model
+with ``PARAMETER num_ctx`` when the daemon would give less), in the one setting it reads for it,
+and compacts its conversation before the window is full:
+
+- Claude Code: ``CLAUDE_CODE_MAX_CONTEXT_TOKENS``, its context window for a model whose name does
+  not start with ``claude-`` (``/context`` shows it; its bundle compacts at the window less the
+  reply's room, up to 20k, less 13k). Not ``CLAUDE_CODE_AUTO_COMPACT_WINDOW``: Claude Code raises
+  that to at least 100,000 tokens.
+- Codex: ``-c model_context_window=N`` (it uses 95% of it) and
+  ``-c model_auto_compact_token_limit=`` 80% of N.
+- opencode: ``limit = {context: N, output: N/5 (at most 32,000)}`` on the provider's model; it
+  compacts at ``context - output``, and sends ``output`` as each request's ``max_tokens``
+  (without a ``limit`` it never compacts, and asks for 32,000).
+
+When even that window cannot hold the agent's first prompt, one line says so before the agent
+starts. Arguments after ``--`` go to the agent unchanged (``localrun launch claude -- -p "hi"``).
 The exit code is the agent's.
 """
 
@@ -38,12 +54,19 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import config
-from ..errors import AgentNotFound, InvalidRequest
+from ..errors import AgentNotFound, InvalidRequest, LocalrunError
+from .agent_context import ContextPlan, ModelContext, derived_modelfile, derived_name, plan_context
+
+if TYPE_CHECKING:
+    from ..client import Client
 
 PLACEHOLDER_KEY = "localrun"  # agents insist on some key; the daemon ignores it unless LOCALRUN_API_KEY is set
 AGENT_TIMEOUT_MS = 60 * 60 * 1000  # how long an agent waits for a reply before giving up (a local CPU is slow)
+COMPACT_AT = 0.8  # the share of the window at which Codex and opencode are told to compact
+OPENCODE_MAX_OUTPUT = 32_000  # opencode's own cap on a request's max_tokens (OUTPUT_TOKEN_MAX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +78,16 @@ class Agent:
     executable: str
     fallbacks: tuple[str, ...]         # install locations off PATH, relative to the home directory
     install: str                       # the command that installs it
+    prompt_tokens: int                 # its first request before the user's words: system prompt and tool
+    # schemas (bench/agents/captures, counted with the gemma3 tokenizer: 19.5k, 9.3k, 2.2k + 5.2k of tools)
 
 
 AGENTS: dict[str, Agent] = {
     "claude": Agent("claude", "Claude Code", "claude", (".local/bin/claude", ".claude/local/claude"),
-                    "npm install -g @anthropic-ai/claude-code"),
-    "codex": Agent("codex", "Codex CLI", "codex", (), "npm install -g @openai/codex"),
-    "opencode": Agent("opencode", "opencode", "opencode", (".opencode/bin/opencode",), "npm install -g opencode-ai"),
+                    "npm install -g @anthropic-ai/claude-code", 19_000),
+    "codex": Agent("codex", "Codex CLI", "codex", (), "npm install -g @openai/codex", 9_000),
+    "opencode": Agent("opencode", "opencode", "opencode", (".opencode/bin/opencode",), "npm install -g opencode-ai",
+                      7_500),
 }
 
 
@@ -110,20 +136,23 @@ def find_agent(agent: Agent, which: Callable[[str], str | None] = shutil.which,
 
 
 def plan(agent: Agent, executable: Path, model: str, base_url: str, api_key: str | None,
-         extra: Sequence[str]) -> Launch:
-    """The command and environment that point ``agent`` at the daemon at ``base_url`` (pure)."""
+         extra: Sequence[str], window: int | None = None) -> Launch:
+    """The command and environment that point ``agent`` at the daemon at ``base_url`` (pure).
+
+    ``window``: the model's per-request context in tokens, told to the agent; None tells it nothing.
+    """
     argv = [str(executable)]
     if agent.name == "claude":
-        return Launch([*argv, "--model", model, *extra], claude_env(model, base_url, api_key))
+        return Launch([*argv, "--model", model, *extra], claude_env(model, base_url, api_key, window))
     if agent.name == "codex":
-        return Launch([*argv, *codex_overrides(base_url, api_key), "-m", model, *extra],
+        return Launch([*argv, *codex_overrides(base_url, api_key, window), "-m", model, *extra],
                       {"LOCALRUN_API_KEY": api_key} if api_key else {})
     if agent.name == "opencode":
-        return Launch([*argv, *extra], opencode_env(model, base_url, api_key))
+        return Launch([*argv, *extra], opencode_env(model, base_url, api_key, window))
     raise InvalidRequest(f"unknown agent {agent.name!r}")
 
 
-def claude_env(model: str, base_url: str, api_key: str | None) -> dict[str, str]:
+def claude_env(model: str, base_url: str, api_key: str | None, window: int | None = None) -> dict[str, str]:
     env = {
         "ANTHROPIC_BASE_URL": base_url,
         "ANTHROPIC_AUTH_TOKEN": api_key or PLACEHOLDER_KEY,
@@ -142,10 +171,12 @@ def claude_env(model: str, base_url: str, api_key: str | None) -> dict[str, str]
     }
     for tier in ("OPUS", "SONNET", "HAIKU"):
         env[f"ANTHROPIC_DEFAULT_{tier}_MODEL"] = model
+    if window is not None:
+        env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] = str(window)  # else it assumes 200k and never compacts in time
     return env
 
 
-def codex_overrides(base_url: str, api_key: str | None) -> list[str]:
+def codex_overrides(base_url: str, api_key: str | None, window: int | None = None) -> list[str]:
     """``-c key=value`` arguments defining and selecting a ``localrun`` provider (TOML values)."""
     settings: dict[str, str | int | bool] = {
         "model_provider": "localrun",
@@ -159,13 +190,19 @@ def codex_overrides(base_url: str, api_key: str | None) -> list[str]:
     }
     if api_key:
         settings["model_providers.localrun.env_key"] = "LOCALRUN_API_KEY"
+    if window is not None:  # else it assumes 272k for a model it does not know
+        settings["model_context_window"] = window
+        settings["model_auto_compact_token_limit"] = int(window * COMPACT_AT)
     out: list[str] = []
     for key, value in settings.items():
         out += ["-c", f"{key}={json.dumps(value)}"]
     return out
 
 
-def opencode_env(model: str, base_url: str, api_key: str | None) -> dict[str, str]:
+def opencode_env(model: str, base_url: str, api_key: str | None, window: int | None = None) -> dict[str, str]:
+    entry: dict[str, object] = {"name": model}
+    if window is not None:  # else it never compacts (a custom model's context is 0, "unknown")
+        entry["limit"] = {"context": window, "output": min(OPENCODE_MAX_OUTPUT, window - int(window * COMPACT_AT))}
     inline = {
         "$schema": "https://opencode.ai/config.json",
         "provider": {"localrun": {
@@ -173,7 +210,7 @@ def opencode_env(model: str, base_url: str, api_key: str | None) -> dict[str, st
             # its default request timeout (5 minutes) is shorter than a CPU may take to read its prompt
             "options": {"baseURL": f"{base_url}/v1", "apiKey": api_key or PLACEHOLDER_KEY,
                         "timeout": AGENT_TIMEOUT_MS},
-            "models": {model: {"name": model}},
+            "models": {model: entry},
         }},
         "model": f"localrun/{model}",
         "small_model": f"localrun/{model}",
@@ -182,6 +219,30 @@ def opencode_env(model: str, base_url: str, api_key: str | None) -> dict[str, st
     }
     return {"OPENCODE_CONFIG_CONTENT": json.dumps(inline), "OPENCODE_DISABLE_AUTOUPDATE": "1",
             "OPENCODE_DISABLE_MODELS_FETCH": "1"}
+
+
+def give_context(client: Client, agent: Agent, model: str) -> tuple[str, ContextPlan]:
+    """The model ``agent`` runs on and the context its requests get (``agent_context.plan_context``).
+
+    Makes (again) the derived model the plan asks for; the window is then what the daemon
+    reports for it. When it cannot be made (an upstream model, say), one line says why and the
+    agent runs on ``model`` with what the daemon reports for that.
+    """
+    context = ModelContext.from_show(client.show(model))
+    wanted = plan_context(context, model, agent.title, agent.prompt_tokens)
+    if wanted.num_ctx is None:
+        return model, wanted
+    derived = derived_name(model, wanted.num_ctx)
+    try:
+        for _ in client.create(derived, derived_modelfile(model, wanted.num_ctx)):
+            pass
+        made = ModelContext.from_show(client.show(derived))
+    except LocalrunError as exc:
+        _err(f"Could not make {derived} ({model} with a {wanted.num_ctx:,}-token context): {exc}")
+        return model, plan_context(context, model, agent.title, agent.prompt_tokens, derive=False)
+    _err(f"Using {derived}: {model} with PARAMETER num_ctx {wanted.num_ctx} "
+         f"(a request to {model} gets {context.per_request or context.trained:,} tokens of context)")
+    return derived, plan_context(made, derived, agent.title, agent.prompt_tokens, derive=False)
 
 
 def _err(message: str) -> None:
@@ -199,11 +260,15 @@ def run(args: argparse.Namespace) -> int:
     client = connect()
     try:
         ensure_model(client, model)
+        served, context = give_context(client, agent, model)
     finally:
         client.close()
-    launch = plan(agent, executable, model, config.host().url, config.api_key(), extra)
+    if context.shortfall:
+        _err(context.shortfall)
+    launch = plan(agent, executable, served, config.host().url, config.api_key(), extra, context.window)
     names = ", ".join(launch.env) or "command-line options only"
-    _err(f"Starting {agent.title} with {model} from localrun at {config.host().url} "
+    window = f" ({context.window:,}-token context)" if context.window else ""
+    _err(f"Starting {agent.title} with {served}{window} from localrun at {config.host().url} "
          f"(set for it: {names}; no config file is changed)")
     try:
         return subprocess.call(launch.argv, env=launch.environment(os.environ))

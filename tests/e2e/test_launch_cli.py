@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from daemonproc import stop_daemon
+from tinymodel import write_tiny_gguf
 
 from localrun import config
 
@@ -104,6 +105,10 @@ def test_claude_is_started_against_the_anthropic_api(agents: Path) -> None:
     assert env["ANTHROPIC_MODEL"] == "tiny" and env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
     reply = record["reply"]
     assert reply["type"] == "message" and reply["content"][0]["text"] == "hello from claude"
+    # tiny was trained on 2,048 tokens: Claude Code is told so, and the user is told it is too few
+    assert env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == "2048"
+    assert "tiny holds 2,048 tokens per request (its trained context)" in result.stderr
+    assert "first prompt of about 19,000 tokens" in result.stderr
 
 
 def test_codex_is_started_against_the_responses_api(agents: Path) -> None:
@@ -137,3 +142,21 @@ def test_a_missing_agent_or_model_fails_before_starting_it(agents: Path, tmp_pat
     assert not agents.exists()  # the agent never ran
     result = launch("claude", "-p", "hi")
     assert result.returncode == 2 and "after --" in result.stderr
+
+
+def test_a_model_run_with_less_than_it_was_trained_on_gets_a_derived_model(agents: Path, tmp_path: Path) -> None:
+    from localrun.store import ModelStore
+
+    long_gguf = write_tiny_gguf(tmp_path / "long.gguf", context_length=32768)
+    store = ModelStore(config.models_dir())
+    store.create("long", f"FROM {long_gguf}\nPARAMETER num_ctx 1024\n")
+    result = launch("codex", "-m", "long", "--", "exec", "say hi")
+    assert result.returncode == 7, result.stderr
+    assert "Using long:latest-ctx32k: long with PARAMETER num_ctx 32768" in result.stderr
+    assert "Warning" not in result.stderr  # 32,768 tokens hold Codex's first prompt
+    record = _record(agents)
+    assert record["argv"][-4:] == ["-m", "long:latest-ctx32k", "exec", "say hi"]
+    assert "model_context_window=32768" in record["argv"]
+    assert record["reply"]["output"][0]["content"][0]["text"] == "hello from codex"
+    assert store.show("long:latest-ctx32k").parameters["num_ctx"] == 32768
+    assert store.show("long").parameters["num_ctx"] == 1024  # the user's model is as it was

@@ -1,16 +1,21 @@
-"""``localrun launch``'s pure parts: finding the agent, splitting arguments, the environment each agent gets."""
+"""``localrun launch``'s pure parts: finding the agent, splitting arguments, the environment each agent gets,
+the context its model gets and how the agent is told it."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
-from localrun.cli.launch_cmd import AGENTS, Launch, find_agent, plan
+from localrun.cli.agent_context import ModelContext, derived_modelfile, derived_name, plan_context
+from localrun.cli.launch_cmd import AGENTS, Launch, find_agent, give_context, plan
 from localrun.cli.main import build_parser
-from localrun.errors import AgentNotFound
+from localrun.client import Client
+from localrun.errors import AgentNotFound, InvalidRequest, LocalrunError
 
 URL = "http://127.0.0.1:11435"
 
@@ -99,3 +104,137 @@ def test_opencode_gets_an_inline_config_merged_over_the_users() -> None:
 def test_launch_environment_keeps_the_users_variables() -> None:
     launch = Launch(["x"], {"A": "1"})
     assert launch.environment({"A": "0", "HOME": os.sep}) == {"A": "1", "HOME": os.sep}
+
+
+# --- the context an agent gets (agent_context.py) and how each agent is told it ---
+
+def _show(trained: int | None = None, num_ctx: int | None = None, pool: int | None = None) -> dict[str, Any]:
+    """An /api/show reply with the fields launch reads (each left out when None)."""
+    info: dict[str, Any] = {"general.architecture": "qwen2"}
+    if trained is not None:
+        info["qwen2.context_length"] = trained
+    defaults: dict[str, Any] = {"temperature": 0.8}
+    if num_ctx is not None:
+        defaults["num_ctx"] = num_ctx
+    if pool is not None:
+        defaults["context_pool"] = pool
+    return {"model_info": info, "defaults": defaults}
+
+
+def test_the_context_is_read_from_show_and_missing_fields_are_none() -> None:
+    assert ModelContext.from_show(_show(32768, 4096, 90000)) == ModelContext(32768, 4096, 90000)
+    assert ModelContext.from_show(_show(32768)) == ModelContext(32768, None, None)
+    assert ModelContext.from_show({"model_info": {"qwen2.context_length": 8}}) == ModelContext(None, None, None)
+    assert ModelContext.from_show({"defaults": "junk"}) == ModelContext(None, None, None)
+
+
+@pytest.mark.parametrize(("context", "window", "num_ctx"), [
+    # the daemon already gives the trained context: the agent runs on the model as it is, told its window
+    (ModelContext(32768, 32768, 200_000), 32768, None),
+    (ModelContext(131072, 131072, None), 131072, None),   # more than 64k when the daemon gives it
+    (ModelContext(131072, 81920, 81920), 81920, None),    # memory caps it above 64k: enough
+    # an old daemon (4096 by default, no pool) or a Modelfile's num_ctx: a derived model asks for more
+    (ModelContext(32768, 4096, None), 32768, 32768),      # the trained context, when under 64k
+    (ModelContext(131072, 4096, None), 65536, 65536),     # else 64k
+    (ModelContext(131072, 4096, 16384), 65536, 65536),    # a pool sized from that num_ctx: memory may hold more
+    (ModelContext(131072, 12000, 12000), 12000, None),    # the request fills the pool: memory is the limit
+    (ModelContext(32768, None, None), 32768, None),       # no per-request maximum reported: the trained one
+    (ModelContext(None, 8192, None), 8192, None),         # no trained context reported: nothing to ask for
+    (ModelContext(None, None, None), None, None),         # nothing reported: the agent is told nothing
+])
+def test_the_window_is_the_trained_context_or_64k_where_memory_allows(
+        context: ModelContext, window: int | None, num_ctx: int | None) -> None:
+    planned = plan_context(context, "m", "Codex CLI", 9_000)
+    assert (planned.window, planned.num_ctx) == (window, num_ctx)
+
+
+def test_one_line_names_both_numbers_when_the_model_cannot_hold_the_agents_prompt() -> None:
+    claude = AGENTS["claude"]
+    short = plan_context(ModelContext(8192, 8192, None), "tiny", claude.title, claude.prompt_tokens).shortfall
+    assert short is not None and "\n" not in short
+    assert "8,192 tokens" in short and "19,000 tokens" in short and "trained context" in short
+    memory = plan_context(ModelContext(131072, 12000, 12000), "big", claude.title, claude.prompt_tokens).shortfall
+    assert memory is not None and "12,000" in memory and "free memory" in memory
+    opencode = AGENTS["opencode"]  # 7,500 tokens fit in the same 12,000
+    assert plan_context(ModelContext(131072, 12000, 12000), "big", opencode.title,
+                        opencode.prompt_tokens).shortfall is None
+    kept = plan_context(ModelContext(32768, 4096, None), "m", claude.title, claude.prompt_tokens, derive=False)
+    assert (kept.window, kept.num_ctx) == (4096, None) and kept.shortfall and "num_ctx" in kept.shortfall
+
+
+@pytest.mark.parametrize(("model", "num_ctx", "derived"), [
+    ("qwen2.5-coder:0.5b", 65536, "qwen2.5-coder:0.5b-ctx64k"),
+    ("gemma3", 32768, "gemma3:latest-ctx32k"),
+    ("me/mine:q8", 40000, "me/mine:q8-ctx40000"),
+    ("hf.co/Qwen/Qwen2.5-Coder-7B-Instruct-GGUF:Q4_K_M", 65536, "Qwen/Qwen2.5-Coder-7B-Instruct-GGUF:Q4_K_M-ctx64k"),
+])
+def test_the_derived_model_is_named_by_its_context(model: str, num_ctx: int, derived: str) -> None:
+    assert derived_name(model, num_ctx) == derived
+    assert derived_modelfile(model, num_ctx) == f"FROM {model}\nPARAMETER num_ctx {num_ctx}\n"
+
+
+def test_each_agent_is_told_the_window_in_the_setting_it_reads() -> None:
+    claude = plan(AGENTS["claude"], Path("/x/claude"), "m", URL, None, [], window=65536)
+    assert claude.env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == "65536"
+    codex = plan(AGENTS["codex"], Path("/x/codex"), "m", URL, None, [], window=65536)
+    overrides = [codex.argv[i + 1] for i, a in enumerate(codex.argv) if a == "-c"]
+    assert "model_context_window=65536" in overrides and "model_auto_compact_token_limit=52428" in overrides
+    opencode = plan(AGENTS["opencode"], Path("/x/opencode"), "m", URL, None, [], window=65536)
+    model = json.loads(opencode.env["OPENCODE_CONFIG_CONTENT"])["provider"]["localrun"]["models"]["m"]
+    assert model["limit"] == {"context": 65536, "output": 13108}  # compacts at 80%
+    big = plan(AGENTS["opencode"], Path("/x/opencode"), "m", URL, None, [], window=1_000_000)
+    assert json.loads(big.env["OPENCODE_CONFIG_CONTENT"])["provider"]["localrun"]["models"]["m"]["limit"][
+        "output"] == 32_000  # opencode's own cap on max_tokens
+
+
+def test_without_a_window_no_agent_is_told_one() -> None:
+    assert "CLAUDE_CODE_MAX_CONTEXT_TOKENS" not in plan(AGENTS["claude"], Path("/x"), "m", URL, None, []).env
+    assert not any("model_context_window" in a for a in plan(AGENTS["codex"], Path("/x"), "m", URL, None, []).argv)
+    inline = json.loads(plan(AGENTS["opencode"], Path("/x"), "m", URL, None, []).env["OPENCODE_CONFIG_CONTENT"])
+    assert "limit" not in inline["provider"]["localrun"]["models"]["m"]
+
+
+class FakeClient:
+    """The two daemon calls ``give_context`` makes: show (a reply per model), and create (which may fail)."""
+
+    def __init__(self, shows: dict[str, dict[str, Any]], create_error: LocalrunError | None = None) -> None:
+        self.shows, self.create_error = shows, create_error
+        self.created: list[tuple[str, str]] = []
+
+    def show(self, model: str) -> dict[str, Any]:
+        return self.shows[model]
+
+    def create(self, model: str, modelfile: str) -> Iterator[dict[str, Any]]:
+        if self.create_error is not None:
+            raise self.create_error
+        self.created.append((model, modelfile))
+        yield {"status": "success"}
+
+
+def test_a_small_context_gets_a_derived_model(capsys: pytest.CaptureFixture[str]) -> None:
+    derived = "qwen2.5-coder:0.5b-ctx32k"
+    client = FakeClient({"qwen2.5-coder:0.5b": _show(32768, 4096), derived: _show(32768, 32768)})
+    served, context = give_context(cast(Client, client), AGENTS["claude"], "qwen2.5-coder:0.5b")
+    assert (served, context.window, context.shortfall) == (derived, 32768, None)
+    assert client.created == [("qwen2.5-coder:0.5b-ctx32k", "FROM qwen2.5-coder:0.5b\nPARAMETER num_ctx 32768\n")]
+    assert "4,096 tokens" in capsys.readouterr().err
+
+
+def test_the_agent_is_told_what_the_daemon_reports_for_the_derived_model() -> None:
+    derived = "m:latest-ctx64k"  # the daemon holds less than was asked for: that is the window
+    client = FakeClient({"m": _show(131072, 4096, 16384), derived: _show(131072, 20000, 20000)})
+    served, context = give_context(cast(Client, client), AGENTS["claude"], "m")
+    assert (served, context.window, context.shortfall) == (derived, 20000, None)
+
+
+def test_a_large_enough_context_makes_no_model() -> None:
+    client = FakeClient({"m": _show(32768, 32768, 65536)})
+    assert give_context(cast(Client, client), AGENTS["codex"], "m")[0] == "m" and client.created == []
+
+
+def test_when_the_derived_model_cannot_be_made_the_agent_runs_on_the_model(capsys: pytest.CaptureFixture[str]) -> None:
+    client = FakeClient({"up/m": _show(32768, 4096)}, create_error=InvalidRequest("FROM up/m: not in the store"))
+    served, context = give_context(cast(Client, client), AGENTS["claude"], "up/m")
+    assert (served, context.window) == ("up/m", 4096)
+    assert context.shortfall and "19,000" in context.shortfall
+    assert "not in the store" in capsys.readouterr().err
