@@ -23,14 +23,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def ps_table(models: list[dict[str, Any]]) -> str:
-    """Ollama's columns, plus SLOTS: requests running / sequence slots (sized from memory at load)."""
-    rows = [("NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "SLOTS", "UNTIL")]
+    """Ollama's columns (CONTEXT: the most tokens one request may hold), plus POOL: the KV cache's
+    tokens, which the running requests share, and SLOTS: requests running / sequence slots (both
+    sized from memory at load)."""
+    rows = [("NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "POOL", "SLOTS", "UNTIL")]
     for m in models:
         digest = str(m.get("digest") or "").removeprefix("sha256:")[:12]
         size = int(m.get("size") or 0)
         slots = f"{m.get('active', 0)}/{m['num_parallel']}" if m.get("num_parallel") else "-"
         rows.append((str(m.get("name", "")), digest, human_bytes(size), processor_column(m),
-                     str(m.get("context_length", "")), slots, until(m.get("expires_at"))))
+                     str(m.get("context_length", "")), str(m.get("context_pool") or "-"), slots,
+                     until(m.get("expires_at"))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("    ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows)
 

@@ -358,10 +358,10 @@ class Scheduler:
         usable = free_ram + sum(m.placement.ram for m in self.models.values())
         return errors.ModelTooLarge(
             f"model {spec.name!r} needs about {human_bytes(est.total)} of memory "
-            f"(weights {human_bytes(est.weights)}, KV cache {human_bytes(est.kv_cache)} for "
-            f"{spec.options.num_ctx} x {spec.options.num_parallel} tokens, compute {human_bytes(est.compute)}) "
+            f"(weights {human_bytes(est.weights)}, KV cache {human_bytes(est.kv_cache)} for a pool of "
+            f"{spec.options.pool} tokens, compute {human_bytes(est.compute)}) "
             f"but at most {human_bytes(usable)} can be freed for it; try a smaller num_ctx or "
-            "LOCALRUN_NUM_PARALLEL"
+            "LOCALRUN_CONTEXT_LENGTH"
         )
 
     def _fits(self, est: MemoryEstimate, spec: LoadSpec, evict: list[ResidentModel], free_ram: int,
@@ -383,8 +383,8 @@ class Scheduler:
         spec = req.spec
         started = time.perf_counter_ns()
         log.info(
-            "loading %s: num_ctx=%d num_parallel=%d size=%s processor=%s",
-            spec.name, spec.options.num_ctx, spec.options.num_parallel, human_bytes(placement.size),
+            "loading %s: num_ctx=%d context_pool=%d num_parallel=%d size=%s processor=%s",
+            spec.name, spec.options.num_ctx, spec.options.pool, spec.options.num_parallel, human_bytes(placement.size),
             placement.processor(),
         )
         trace.mark("load_start", spec.name)

@@ -73,9 +73,9 @@ def test_ps_table_matches_ollamas_columns() -> None:
     assert until("2318-11-22T00:00:00Z", now) == "Forever"
     assert until("2025-12-31T23:59:59Z", now) == "Stopping..."
     table = ps_table([{"name": "gemma3:270m", "digest": "sha256:" + "ab" * 32, "size": 921_000_000,
-                       "size_vram": 0, "processor": "48%/52% CPU/GPU", "context_length": 4096,
-                       "num_parallel": 16, "active": 3, "expires_at": "2318-11-22T00:00:00Z"}])
+                       "size_vram": 0, "processor": "48%/52% CPU/GPU", "context_length": 32768,
+                       "context_pool": 65536, "num_parallel": 16, "active": 3, "expires_at": "2318-11-22T00:00:00Z"}])
     header, row = table.splitlines()
-    assert header.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "SLOTS", "UNTIL"]
-    assert row.split() == ["gemma3:270m", "abababababab", "921", "MB", "48%/52%", "CPU/GPU", "4096", "3/16",
+    assert header.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "POOL", "SLOTS", "UNTIL"]
+    assert row.split() == ["gemma3:270m", "abababababab", "921", "MB", "48%/52%", "CPU/GPU", "32768", "65536", "3/16",
                            "Forever"]

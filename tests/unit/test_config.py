@@ -61,6 +61,8 @@ def test_keep_alive_forms(monkeypatch: pytest.MonkeyPatch, value: str, seconds: 
         ("LOCALRUN_MAX_LOADED_MODELS", "0"),
         ("LOCALRUN_MAX_LOADED_MODELS", "three"),
         ("LOCALRUN_NUM_PARALLEL", "-2"),
+        ("LOCALRUN_CONTEXT_LENGTH", "8"),
+        ("LOCALRUN_CONTEXT_LENGTH", "64k"),
         ("LOCALRUN_MAX_QUEUE", "1.5"),
         ("LOCALRUN_ORIGINS", "not an origin"),
         ("LOCALRUN_API_KEY", "has space"),
@@ -130,3 +132,14 @@ def test_num_parallel_is_sized_per_model_unless_set(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("LOCALRUN_NUM_PARALLEL", "0")
     with pytest.raises(ConfigError, match="LOCALRUN_NUM_PARALLEL"):
         config.num_parallel()
+
+
+def test_context_length_is_each_models_trained_context_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOCALRUN_CONTEXT_LENGTH", raising=False)
+    assert config.context_length() is None
+    assert config.load_settings().report()["LOCALRUN_CONTEXT_LENGTH"] == "auto"
+    monkeypatch.setenv("LOCALRUN_CONTEXT_LENGTH", "65536")
+    assert config.context_length() == 65536
+    assert config.load_settings().report()["LOCALRUN_CONTEXT_LENGTH"] == "65536"
+    monkeypatch.setenv("LOCALRUN_CONTEXT_LENGTH", "auto")
+    assert config.context_length() is None

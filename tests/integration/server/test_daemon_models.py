@@ -40,6 +40,8 @@ async def test_create_from_a_modelfile_then_list_show_copy_delete(
     shown = await (await client.post("/api/show", json={"model": "mine"})).json()
     assert "temperature" in shown["parameters"] and shown["system"] == "You are terse."
     assert "FROM" in shown["modelfile"] and "completion" in shown["capabilities"]
+    # what a request gets: the tiny model's whole trained context, in a pool every slot shares
+    assert shown["defaults"]["num_ctx"] == 2048 and shown["defaults"]["context_pool"] >= 2048
     assert (await client.post("/api/copy", json={"source": "mine", "destination": "yours"})).status == 200
     models = (await (await client.get("/v1/models")).json())["data"]
     assert {"mine:latest", "yours:latest"} <= {m["id"] for m in models}

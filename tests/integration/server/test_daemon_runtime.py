@@ -259,6 +259,40 @@ async def test_slots_are_sized_from_memory_and_shown_in_ps(serve_app: Any, store
     assert model["num_parallel"] == MAX_AUTO_SLOTS and model["active"] == 0
 
 
+async def test_a_request_may_use_the_trained_context_by_default_and_ps_says_so(
+        serve_app: Any, store: DictStore) -> None:
+    """No fixed 4,096: the tiny model was trained on 2,048 tokens, and every request may use them
+    all; the pool (the KV cache the running requests share) holds every slot at that size."""
+    client = await serve_app(store)
+    r = await client.post("/api/generate", json={"model": "a", "prompt": "hi", "stream": False,
+                                                 "options": {"num_predict": 2}})
+    assert r.status == 200
+    model = (await ps(client))["a:latest"]
+    assert model["context_length"] == 2048
+    assert model["context_pool"] == MAX_AUTO_SLOTS * 2048
+
+
+async def test_num_ctx_above_the_trained_context_is_a_400_naming_both(serve_app: Any, store: DictStore) -> None:
+    client = await serve_app(store)
+    for path, extra in (("/api/generate", {"prompt": "hi"}), ("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "hi"}]})):
+        r = await client.post(path, json={"model": "a", "stream": False, "options": {"num_ctx": 100000}, **extra})
+        assert r.status == 400
+        text = await r.text()
+        assert "100000" in text and "2048" in text
+
+
+async def test_localrun_context_length_sets_every_models_context(serve_app: Any, store: DictStore) -> None:
+    client = await serve_app(store, context_length=512)
+    r = await client.post("/api/generate", json={"model": "a", "prompt": "hi", "stream": False,
+                                                 "options": {"num_predict": 2}})
+    assert r.status == 200
+    assert (await ps(client))["a:latest"]["context_length"] == 512
+    big = await serve_app(store, context_length=1 << 20)  # above the trained context: that context, as Ollama
+    await big.post("/api/generate", json={"model": "a", "prompt": "hi", "stream": False, "options": {"num_predict": 1}})
+    assert (await ps(big))["a:latest"]["context_length"] == 2048
+
+
 async def test_the_prefix_cache_survives_a_daemon_restart(serve_app: Any, store: DictStore) -> None:
     prompt = "The history of the printing press begins in " * 6
     body = {"model": "a", "prompt": prompt, "raw": True, "stream": False,
