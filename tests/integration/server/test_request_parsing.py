@@ -66,7 +66,8 @@ async def test_both_chat_apis_keep_the_system_prompt_when_truncating(
     messages = [{"role": "system", "content": "You are terse."},
                 {"role": "user", "content": "KEEP? " + "word " * 2000}]  # longer than the context
     api = await (await client.post("/api/chat", json={"model": "a", "messages": messages, "stream": False})).json()
-    v1 = await (await client.post("/v1/chat/completions", json={"model": "a", "messages": messages})).json()
+    v1 = await (await client.post("/v1/chat/completions", json={"model": "a", "messages": messages,
+                                                                "truncate": True})).json()  # asks for the cut
     kept_api = re.fullmatch(r"num_keep=(\d+)", api["message"]["content"])
     kept_v1 = re.fullmatch(r"num_keep=(\d+)", v1["choices"][0]["message"]["content"])
     assert kept_api and kept_v1

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from localrun.engine.types import Truncation
 from localrun.errors import InvalidRequest
 from localrun.server.chat import TokenUsage
 from localrun.server.responses_compat import responses_to_native
@@ -23,7 +22,7 @@ def test_a_string_input_is_one_user_message_after_the_instructions() -> None:
     assert r.call.messages == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
     assert r.call.options == {"temperature": 0.5, "top_p": 0.9, "num_predict": 9}
     assert r.echo["instructions"] == "be brief" and r.echo["max_output_tokens"] == 9
-    assert r.truncation is Truncation.FRONT and not r.call.stream
+    assert not r.auto_truncation and not r.call.stream  # OpenAI's default: "disabled"
 
 
 def test_items_with_calls_and_their_outputs_become_a_chat_history() -> None:
@@ -132,9 +131,9 @@ def test_reasoning_effort_decides_whether_the_model_thinks(reasoning: Any, think
     assert responses_to_native({"model": "m", "input": "x", "reasoning": reasoning}).call.think is think
 
 
-def test_truncation_disabled_refuses_a_prompt_over_the_context() -> None:
-    assert responses_to_native({"model": "m", "input": "x", "truncation": "disabled"}).truncation is Truncation.REJECT
-    assert responses_to_native({"model": "m", "input": "x", "truncation": "auto"}).truncation is Truncation.FRONT
+def test_only_truncation_auto_may_drop_input_items() -> None:
+    assert not responses_to_native({"model": "m", "input": "x", "truncation": "disabled"}).auto_truncation
+    assert responses_to_native({"model": "m", "input": "x", "truncation": "auto"}).auto_truncation
 
 
 def _run(encoder: ResponsesEncoder, texts: list[str], calls: list[tuple[str, str, str]],
