@@ -212,8 +212,20 @@ def _store_models(request: web.Request) -> list[tuple[str, int]]:
     return [(entry.name, int(entry.modified)) for entry in request.app[STORE].list()]
 
 
+async def _local_model(request: web.Request, name: str, created: int) -> dict[str, Any]:
+    """A stored model's object, with localrun's ``context_length`` (the most one request may hold)
+    and ``context_pool`` (the KV cache the running requests share) when it can load."""
+    out = oc.model_object(name, created)
+    try:
+        plan = await request.app[SERVICE].context_of(name)
+    except errors.LocalrunError:  # a broken file still lists, without the numbers
+        return out
+    out.update(context_length=plan.num_ctx, context_pool=plan.context_pool)
+    return out
+
+
 async def models(request: web.Request) -> web.Response:
-    data = [oc.model_object(name, ts) for name, ts in _store_models(request)]
+    data = [await _local_model(request, name, ts) for name, ts in _store_models(request)]
     upstreams = remote.upstreams_for(request.app[SERVICE].upstreams)
     if upstreams is not None:
         data += [oc.model_object(row["name"], 0) for row in await remote.tag_entries(upstreams)]
@@ -230,10 +242,8 @@ async def model(request: web.Request) -> web.Response:
     store = request.app[STORE]
     resolved = store.resolve(wanted)  # raises ModelNotFound (404) for unknown names
     name = resolved.name
-    for listed, ts in _store_models(request):
-        if listed == name:
-            return web.json_response(oc.model_object(name, ts))
-    return web.json_response(oc.model_object(name, 0))
+    created = next((ts for listed, ts in _store_models(request) if listed == name), 0)
+    return web.json_response(await _local_model(request, name, created))
 
 
 def add_routes(app: web.Application) -> None:

@@ -244,6 +244,12 @@ class Service:
                      known.num_parallel, human_bytes(memory.kv_bytes_per_token(geometry)), human_bytes(free_ram))
         return known
 
+    async def context_of(self, name: str) -> ContextPlan:
+        """The context a request without options gets on model ``name`` (what ``/v1/models`` and
+        ``/api/show`` report): the most one request may hold, the pool, the slots."""
+        options = (await self.target(name)).spec.options
+        return ContextPlan(num_ctx=options.num_ctx, context_pool=options.pool, num_parallel=options.num_parallel)
+
     def _held_ram(self, model_path: str) -> int:
         """RAM a resident copy of ``model_path`` holds: a reload with new options gets it back."""
         return sum(m.placement.ram for m in self.scheduler.models.values() if m.spec.model_path == model_path)

@@ -45,6 +45,8 @@ async def test_create_from_a_modelfile_then_list_show_copy_delete(
     assert (await client.post("/api/copy", json={"source": "mine", "destination": "yours"})).status == 200
     models = (await (await client.get("/v1/models")).json())["data"]
     assert {"mine:latest", "yours:latest"} <= {m["id"] for m in models}
+    mine = next(m for m in models if m["id"] == "mine:latest")
+    assert mine["context_length"] == 2048 and mine["context_pool"] >= 2048  # what a request may hold
     assert (await client.get("/v1/models/yours:latest")).status == 200
     r = await client.post("/api/generate", json={"model": "yours", "prompt": "x", "stream": False})
     assert r.status == 200
