@@ -271,9 +271,12 @@ def embedding_inputs(value: Any) -> list[EmbedInput]:
 
 
 def finish_reason(reason: DoneReason | None, tool_calls: bool) -> str:
-    if tool_calls:
-        return "tool_calls"
-    return "length" if reason is DoneReason.LENGTH else "stop"
+    """OpenAI's ``finish_reason``: ``length`` whenever the token limit ended the output, also after
+    a whole call (the next one was cut: the client must not run the calls as if the turn were
+    over), else ``tool_calls`` when there are calls, else ``stop``."""
+    if reason is DoneReason.LENGTH:
+        return "length"
+    return "tool_calls" if tool_calls else "stop"
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int, truncated_tokens: int = 0) -> dict[str, Any]:
