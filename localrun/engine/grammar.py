@@ -4,6 +4,15 @@ llama-cpp-python ships llama.cpp's JSON-Schema-to-GBNF converter; it silently ig
 it cannot enforce, which would give JSON that parses but does not validate. So the schema is
 checked first against the keywords the converter honours, and anything else is a
 :class:`~localrun.errors.GrammarError` before generation starts, naming the keyword and where it is.
+
+A raw ``grammar`` may hold a ``format`` inside it: given both, the format's rules join the raw
+grammar with its root renamed ``format-value``, so the raw grammar places a schema-checked JSON
+value wherever it says (a tool call the model opens in free text: ``server/tools.py``). The
+schema is converted here, beside llama.cpp's converter, so the daemon never needs it. Between
+the tokens of such a value the model may write a newline and indentation as well as a space
+(:data:`JOINED_SPACE`, as newer llama.cpp converters allow; also before an object's or array's
+closing bracket, which the converter allows only after strings and numbers): it was not asked
+for JSON, so it writes the call the way it was trained to, often pretty-printed.
 """
 
 from __future__ import annotations
@@ -41,14 +50,18 @@ _REPEAT_RE = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
 
 def grammar_for(format: OutputFormat, grammar: str | None,
                 frame: tuple[str, str] | None = None) -> str | None:
-    """The GBNF text for a request (raw ``grammar`` wins), or None when output is free.
+    """The GBNF text for a request, or None when output is free.
 
-    ``frame`` (prefix, suffix): literal text required before and after the JSON value.
+    ``grammar`` (raw GBNF) is the root; with a ``format`` too, the format is its rule
+    ``format-value`` (module docstring). ``frame`` (prefix, suffix), without a raw grammar:
+    literal text required before and after the JSON value.
     """
     if grammar is not None:
         if not isinstance(grammar, str) or not grammar.strip():
             raise GrammarError("grammar must be a non-empty GBNF string")
-        return check_gbnf(grammar)
+        if format is None or format == "":
+            return check_gbnf(grammar)
+        return _joined(grammar, grammar_for(format, None))
     if format is None or format == "":
         return None
     if format == "json":
@@ -70,6 +83,24 @@ def _framed(gbnf: str, frame: tuple[str, str]) -> str:
     parts = [json.dumps(text, ensure_ascii=False) for text in frame if text]
     prefix, suffix = (parts[0] if frame[0] else ""), (parts[-1] if frame[1] else "")
     return check_gbnf(f"root ::= {prefix} framed-value {suffix}\n{body}")
+
+
+_RULE_RE = re.compile(r"(?m)^\s*([a-zA-Z0-9-]+)\s*::=")
+_SPACE_RULE = 'space ::= " "?'
+JOINED_SPACE = 'space ::= | " " | "\\n" [ \\t]{0,20}'
+# an object or array rule of the converter, one line: NAME ::= "{" space ... "}" space
+_CLOSING_RE = re.compile(r'(?m)^(\S+ ::= "([{[])" space .*) ("[}\]]" space)$')
+
+
+def _joined(grammar: str, value: str | None) -> str:
+    """Raw ``grammar`` plus the rules of ``value`` (a format's GBNF), its root named ``format-value``."""
+    assert value is not None
+    body = re.sub(r"(?m)^root\s*::=", "format-value ::=", value, count=1).replace(_SPACE_RULE, JOINED_SPACE)
+    body = _CLOSING_RE.sub(r"\1 space \3", body)
+    clash = set(_RULE_RE.findall(grammar)) & set(_RULE_RE.findall(body))
+    if clash:
+        raise GrammarError(f"the grammar and the format both define the rule(s) {', '.join(sorted(clash))}")
+    return check_gbnf(f"{grammar.rstrip()}\n{body}")
 
 
 def check_gbnf(grammar: str) -> str:

@@ -10,7 +10,8 @@ A handler turns its API's request into native messages (Ollama's shape), then::
 :func:`prepare` checks what the model can do (400 "MODEL does not support tools / thinking"),
 renders the prompt with the model's template (its BOS/EOS texts, ``think``), and decides how the
 reply is parsed: which tools count, whether reasoning is split, whether the prompt left a
-reasoning block open, and the grammar that forces a call (``tool_choice`` required or named).
+reasoning block open, and the grammar that forces a call (``tool_choice`` required or named) or
+holds the calls the model opens to their strict tools' schemas (``auto``: :func:`.tools.strict_calls`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .chatformat import ChatFormat, describe, require_tools, resolve_think
 from .chatparse import ChatStreamParser
 from .prompts import TemplateInputs
 from .service import Target
-from .tools import ForcedCall, check_tool_choice, forced_call, tool_names
+from .tools import ForcedCall, StrictCalls, check_tool_choice, forced_call, strict_calls, tool_names
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,7 @@ class ChatTurn:
     think: bool                    # split reasoning from the answer
     in_thinking: bool              # the prompt ends inside an open reasoning block
     forced: ForcedCall | None      # the grammar-forced call (tool_choice required / named)
+    strict: StrictCalls | None     # auto: the grammar holding opened calls to strict tools' schemas
 
     def parser(self) -> ChatStreamParser:
         """A fresh parser for one reply to this turn (one per generation)."""
@@ -45,10 +47,14 @@ class ChatTurn:
 
     def request(self, sampling: SamplingOptions, format: OutputFormat = None,
                 truncation: Truncation = Truncation.FRONT) -> GenerateRequest:
-        """The engine request; a forced call's grammar replaces ``format``."""
+        """The engine request; a forced call's grammar replaces ``format``, strict calls' grammar
+        applies only without one (a reply that must be that JSON is no call)."""
         if self.forced is not None:
             return GenerateRequest(prompt=self.prompt, sampling=sampling, format=self.forced.schema,
                                    format_frame=self.forced.frame, truncation=truncation)
+        if self.strict is not None and format in (None, ""):
+            return GenerateRequest(prompt=self.prompt, sampling=sampling, format=self.strict.schema,
+                                   grammar=self.strict.grammar, truncation=truncation)
         return GenerateRequest(prompt=self.prompt, sampling=sampling, format=format, truncation=truncation)
 
 
@@ -73,6 +79,7 @@ async def prepare(target: Target, messages: list[dict[str, Any]], *, tools: list
         require_tools(fmt, target.name)
     split = resolve_think(fmt, think, target.name)
     forced = forced_call(tools, tool_choice, fmt.tools) if tools else None
+    strict = strict_calls(tools, tool_choice, fmt.tools) if tools else None
     if forced is not None and fmt.thinking is not None and fmt.thinking.toggle:
         think, split = False, False  # the grammar starts at the first token: no room for a reasoning block
     full = prompts.with_defaults(messages, target.system, target.messages)
@@ -80,4 +87,4 @@ async def prepare(target: Target, messages: list[dict[str, Any]], *, tools: list
                                                 inputs=template_inputs(target, think if fmt.thinking else None),
                                                 num_ctx=target.spec.options.num_ctx)
     return ChatTurn(prompt=prompt, system_prefix=prefix, format=fmt, tools=tool_names(tools), think=split,
-                    in_thinking=split and fmt.starts_in_thinking(prompt), forced=forced)
+                    in_thinking=split and fmt.starts_in_thinking(prompt), forced=forced, strict=strict)

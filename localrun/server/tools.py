@@ -1,15 +1,29 @@
-"""Tools in requests: validation, and forcing a call with a grammar in the model's own format.
+"""Tools in requests: validation, and holding calls to a grammar in the model's own format.
 
 :func:`validate_tools` checks a request's ``tools`` (OpenAI/Ollama shape). :func:`forced_call`
 turns ``tool_choice`` ``required`` or a named function into a :class:`ForcedCall`: the JSON
 schema of one valid call (arguments matching the function's parameters) and the text the model's
 format puts around it (``<tool_call>\n`` ... ``\n</tool_call>`` for Qwen/Hermes), so the grammar
-keeps the model writing the way it was trained to. Parsing calls out of replies is
-:mod:`.chatparse`'s job.
+keeps the model writing the way it was trained to.
+
+Under ``tool_choice`` ``auto``, a tool marked ``strict: true`` (OpenAI's flag) holds its schema
+too, from the moment the model opens a call: :func:`strict_calls` gives a :class:`StrictCalls`,
+a grammar of free text in which every call the model opens must be a call to an offered tool,
+with the arguments of a strict one matching its parameters: after ``<tool_call>`` (then closed by
+``</tool_call>``), or written bare at the start of the reply or after a call
+(``{"name": "<tool>", ...}``, in a ```` ```json ```` fence too, as Qwen2.5-Coder does). Text
+before, between and after calls is free, so an answer without calls comes out as it would
+without the grammar. This needs a call opener that is text, which only the Hermes format has
+(Qwen2.5/3); for the others, and with a ``format`` (the reply must be that JSON), auto calls are
+not held. A grammar costs the request llama.cpp's grammar checks (and greedy requests their
+speculative decoding), so requests without a strict tool do not get one. A strict tool whose
+schema no grammar can hold is a 400 before generation, as under ``required``. Parsing calls out
+of replies is :mod:`.chatparse`'s job.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +52,16 @@ class ForcedCall:
         return self.prefix, self.suffix
 
 
+@dataclass(frozen=True, slots=True)
+class StrictCalls:
+    """Auto mode with strict tools: ``grammar`` (GBNF) is free text in which each opened call is a
+    JSON value matching ``schema``, which the engine adds as the rule ``format-value``
+    (``engine/grammar.py``: a request's ``grammar`` plus its ``format``)."""
+
+    schema: dict[str, Any]
+    grammar: str
+
+
 def tool_names(tools: list[dict[str, Any]] | None) -> frozenset[str] | None:
     """The offered tools' names (None without tools: replies are not parsed for calls)."""
     if not tools:
@@ -57,6 +81,8 @@ def validate_tools(tools: Any) -> list[dict[str, Any]] | None:
         params = fn.get("parameters")
         if params is not None and not isinstance(params, dict):
             raise InvalidRequest(f"tools[{i}].function.parameters must be a JSON schema object")
+        if fn.get("strict") not in (None, True, False):
+            raise InvalidRequest(f"tools[{i}].function.strict must be true or false")
     return tools or None
 
 
@@ -105,19 +131,127 @@ def forced_call_schema(tools: list[dict[str, Any]], choice: Any,
             raise InvalidRequest(f"tool_choice names function {name!r}, which is not in 'tools'")
     else:
         raise InvalidRequest("tool_choice must be 'auto', 'none', 'required' or {type: 'function', function: {name}}")
+    return _any_call(wanted, arguments_key, strict_only=False)
+
+
+def strict_calls(tools: list[dict[str, Any]], choice: Any, fmt: ToolFormat) -> StrictCalls | None:
+    """The grammar that holds the calls the model opens under ``tool_choice`` auto (the module
+    docstring); None when no offered tool is strict, ``choice`` is not auto, or ``fmt`` has no
+    call opener in text."""
+    opener, closer = (part.strip() for part in _FRAMES.get(fmt, ("", "")))
+    functions = [t["function"] for t in tools]
+    if choice not in (None, "auto") or not opener or not any(fn.get("strict") is True for fn in functions):
+        return None
+    return StrictCalls(_any_call(functions, fmt.arguments_key, strict_only=True),
+                       _calls_grammar(opener, closer, [fn["name"] for fn in functions]))
+
+
+def _any_call(functions: list[dict[str, Any]], arguments_key: str, *, strict_only: bool) -> dict[str, Any]:
+    """The schema of one call to any of ``functions``: the name, and arguments matching the
+    function's parameters (with ``strict_only``, only a strict function's; the others' are any object)."""
     variants = [
         {
             "type": "object",
             "properties": {
                 "name": {"const": fn["name"]},
-                arguments_key: enforceable(fn.get("parameters") or {"type": "object"}),
+                arguments_key: enforceable(fn.get("parameters") or {"type": "object"})
+                if fn.get("strict") is True or not strict_only else {"type": "object"},
             },
             "required": ["name", arguments_key],
             "additionalProperties": False,
         }
-        for fn in wanted
+        for fn in functions
     ]
     return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+
+_WS = " \t\r\n"
+
+
+def _calls_grammar(opener: str, closer: str, names: list[str]) -> str:
+    """GBNF of a reply whose calls are held to the rule ``format-value``, its text left free.
+
+    A call is either opened by ``opener`` anywhere in the text and closed by ``closer``, or, at
+    the start of the reply or right after another call, written bare as ``{"name": "<tool>", ...}``,
+    perhaps in a ```` ```json ```` fence (as Qwen2.5-Coder often calls; :mod:`.chatparse` reads
+    both). Two automata spell out, a character at a time, text that is not a call yet, and refuse
+    only the character that would make it one, which only the call's own path may take:
+    ``call-start-*`` the opening of a reply on its way to a bare call (:func:`_bare_call_dfa`),
+    ``call-text-*`` free text on its way to ``opener`` (KMP). Characters going to one state share
+    one alternative: llama.cpp checks each candidate token against every grammar stack, so a
+    full-vocabulary pass (at the end of a reply) costs in proportion.
+    """
+    first = (opener[0], f"call-text-{_next_state(opener, 0, opener[0])}")
+    rules = ["root ::= call-next", "call-next ::= call-start-s | call-lead",
+             'call-lead ::= [ \\t\\r\\n]* ("```" "json"? "\\n" [ \\t\\r\\n]* format-value [ \\t\\r\\n]* "```" '
+             "| format-value) call-next",
+             f"call-opened ::= call-space format-value call-space {_literal(closer)} call-next",
+             "call-space ::= [ \\t\\r\\n]{0,4}"]
+    for state, moves in _bare_call_dfa([n for n in names if opener[0] not in n]).items():
+        assert all(opener[0] not in chars for chars, _ in moves)
+        named = [(chars, None if to is None else f"call-start-{to}") for chars, to in moves]
+        rules.append(_state_rule(f"call-start-{state}", [*named, first]))
+    for i in range(len(opener)):
+        targets: dict[int, str] = {}
+        for c in sorted(set(opener)):
+            targets[_next_state(opener, i, c)] = targets.get(_next_state(opener, i, c), "") + c
+        rules.append(_state_rule(f"call-text-{i}", [
+            (chars, "call-opened" if j == len(opener) else f"call-text-{j}") for j, chars in targets.items() if j]))
+    return "\n".join(rules) + "\n"
+
+
+def _state_rule(name: str, moves: list[tuple[str, str | None]]) -> str:
+    """``name ::= (the end) | [chars] target ... | [^every char named] call-text-0``; a move to None
+    names characters this path refuses (another path of the grammar may take them)."""
+    alternatives = ["", f"[^{_chars(''.join(chars for chars, _ in moves))}] call-text-0"]
+    alternatives += [f"[{_chars(chars)}] {to}" for chars, to in moves if to is not None]
+    return f"{name} ::= " + " | ".join(alternatives)
+
+
+def _bare_call_dfa(names: list[str]) -> dict[str, list[tuple[str, str | None]]]:
+    """The states of a reply's opening on its way to ``{"name": "<one of names>"`` (after
+    whitespace or a ```` ```json ```` fence), with the spaces a ``format-value`` allows between
+    JSON tokens (none, one, or a newline and indentation: ``engine/grammar.py``): state -> moves
+    (characters, next state); a move to None is the closing quote of a tool's name."""
+    dfa: dict[str, list[tuple[str, str | None]]] = {
+        "s": [(_WS, "s"), ("{", "b"), ("`", "t1")], "t1": [("`", "t2")], "t2": [("`", "f")],
+        "f": [("j", "f1"), ("\n", "w")], "f1": [("s", "f2")], "f2": [("o", "f3")], "f3": [("n", "f4")],
+        "f4": [("\n", "w")], "w": [(_WS, "w"), ("{", "b")]}
+    quoted = sorted({n for n in names if json.dumps(n)[1:-1] == n and '"' not in n})
+    prefixes = sorted({q[:i] for q in quoted for i in range(len(q) + 1)})
+    ids = {prefix: f"n{i}" for i, prefix in enumerate(prefixes)}
+    _spaced(dfa, "b", '"', "k1")
+    dfa.update({f"k{i}": [(c, f"k{i + 1}")] for i, c in enumerate('name"', 1)})
+    _spaced(dfa, "k6", ":", "v")
+    _spaced(dfa, "v", '"', ids.get("", "n0"))
+    dfa.setdefault("n0", [])
+    for prefix in prefixes:
+        following = sorted({q[len(prefix)] for q in quoted if q.startswith(prefix) and len(q) > len(prefix)})
+        dfa[ids[prefix]] = [(c, ids[prefix + c]) for c in following] + ([('"', None)] if prefix in quoted else [])
+    return dfa
+
+
+def _spaced(dfa: dict[str, list[tuple[str, str | None]]], state: str, char: str, to: str) -> None:
+    """``state`` goes to ``to`` on ``char``, after no space, one space, or a newline and indentation."""
+    dfa[state] = [(char, to), (" ", f"{state}-sp"), ("\n", f"{state}-nl")]
+    dfa[f"{state}-sp"] = [(char, to)]
+    dfa[f"{state}-nl"] = [(" \t", f"{state}-nl"), (char, to)]
+
+
+def _chars(chars: str) -> str:
+    """Characters for a GBNF character class, each escaped (``]``, ``^``, ``-`` mean nothing then)."""
+    return "".join(f"\\u{ord(c):04X}" for c in chars)
+
+
+def _next_state(opener: str, matched: int, char: str) -> int:
+    """How much of ``opener`` is matched after reading ``char`` with ``matched`` characters matched."""
+    text = opener[:matched] + char
+    return next(n for n in range(len(text), -1, -1) if opener.startswith(text[len(text) - n:]))
+
+
+def _literal(text: str) -> str:
+    """A GBNF string literal (JSON's escapes are GBNF's)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 _KEEP = {"type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems",

@@ -57,7 +57,10 @@ def test_stop_matches_python_find_for_any_split(text: str, stop: str, size: int)
 def test_json_format_and_raw_grammar() -> None:
     assert grammar_for(None, None) is None
     assert "root" in (grammar_for("json", None) or "")
-    assert grammar_for("json", 'root ::= "x"') == 'root ::= "x"'
+    assert grammar_for(None, 'root ::= "x"') == 'root ::= "x"'
+    # a raw grammar holds the format as its rule format-value (strict tool calls under tool_choice auto)
+    joined = grammar_for("json", 'root ::= "x" format-value') or ""
+    assert joined.startswith('root ::= "x" format-value\n') and "format-value ::= object" in joined
     with pytest.raises(GrammarError):
         grammar_for("yaml", None)
 
