@@ -10,7 +10,7 @@ grammar with its root renamed ``format-value``, so the raw grammar places a sche
 value wherever it says (a tool call the model opens in free text: ``server/tools.py``). The
 schema is converted here, beside llama.cpp's converter, so the daemon never needs it. Between
 the tokens of such a value the model may write a newline and indentation as well as a space
-(:data:`JOINED_SPACE`, as newer llama.cpp converters allow; also before an object's or array's
+(``_JOINED_SPACE``, as newer llama.cpp converters allow; also before an object's or array's
 closing bracket, which the converter allows only after strings and numbers): it was not asked
 for JSON, so it writes the call the way it was trained to, often pretty-printed.
 """
@@ -87,7 +87,7 @@ def _framed(gbnf: str, frame: tuple[str, str]) -> str:
 
 _RULE_RE = re.compile(r"(?m)^\s*([a-zA-Z0-9-]+)\s*::=")
 _SPACE_RULE = 'space ::= " "?'
-JOINED_SPACE = 'space ::= | " " | "\\n" [ \\t]{0,20}'
+_JOINED_SPACE = 'space ::= | " " | "\\n" [ \\t]{0,20}'
 # an object or array rule of the converter, one line: NAME ::= "{" space ... "}" space
 _CLOSING_RE = re.compile(r'(?m)^(\S+ ::= "([{[])" space .*) ("[}\]]" space)$')
 
@@ -95,7 +95,7 @@ _CLOSING_RE = re.compile(r'(?m)^(\S+ ::= "([{[])" space .*) ("[}\]]" space)$')
 def _joined(grammar: str, value: str | None) -> str:
     """Raw ``grammar`` plus the rules of ``value`` (a format's GBNF), its root named ``format-value``."""
     assert value is not None
-    body = re.sub(r"(?m)^root\s*::=", "format-value ::=", value, count=1).replace(_SPACE_RULE, JOINED_SPACE)
+    body = re.sub(r"(?m)^root\s*::=", "format-value ::=", value, count=1).replace(_SPACE_RULE, _JOINED_SPACE)
     body = _CLOSING_RE.sub(r"\1 space \3", body)
     clash = set(_RULE_RE.findall(grammar)) & set(_RULE_RE.findall(body))
     if clash:

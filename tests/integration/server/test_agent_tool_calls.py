@@ -138,7 +138,7 @@ async def tiny(serve_app: Any, tiny_gguf: Path) -> Any:
     return await serve_app(store)
 
 
-async def test_a_strict_tool_under_auto_gets_an_answer_on_every_api(tiny: Any) -> None:
+async def test_a_strict_tool_under_auto_gets_an_answer_streamed_or_not(tiny: Any) -> None:
     strict = {"type": "function", "function": {**FN["function"], "strict": True}}  # type: ignore[dict-item]
     body = {"model": "tiny", "messages": [{"role": "user", "content": "weather in Paris?"}], "tools": [strict],
             "tool_choice": "auto", "max_tokens": 24}
