@@ -103,7 +103,8 @@ class Truncation(enum.Enum):
 class GenerateRequest:
     """One completion: a prompt (text or token ids) and how to sample it.
 
-    ``format`` is None, ``"json"`` or a JSON Schema dict; ``grammar`` is raw GBNF and wins over it.
+    ``format`` is None, ``"json"`` or a JSON Schema dict; ``grammar`` is raw GBNF (with a ``format``
+    too, the format becomes its rule ``format-value``: engine/grammar.py).
     ``format_frame`` (prefix, suffix) is text the output must have around the formatted JSON: a
     forced tool call in the model's own format, e.g. ``("<tool_call>\n", "\n</tool_call>")``.
     ``num_keep`` is how many leading prompt tokens FRONT truncation keeps (the system prompt).

@@ -254,6 +254,8 @@ def tools_to_native(value: Any) -> list[dict[str, Any]] | None:
         fn: dict[str, Any] = {"name": name, "parameters": schema}
         if description:
             fn["description"] = description
+        if tool.get("strict") is True:  # its input holds the schema, under any tool_choice (tools.py)
+            fn["strict"] = True
         out.append({"type": "function", "function": fn})
     return out or None
 

@@ -286,6 +286,10 @@ def _function(tool: dict[str, Any], where: str, prefix: str) -> dict[str, Any]:
     fn: dict[str, Any] = {"name": prefix + name, "parameters": params or {"type": "object", "properties": {}}}
     if description:
         fn["description"] = description
+    # Only an explicit true: OpenAI's Responses default (true) would put every call of a client that
+    # does not say under a grammar; Codex says false for its tools.
+    if tool.get("strict") is True:
+        fn["strict"] = True
     return {"type": "function", "function": fn}
 
 

@@ -198,3 +198,13 @@ def test_an_empty_reply_still_ends_properly() -> None:
     events = encoder.start(3) + encoder.text("") + encoder.finish(TokenUsage(3, 0, 1), False, None, ())
     assert [n for n, _ in events] == ["message_start", "ping", "message_delta", "message_stop"]
     assert encoder.message["content"] == [] and encoder.message["stop_reason"] == "end_turn"
+
+
+def test_a_strict_tool_stays_strict_and_others_do_not() -> None:
+    """``strict: true`` reaches the call grammar (tools.py), under tool_choice auto too."""
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    tools = messages_to_native({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}],
+                                "tools": [{"name": "a", "input_schema": schema, "strict": True},
+                                          {"name": "b", "input_schema": schema}]}).call.tools
+    assert tools is not None
+    assert [t["function"].get("strict") for t in tools] == [True, None]

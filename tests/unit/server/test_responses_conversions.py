@@ -212,3 +212,11 @@ def test_a_failure_mid_stream_ends_with_error_then_response_failed() -> None:
     assert [n for n, _ in events][-2:] == ["error", "response.failed"]
     assert events[-1][1]["response"]["error"] == {"code": "runner_crashed", "message": "the runner died"}
     assert [d["sequence_number"] for _, d in events] == list(range(len(events)))
+
+
+def test_only_a_tool_that_says_strict_true_is_strict() -> None:
+    """Codex says ``strict: false``; a tool that says nothing is not put under a grammar either."""
+    tools = [{**WEATHER, "strict": True}, {**WEATHER, "name": "b", "strict": False}, {**WEATHER, "name": "c"}]
+    call = responses_to_native({"model": "m", "input": "x", "tools": tools}).call
+    assert call.tools is not None
+    assert [t["function"].get("strict") for t in call.tools] == [True, None, None]
