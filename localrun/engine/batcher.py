@@ -228,6 +228,7 @@ class Batcher:
     def _build(self) -> list[Sequence]:
         batch = self.batch
         batch.clear()
+        self.kv.reguard()  # cells removed since the last step are free for llama.cpp too (kvcache.py)
         free = self._make_room()
         decoding = [s for s in self.running if s.state is SeqState.DECODE]
         # Interactive prompts first, then the shortest remaining: a chat turn admitted behind a long
@@ -311,6 +312,7 @@ class Batcher:
         if rc == 1:  # no KV slot: drop all unlocked cache and retry, then decode tokens only
             self.kv.evict_all()
             self.kv.release_parked()
+            self.kv.reguard()
             rc = self.batch.decode(self.ctx)
             if rc == 1 and any(s.chunk for s in participants):
                 log.warning("KV cache full: postponing prompt chunks this step")
@@ -323,6 +325,7 @@ class Batcher:
                 self._preempt(admission.victim(participants))
                 participants[:] = [s for s in participants if s in self.running]
                 self.kv.evict_all()
+                self.kv.reguard()
                 rc = self._decode_only(participants)
         if rc == 0:
             return True
@@ -343,6 +346,7 @@ class Batcher:
     def _advance(self, seq: Sequence) -> None:
         if seq.state is SeqState.PREFILL:
             seq.n_past += seq.chunk
+            self.kv.guard(seq.lease, seq.n_past, now=True)  # type: ignore[arg-type]
             self.kv.register(seq.lease, seq.tokens[: seq.n_past])  # type: ignore[arg-type]
             if seq.n_past < seq.prefill_end:
                 return
@@ -357,6 +361,7 @@ class Batcher:
                 return
         else:
             seq.n_past += 1
+            self.kv.guard(seq.lease, seq.n_past)  # type: ignore[arg-type]
         assert seq.row is not None
         if seq.handle.cancelled:  # cancelled while this step decoded: sample nothing for nobody
             self._finish(seq, DoneReason.CANCELLED)

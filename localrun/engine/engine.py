@@ -146,7 +146,7 @@ class Engine:
             n_cells = int(lc.llama_n_ctx(self._ctx))
             host = HostCache(options.prefix_cache_ram) if options.prefix_cache_ram > 0 else None
             kv = KVCache(lc.llama_get_memory(self._ctx), n_cells, n_seq_max, enabled=not recurrent,
-                         reorder_when_idle=options.batch_invariant, ctx=self._ctx, host=host)
+                         reorder_when_idle=options.batch_invariant, ctx=self._ctx, host=host, guard=n_swa > 0)
             self.batcher = Batcher(self._ctx, self.vocab, kv, n_batch=n_batch,
                                    num_parallel=options.num_parallel, speculative=options.speculative)
             if prefix_cache is not None and kv.enabled:

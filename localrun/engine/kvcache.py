@@ -31,6 +31,16 @@ a restored segment's cells could land out of position order.
 :meth:`export_order`, :meth:`export_segment` and :meth:`adopt` save the tree to disk and put it
 back (``prefix_store.py``), between loads of the model.
 
+Sliding-window models (``guard``): llama.cpp treats a cell held by one sequence as free once it
+falls out of that sequence's attention window, even with a full-size window cache, and may write
+a new token over it; a cached prefix then silently loses cells (an idle holder's early positions
+are out of its window). So every cell that may be cached also carries a *guard* sequence id
+(:meth:`guard`: prompt chunks at once, generated tokens every :data:`GUARD_STRIDE` positions, well
+inside any window), which makes it count as shared. Removing cells leaves them guarded until
+:meth:`reguard` recomputes the guard from the live sequences (at most once a step, before room is
+counted). Draft cells sit above ``n_past`` until confirmed, so they are never guarded before
+:meth:`drop_tail` drops the rejected ones.
+
 Owned by the engine thread; nothing here is thread-safe.
 """
 
@@ -52,6 +62,7 @@ log = logging.getLogger(__name__)
 # A prefix in use is locked and stays; an idle engine trims nothing, so a chat's next turn that
 # arrives before any other request finds its conversation still resident.
 RESIDENT_IDLE_CELLS = 0
+GUARD_STRIDE = 64  # generated positions between two guard copies (sliding windows are 512 and more)
 
 
 @dataclass(slots=True)
@@ -62,13 +73,15 @@ class SeqLease:
     cached: int                      # prompt tokens reused at admission
     shared_len: int                  # positions [0, shared_len) are tree cells
     node: RadixNode | None = None    # locked; ends at shared_len
+    guarded: int = 0                 # positions [0, guarded) carry the guard id (sliding-window models)
 
 
 class KVCache:
     def __init__(self, mem: lc.llama_memory_t, n_cells: int, n_seq_max: int, enabled: bool,
                  *, reorder_when_idle: bool = False, ctx: lc.llama_context_p | None = None,
-                 host: HostCache | None = None) -> None:
-        """``ctx`` and ``host`` together turn on the host-RAM tier (not in the deterministic mode)."""
+                 host: HostCache | None = None, guard: bool = False) -> None:
+        """``ctx`` and ``host`` together turn on the host-RAM tier (not in the deterministic mode);
+        ``guard`` (sliding-window models) keeps cached cells from being written over (module docstring)."""
         self.mem = mem
         self.ctx = ctx
         self.host = host if ctx is not None and enabled and not reorder_when_idle else None
@@ -77,6 +90,8 @@ class KVCache:
         self.enabled = enabled
         self.tree = RadixCache()
         self.parked_id = n_seq_max - 1  # holds parked cells (see the module docstring)
+        self.guard_id = n_seq_max - 2 if guard and enabled else None  # marks cells as shared (module docstring)
+        self._guard_stale = False       # cells were removed since the last reguard
         self._parked = False
         # Once parked cells go back to llama.cpp, free cells can sit below used ones, and a new
         # sequence's cells can land out of position order (which changes attention's summation
@@ -106,7 +121,7 @@ class KVCache:
         assert owner is not None and owner != seq
         lc.llama_memory_seq_cp(self.mem, owner, seq, 0, match.length)
         self.tree.lock(match.node)
-        return SeqLease(seq, match.length, match.length, match.node)
+        return SeqLease(seq, match.length, match.length, match.node, guarded=match.length)
 
     def register(self, lease: SeqLease, tokens: list[int]) -> None:
         """Make the KV of ``tokens`` (positions 0..len-1, computed by this active sequence)
@@ -141,6 +156,7 @@ class KVCache:
         """A request ended; with ``keep`` its KV (``tokens`` = those with KV) stays as cache."""
         seq = lease.seq_id
         if keep:
+            self.guard(lease, len(tokens), now=True)
             self.register(lease, tokens)
         if lease.node is not None:
             self.tree.unlock(lease.node)
@@ -214,6 +230,8 @@ class KVCache:
             holder = self.tree.path_owner(full.node)
             assert holder is not None and holder != seq
             lc.llama_memory_seq_cp(self.mem, holder, seq, 0, full.length)
+        if self.guard_id is not None:  # the loaded cells are cached from now on
+            lc.llama_memory_seq_cp(self.mem, seq, self.guard_id, start, len(tokens))
         result = self.tree.insert(tokens, seq)
         assert result.created
         if result.displaced_owner is not None:  # the parent's holder: ``seq`` now covers its path
@@ -308,7 +326,8 @@ class KVCache:
     def can_draft(self) -> bool:
         """Whether a sequence's tail cells can be dropped one step after they were decoded
         (:meth:`drop_tail`): not for recurrent models, and not in the deterministic mode, where
-        freed cells would let later ones land out of position order."""
+        freed cells would let later ones land out of position order. (Drafts are never guarded:
+        :meth:`guard` covers positions below ``n_past`` only, so dropping them leaves no guard behind.)"""
         return self.enabled and not self.reorder_when_idle
 
     def drop_tail(self, lease: SeqLease, n_past: int) -> None:
@@ -348,7 +367,35 @@ class KVCache:
         if self.enabled and self.reorder_when_idle:
             lc.llama_memory_seq_cp(self.mem, seq, self.parked_id, p0, p1)
             self._parked = True
+        self._guard_stale = self.guard_id is not None
         return bool(lc.llama_memory_seq_rm(self.mem, seq, p0, p1))
+
+    # -- sliding-window guard (module docstring) -----------------------------------------
+    def guard(self, lease: SeqLease, n_past: int, *, now: bool = False) -> None:
+        """Mark an active sequence's positions ``[lease.guarded, n_past)`` as shared: at once with
+        ``now`` (a prompt chunk, a release), else once :data:`GUARD_STRIDE` of them are waiting."""
+        if self.guard_id is None or n_past <= lease.guarded or (not now and n_past - lease.guarded < GUARD_STRIDE):
+            return
+        lc.llama_memory_seq_cp(self.mem, lease.seq_id, self.guard_id, lease.guarded, n_past)
+        lease.guarded = n_past
+
+    def reguard(self) -> None:
+        """After cells were removed: the guard holds exactly the live sequences' cells again, so
+        removed cells are free for llama.cpp too (one pass over the cells per live sequence)."""
+        if self.guard_id is None or not self._guard_stale:
+            return
+        lc.llama_memory_seq_rm(self.mem, self.guard_id, -1, -1)
+        for seq in self._active | set(self._owned):
+            lc.llama_memory_seq_cp(self.mem, seq, self.guard_id, -1, -1)
+        self._guard_stale = False
+
+    def check_cells(self) -> None:
+        """Assert that llama.cpp still holds every cached path: each leaf owner's positions are
+        exactly ``[0, leaf.end)`` (llama.cpp keeps a sequence's positions contiguous)."""
+        for leaf, owner in self.tree.leaf_owners():
+            assert owner is not None
+            held = (lc.llama_memory_seq_pos_min(self.mem, owner), lc.llama_memory_seq_pos_max(self.mem, owner))
+            assert held == (0, leaf.end - 1), f"sequence {owner} holds {held}, its cached path is [0, {leaf.end})"
 
     def _on_evict(self, leaf: RadixNode, inherited: bool) -> None:
         owner = leaf.owner
@@ -366,8 +413,9 @@ class KVCache:
         self._drop(owner)
 
     def _all_ids(self) -> list[int]:
-        """Every sequence id but the parked one, as a free list (pop() gives the lowest id)."""
-        return list(range(self.parked_id - 1, -1, -1))
+        """Every sequence id but the parked and guard ones, as a free list (pop() gives the lowest id)."""
+        top = self.guard_id if self.guard_id is not None else self.parked_id
+        return list(range(top - 1, -1, -1))
 
     def _take_id(self) -> int:
         while not self._free:
