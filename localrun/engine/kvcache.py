@@ -120,6 +120,10 @@ class KVCache:
         owner = self.tree.path_owner(match.node)
         assert owner is not None and owner != seq
         lc.llama_memory_seq_cp(self.mem, owner, seq, 0, match.length)
+        if not self._holds(seq, match.length):  # llama.cpp lost cells the tree lends: recompute, never fail
+            self._give_up(seq, -1, -1)
+            self._disable(f"sequence {owner} no longer holds the {match.length} cached positions it owns")
+            return SeqLease(seq, 0, 0)
         self.tree.lock(match.node)
         return SeqLease(seq, match.length, match.length, match.node, guarded=match.length)
 
@@ -230,6 +234,10 @@ class KVCache:
             holder = self.tree.path_owner(full.node)
             assert holder is not None and holder != seq
             lc.llama_memory_seq_cp(self.mem, holder, seq, 0, full.length)
+        if not self._holds(seq, len(tokens)):  # a saved state with holes (written before the guard)
+            log.warning("prefix cache: a saved segment of %d tokens is incomplete; dropped", len(tokens) - start)
+            self._drop(seq)
+            return False
         if self.guard_id is not None:  # the loaded cells are cached from now on
             lc.llama_memory_seq_cp(self.mem, seq, self.guard_id, start, len(tokens))
         result = self.tree.insert(tokens, seq)
@@ -389,13 +397,17 @@ class KVCache:
             lc.llama_memory_seq_cp(self.mem, seq, self.guard_id, -1, -1)
         self._guard_stale = False
 
+    def _holds(self, seq: int, n: int) -> bool:
+        """Whether llama.cpp holds exactly positions ``[0, n)`` of ``seq`` (it keeps a sequence's
+        positions contiguous, so the two ends say it)."""
+        return (lc.llama_memory_seq_pos_min(self.mem, seq), lc.llama_memory_seq_pos_max(self.mem, seq)) == (0, n - 1)
+
     def check_cells(self) -> None:
         """Assert that llama.cpp still holds every cached path: each leaf owner's positions are
         exactly ``[0, leaf.end)`` (llama.cpp keeps a sequence's positions contiguous)."""
         for leaf, owner in self.tree.leaf_owners():
             assert owner is not None
-            held = (lc.llama_memory_seq_pos_min(self.mem, owner), lc.llama_memory_seq_pos_max(self.mem, owner))
-            assert held == (0, leaf.end - 1), f"sequence {owner} holds {held}, its cached path is [0, {leaf.end})"
+            assert self._holds(owner, leaf.end), f"sequence {owner} does not hold its cached path [0, {leaf.end})"
 
     def _on_evict(self, leaf: RadixNode, inherited: bool) -> None:
         owner = leaf.owner
