@@ -163,7 +163,8 @@ def stream_error(event: dict[str, Any]) -> str | None:
 
 def prompt_tokens(event: dict[str, Any]) -> int | None:
     """The prompt's token count, in the event of each API that reports it."""
-    usage = (event.get("message") or event.get("response") or event).get("usage") or {}
+    holder = next((v for v in (event.get("message"), event.get("response")) if isinstance(v, dict)), event)
+    usage = holder.get("usage") or {}
     count = usage.get("input_tokens", usage.get("prompt_tokens"))
     return count if isinstance(count, int) and count > 0 else None
 
