@@ -318,3 +318,22 @@ async def test_a_runner_stopped_by_a_signal_still_saves_its_prefix_cache(serve_a
     assert "exit code 0" in await asyncio.wait_for(model.backend.exited, 30)
     saved = list(client.app[SETTINGS].prefix_cache_dir.glob("*.kvc"))
     assert len(saved) == 1 and saved[0].stat().st_size > 0
+
+
+@pytest.mark.slow
+async def test_fifty_long_requests_beyond_the_pool_all_queue_and_finish(serve_app: Any, store: DictStore) -> None:
+    """50 concurrent prompts of ~1,500 tokens, a pool that holds two of them (the 20k-token agent case at
+    the tiny model's scale): every one is answered whole, none is cut, refused, lost or a 5xx."""
+    client = await serve_app(store, num_parallel=2)  # pool: 2 x the trained 2,048 tokens
+
+    async def one(i: int) -> dict[str, Any]:
+        words = " ".join(f"w{(i * 7 + k) % 97}" for k in range(700))
+        r = await client.post("/v1/chat/completions", json={
+            "model": "a", "messages": [{"role": "user", "content": words}], "max_tokens": 16, "temperature": 0})
+        assert r.status == 200, await r.text()
+        return dict(await r.json())
+
+    replies = await asyncio.gather(*(one(i) for i in range(50)))
+    assert all(r["usage"]["prompt_tokens"] > 1000 and "prompt_truncated_count" not in r["usage"] for r in replies)
+    model = (await ps(client))["a:latest"]
+    assert model["context_pool"] == 4096 and model["active"] == 0 and model["queued"] == 0
