@@ -170,7 +170,16 @@ def prompt_tokens(event: dict[str, Any]) -> int | None:
 
 
 def stream(client: httpx.Client, url: str, body: dict[str, Any]) -> Timing:
-    """Send ``body`` and read its SSE stream to the end, timing the first output event."""
+    """Send ``body`` and read its SSE stream to the end, timing the first output event; sent again
+    once when the server closed a kept-alive connection before answering (llama-server after a long
+    request)."""
+    timing = _stream_once(client, url, body)
+    if timing.error is not None and timing.error.startswith("RemoteProtocolError") and timing.ttft_s is None:
+        timing = _stream_once(client, url, body)
+    return timing
+
+
+def _stream_once(client: httpx.Client, url: str, body: dict[str, Any]) -> Timing:
     start = time.perf_counter()
     first, tokens, error = None, None, None
     try:
@@ -213,10 +222,11 @@ def restart(target: Target, client: httpx.Client, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            client.get(target.url + "/v1/models", timeout=5)
-            return
+            if client.get(target.url + "/v1/models", timeout=5).status_code == 200:  # llama-server: 503 while loading
+                return
         except httpx.HTTPError:
-            time.sleep(0.5)
+            pass
+        time.sleep(0.5)
     raise SystemExit(f"{target.name} did not answer within {timeout:.0f} s of its restart")
 
 
