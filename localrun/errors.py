@@ -15,6 +15,7 @@ the CLI prints ``Error: msg`` and exits non-zero.
     │   ├── GrammarError               format / JSON schema cannot be enforced
     │   ├── ContextOverflow            prompt longer than num_ctx and truncation refused
     │   ├── OptionError                out-of-range or wrong-typed option
+    │   ├── ThreadUnsupported          an Anthropic message thread: this server keeps no conversation
     │   └── UnsupportedCapability      the model cannot do what was asked (tools, thinking, insert)
     ├── Unauthorized                   401 missing/wrong API key
     ├── Forbidden                      403 foreign Host header / origin
@@ -113,6 +114,13 @@ class ContextOverflow(InvalidRequest):
 
 class OptionError(InvalidRequest):
     code = "invalid_option"
+
+
+class ThreadUnsupported(InvalidRequest):
+    """A ``/v1/messages`` request with a ``thread``: its code is the ``error.details.error_code`` on
+    which Anthropic's SDKs send the turn again with the whole conversation (the middleware puts it there)."""
+
+    code = "thread_unsupported_request"
 
 
 class UnsupportedCapability(InvalidRequest):

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, ThreadUnsupported
 from .http import get, get_number, get_whole, str_field
 from .openai_compat import NativeCall, options_from_openai
 from .options import parse_keep_alive
@@ -91,7 +91,6 @@ def messages_to_native(body: dict[str, Any], *, count_only: bool = False) -> Mes
 
 
 _THREAD_TYPES = ("create", "continue")
-THREAD_UNSUPPORTED = "thread_unsupported_request"  # the error_code Anthropic's SDKs resend a turn in full on
 
 
 def thread_type(value: Any) -> str | None:
@@ -104,7 +103,7 @@ def thread_type(value: Any) -> str | None:
     return kind
 
 
-def thread_refusal(kind: str) -> dict[str, Any]:
+def thread_refusal(kind: str) -> ThreadUnsupported:
     """The 400 for a request with a ``thread``: this server keeps no conversation between requests.
 
     A ``continue`` carries only the newest messages (without ``system`` and ``tools``), so answering it
@@ -113,10 +112,8 @@ def thread_refusal(kind: str) -> dict[str, Any]:
     with the whole conversation and no ``thread``, and stop threading"; a ``create`` is refused the
     same way so a client learns it on its first turn, before it sends a delta.
     """
-    message = (f"thread: this server keeps no conversation between requests, so it cannot {kind} a thread; "
-               "send the whole conversation without 'thread'")
-    return {"type": "error", "error": {"type": "invalid_request_error", "message": message,
-                                       "details": {"error_code": THREAD_UNSUPPORTED}}}
+    return ThreadUnsupported(f"thread: this server keeps no conversation between requests, so it cannot {kind} "
+                             "a thread; send the whole conversation without 'thread'")
 
 
 def prompt_too_long(prompt_tokens: int, max_tokens: int) -> str:

@@ -65,7 +65,10 @@ def openai_error_type(status: int) -> str:
 
 def error_body(request: web.Request, status: int, message: str, code: str) -> dict[str, Any]:
     if is_anthropic(request):
-        return {"type": "error", "error": {"type": anthropic_error_type(status), "message": message}}
+        error: dict[str, Any] = {"type": anthropic_error_type(status), "message": message}
+        if code == errors.ThreadUnsupported.code:  # what the SDKs read to resend the whole conversation
+            error["details"] = {"error_code": code}
+        return {"type": "error", "error": error}
     if is_openai(request):
         return {"error": {"message": message, "type": openai_error_type(status), "param": None, "code": code}}
     return {"error": message, "code": code}  # Ollama's shape; "code" lets localrun's client map the error

@@ -53,8 +53,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     converted = messages_to_native(body)
     if converted.thread is not None:
-        # Not a LocalrunError: the SDKs read error.details, which no error class here carries.
-        return web.json_response(thread_refusal(converted.thread), status=400)
+        raise thread_refusal(converted.thread)
     service = request.app[SERVICE]
     run = await start_chat(service, converted.call, "/v1/messages", Truncation.REJECT)
     encoder = MessageEncoder(run.model)

@@ -120,9 +120,8 @@ def test_a_thread_is_read_and_refused_with_the_code_the_sdks_resend_on() -> None
     assert messages_to_native(_messages(thread=None)).thread is None
     assert messages_to_native(_messages(thread={"type": "continue", "previous_message_id": "msg_1"})).thread \
         == "continue"
-    body = thread_refusal("continue")
-    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
-    assert body["error"]["details"] == {"error_code": "thread_unsupported_request"}
+    refusal = thread_refusal("continue")
+    assert refusal.status == 400 and refusal.code == "thread_unsupported_request" and "continue" in refusal.message
 
 
 @pytest.mark.parametrize("thread", [{"type": "fork"}, {"type": ["continue"]}, "continue", 3, []])
