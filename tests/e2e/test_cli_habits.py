@@ -75,8 +75,11 @@ def _warm() -> None:
 def test_ctrl_c_during_a_one_shot_answer_ends_the_line(store_with_tiny: None) -> None:
     _warm()
     # bufsize=0: no reader buffer, so communicate() below sees every byte after the first three.
+    # A suite started in the background (`cmd &` in a script) runs with SIGINT ignored, which children
+    # inherit and Python then leaves ignored: give the CLI the default handler a terminal would.
     proc = subprocess.Popen([*ENTRY, "run", "tiny", "tell me a SLOW story"], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy(), bufsize=0)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy(), bufsize=0,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout is not None
     try:
         first = proc.stdout.read(3)  # " w0": the answer has started
