@@ -219,9 +219,10 @@ class Batcher:
             self.kv.evict(min(wanted, self.n_batch) - free)
             self.kv.release_parked()  # memory is needed now: free what eviction parked
             free = self.kv.n_cells - self.used_cells()
-        while len(self.running) > 1 and free < sum(s.state is SeqState.DECODE for s in self.running):
+        while len(self.running) > 1 and free < (decoding := sum(s.state is SeqState.DECODE for s in self.running)):
             self._preempt(admission.victim(self.running))
-            self.kv.evict(sum(s.state is SeqState.DECODE for s in self.running) - free)
+            self.kv.evict(decoding - free)
+            self.kv.reguard()  # the paused request's evicted cells are free for llama.cpp too (kvcache.py)
             free = self.kv.n_cells - self.used_cells()
         return free
 
