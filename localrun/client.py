@@ -98,12 +98,6 @@ def _rows(body: JSONValue, key: str) -> _Rows:
     return as_objects(_object(body).get(key))
 
 
-def _create_body(model: str, modelfile: str, base_dir: str | None) -> dict[str, object]:
-    # Ollama's legacy form: ``path`` is the Modelfile's own path; relative FROM/ADAPTER resolve next to it.
-    path = str(Path(base_dir).resolve() / "Modelfile") if base_dir else None
-    return _payload(model=model, modelfile=modelfile, path=path, stream=True)
-
-
 def _payload(**fields: object) -> dict[str, object]:
     """A request body: the fields that are set (the daemon checks each one's type and range)."""
     return {k: v for k, v in fields.items() if v is not None}
@@ -244,9 +238,57 @@ class AsyncClient:
     def pull(self, model: str) -> AsyncIterator[JSONObject]:
         return self._stream("/api/pull", {"model": model, "stream": True})
 
-    def create(self, model: str, modelfile: str, base_dir: str | None = None) -> AsyncIterator[JSONObject]:
-        """Create ``model`` from Modelfile text; relative FROM paths resolve against ``base_dir``."""
-        return self._stream("/api/create", _create_body(model, modelfile, base_dir))
+    async def create(self, model: str, modelfile: str, base_dir: str | None = None) -> AsyncIterator[JSONObject]:
+        """Create ``model`` from Modelfile text, yielding progress chunks.
+
+        The daemon reads no file of its machine for a create, so the files FROM and ADAPTER name
+        (relative to ``base_dir``, the Modelfile's folder) are read here: each is checked, hashed
+        and uploaded as a blob unless the daemon already holds it (:mod:`localrun.store.upload_plan`),
+        and the daemon gets the Modelfile naming their digests.
+        """
+        from .store.upload_plan import hash_steps, plan_upload
+
+        plan = plan_upload(modelfile, Path(base_dir) if base_dir else None)
+        digests: dict[str, str] = {}
+        for file in plan.files:
+            digest = file.digest
+            if digest is None:
+                for done, hashed in hash_steps(file.path):
+                    yield {"status": f"hashing {file.path.name}", "total": file.size, "completed": done}
+                    digest = hashed
+            assert digest is not None  # hash_steps ends with the digest
+            if not await self.has_blob(digest):
+                yield {"status": f"uploading {file.path.name}", "digest": digest, "total": file.size, "completed": 0}
+                await self.push_blob(digest, file.path)
+                yield {"status": f"uploading {file.path.name}", "digest": digest, "total": file.size,
+                       "completed": file.size}
+            digests[file.what] = digest
+        text = plan.text(digests) if plan.files else modelfile
+        async for chunk in self._stream("/api/create", {"model": model, "modelfile": text, "stream": True}):  # noqa: UP028, RUF100
+            yield chunk
+
+    async def has_blob(self, digest: str) -> bool:
+        """Whether the daemon holds blob ``digest`` (``sha256:<hex>``)."""
+        try:
+            await self._request("HEAD", f"/api/blobs/{digest}")
+        except errors.NotFound:
+            return False
+        return True
+
+    async def push_blob(self, digest: str, path: Path) -> None:
+        """Upload the file at ``path`` as blob ``digest``; the daemon keeps it only if its bytes hash to it."""
+        try:
+            response = await self._http.post(f"/api/blobs/{digest}", content=self._file_body(path))
+        except httpx.TransportError as exc:
+            raise errors.DaemonUnavailable(f"no localrun daemon answers at {self.base_url} ({exc})") from exc
+        if response.status_code >= 400:
+            raise error_from(response.status_code, _json_or_text(response), response.headers)
+
+    async def _file_body(self, path: Path) -> AsyncIterator[bytes]:
+        from .store.upload_plan import file_chunks
+
+        for block in file_chunks(path):  # noqa: UP028, RUF100 (the async twin cannot `yield from`)
+            yield block
 
     async def copy(self, source: str, destination: str) -> None:
         await self._request("POST", "/api/copy", {"source": source, "destination": destination})
@@ -385,8 +427,56 @@ class Client:
         return self._stream("/api/pull", {"model": model, "stream": True})
 
     def create(self, model: str, modelfile: str, base_dir: str | None = None) -> Iterator[JSONObject]:
-        """Create ``model`` from Modelfile text; relative FROM paths resolve against ``base_dir``."""
-        return self._stream("/api/create", _create_body(model, modelfile, base_dir))
+        """Create ``model`` from Modelfile text, yielding progress chunks.
+
+        The daemon reads no file of its machine for a create, so the files FROM and ADAPTER name
+        (relative to ``base_dir``, the Modelfile's folder) are read here: each is checked, hashed
+        and uploaded as a blob unless the daemon already holds it (:mod:`localrun.store.upload_plan`),
+        and the daemon gets the Modelfile naming their digests.
+        """
+        from .store.upload_plan import hash_steps, plan_upload
+
+        plan = plan_upload(modelfile, Path(base_dir) if base_dir else None)
+        digests: dict[str, str] = {}
+        for file in plan.files:
+            digest = file.digest
+            if digest is None:
+                for done, hashed in hash_steps(file.path):
+                    yield {"status": f"hashing {file.path.name}", "total": file.size, "completed": done}
+                    digest = hashed
+            assert digest is not None  # hash_steps ends with the digest
+            if not self.has_blob(digest):
+                yield {"status": f"uploading {file.path.name}", "digest": digest, "total": file.size, "completed": 0}
+                self.push_blob(digest, file.path)
+                yield {"status": f"uploading {file.path.name}", "digest": digest, "total": file.size,
+                       "completed": file.size}
+            digests[file.what] = digest
+        text = plan.text(digests) if plan.files else modelfile
+        for chunk in self._stream("/api/create", {"model": model, "modelfile": text, "stream": True}):  # noqa: UP028, RUF100
+            yield chunk
+
+    def has_blob(self, digest: str) -> bool:
+        """Whether the daemon holds blob ``digest`` (``sha256:<hex>``)."""
+        try:
+            self._request("HEAD", f"/api/blobs/{digest}")
+        except errors.NotFound:
+            return False
+        return True
+
+    def push_blob(self, digest: str, path: Path) -> None:
+        """Upload the file at ``path`` as blob ``digest``; the daemon keeps it only if its bytes hash to it."""
+        try:
+            response = self._http.post(f"/api/blobs/{digest}", content=self._file_body(path))
+        except httpx.TransportError as exc:
+            raise errors.DaemonUnavailable(f"no localrun daemon answers at {self.base_url} ({exc})") from exc
+        if response.status_code >= 400:
+            raise error_from(response.status_code, _json_or_text(response), response.headers)
+
+    def _file_body(self, path: Path) -> Iterator[bytes]:
+        from .store.upload_plan import file_chunks
+
+        for block in file_chunks(path):  # noqa: UP028, RUF100 (the async twin cannot `yield from`)
+            yield block
 
     def copy(self, source: str, destination: str) -> None:
         self._request("POST", "/api/copy", {"source": source, "destination": destination})

@@ -233,8 +233,12 @@ async def pull(request: web.Request) -> web.StreamResponse:
     return await _run_with_progress(request, stream, work)
 
 
-def modelfile_from_request(body: dict[str, Any], blob_path: Callable[[str], Path]) -> str:
-    """Ollama's structured create request (from, files, parameters...) as Modelfile text."""
+def modelfile_from_request(body: dict[str, Any]) -> str:
+    """Ollama's structured create request (from, files, parameters...) as Modelfile text.
+
+    ``files`` and ``adapters`` map file names to blob digests (uploaded to /api/blobs first);
+    the Modelfile names those digests, which the store resolves (and refuses when absent).
+    """
     lines: list[str] = []
     source = get(body, "from", str)
     files = get(body, "files", dict, {})
@@ -242,12 +246,13 @@ def modelfile_from_request(body: dict[str, Any], blob_path: Callable[[str], Path
         gguf = [d for f, d in files.items() if str(f).endswith(".gguf")] or list(files.values())
         if len(gguf) != 1:
             raise errors.InvalidRequest("'files' must hold exactly one .gguf file")
-        source = str(blob_path(str(gguf[0])))
+        source = _digest(str(gguf[0]))
     if not source:
-        raise errors.InvalidRequest("create needs 'from' (a model name or path), 'files' or a 'modelfile'")
+        raise errors.InvalidRequest(
+            "create needs 'from' (a model name or hf.co reference), 'files' (uploaded blobs) or a 'modelfile'")
     lines.append(f"FROM {source}")
     for digest in (get(body, "adapters", dict, {}) or {}).values():
-        lines.append(f"ADAPTER {blob_path(str(digest))}")
+        lines.append(f"ADAPTER {_digest(str(digest))}")
     for key, value in (get(body, "parameters", dict, {}) or {}).items():
         for v in value if isinstance(value, list) else [value]:
             lines.append(f"PARAMETER {key} "
@@ -274,17 +279,16 @@ async def create(request: web.Request) -> web.StreamResponse:
     if body.get("quantize"):
         raise errors.InvalidRequest("quantizing is not supported: create from a GGUF that is already quantized")
     store = request.app[STORE]
-    modelfile = get(body, "modelfile", str)
-    base_dir = Path(get(body, "path", str) or ".").parent if get(body, "path", str) else Path.cwd()
-    if not modelfile:
-        modelfile = modelfile_from_request(body, lambda d: _blob_path(store, d))
+    # Ollama's legacy ``path`` (the Modelfile's place on the server) is ignored: over the API,
+    # FROM and ADAPTER name models, hf.co references or uploaded blobs, never server files.
+    modelfile = get(body, "modelfile", str) or modelfile_from_request(body)
     stream = get(body, "stream", bool, True)
     from ..store.pull import hub_hook  # lazily: the hub client is heavy to import
 
     hook = hub_hook(store)  # resolves ``FROM hf.co/...`` names
     return await _run_with_progress(
         request, stream,
-        lambda cb: store.create(name, modelfile, base_dir=base_dir, progress=cb, from_hook=hook),
+        lambda cb: store.create(name, modelfile, local_files=False, progress=cb, from_hook=hook),
     )
 
 
@@ -320,14 +324,6 @@ def _digest(raw: str) -> str:
         return normalize_digest(raw)
     except Exception:
         raise errors.InvalidRequest(f"{raw!r} is not a sha256 digest") from None
-
-
-def _blob_path(store: ModelStore, digest: str) -> Path:
-    d = _digest(digest)
-    blobs = _blobs(store)
-    if not blobs.has(d):
-        raise errors.InvalidRequest(f"blob {d} was not uploaded (POST /api/blobs/{d} first)")
-    return Path(blobs.path(d))
 
 
 async def blob_head(request: web.Request) -> web.Response:

@@ -66,15 +66,27 @@ def normalize_digest(digest: str) -> str:
 
 def sha256_file(path: Path, progress: ProgressFn | None = None) -> str:
     """The digest of ``path``; ``progress(bytes so far)`` after every MiB (raising there stops the hashing)."""
+    for done, digest in sha256_steps(path):
+        if digest is not None:
+            return digest
+        if progress:
+            progress(done)
+    raise AssertionError("sha256_steps ends with the digest")
+
+
+def sha256_steps(path: Path, every: int = CHUNK) -> Iterator[tuple[int, str | None]]:
+    """Hash ``path``, yielding ``(bytes so far, None)`` about every ``every`` bytes and
+    ``(size, "sha256:<hex>")`` last. Stopping the iteration stops the hashing."""
     h = hashlib.sha256()
-    done = 0
+    done = reported = 0
     with open(path, "rb") as f:
         while block := f.read(CHUNK):
             h.update(block)
             done += len(block)
-            if progress:
-                progress(done)
-    return f"sha256:{h.hexdigest()}"
+            if done - reported >= every:
+                reported = done
+                yield done, None
+    yield done, f"sha256:{h.hexdigest()}"
 
 
 def temp_file(directory: Path) -> tuple[int, Path]:

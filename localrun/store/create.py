@@ -3,6 +3,14 @@
 Contract: either the new manifest is written with every layer present, or the store is as it
 was (blobs this build added are removed again when no manifest uses them). Everything that can
 be checked before writing (Modelfile syntax, FROM/ADAPTER paths, GGUF validity) is checked first.
+
+FROM and ADAPTER name a model, an ``hf.co/...`` reference, a blob of the store by digest
+(``sha256:<hex>``, ``@sha256:<hex>`` as Ollama's older clients wrote it, or a path whose last part
+is ``sha256-<hex>``, as ``show --modelfile`` prints it) or, only where the caller allows local
+files, a path to a .gguf. A create that came over the API never reads a path on this machine
+(Ollama's CVE-2024-39719: answering "no such file" for one path and "not a GGUF" for another is a
+file-existence oracle), so such a path gets one message that does not depend on what is there;
+the CLI uploads local files as blobs and names their digests instead.
 """
 
 from __future__ import annotations
@@ -43,15 +51,40 @@ class Base:
 FromHook = Callable[[str, ProgressFn | None], Base | None]
 
 _PATHLIKE = re.compile(r"^(\.{1,2}[/\\]|[/\\~]|[A-Za-z]:[/\\])")
+_DIGEST_REF = re.compile(r"@?sha256[:-]([0-9a-fA-F]{64})")
+_BLOB_NAME = re.compile(r"sha256-([0-9a-f]{64})")
+
+
+def is_path_syntax(value: str) -> bool:
+    """Whether ``value`` is written as a path (never looks at the file system)."""
+    return bool(_PATHLIKE.match(value)) or value.lower().endswith(".gguf") or "\\" in value
 
 
 def looks_like_path(value: str, base_dir: Path) -> bool:
-    if _PATHLIKE.match(value) or value.lower().endswith(".gguf") or "\\" in value:
+    """A path by its syntax, or a bare name that exists next to the Modelfile (local files only)."""
+    if is_path_syntax(value):
         return True
     try:
         return (base_dir / value).exists()
     except OSError:
         return False
+
+
+def digest_ref(value: str) -> str | None:
+    """``sha256:<hex>`` when ``value`` names a blob by digest (see the module docstring), else None."""
+    m = _DIGEST_REF.fullmatch(value.strip())
+    if m:
+        return f"sha256:{m.group(1).lower()}"
+    m = _BLOB_NAME.fullmatch(re.split(r"[/\\]", value.strip())[-1])
+    return f"sha256:{m.group(1)}" if m and is_path_syntax(value) else None
+
+
+def no_server_paths(what: str, value: str) -> ModelfileError:
+    """The one answer to a path in a create that came over the API, whatever is at that path."""
+    return ModelfileError(
+        f"{what} {value}: a create request cannot name a file on the daemon's machine; upload the file "
+        "to /api/blobs/<its sha256 digest> and name that digest (`localrun create -f Modelfile` does both)"
+    )
 
 
 def resolve_path(value: str, base_dir: Path, what: str) -> Path:
@@ -71,11 +104,16 @@ def resolve_path(value: str, base_dir: Path, what: str) -> Path:
 
 
 class Builder:
-    """One create operation. Not thread-safe; use once."""
+    """One create operation. Not thread-safe; use once.
 
-    def __init__(self, store: ModelStore, progress: ProgressFn | None) -> None:
+    ``base_dir`` is where relative FROM/ADAPTER paths resolve; None when the request came over
+    the API, which may name no file on this machine (only models, hf.co names and blob digests).
+    """
+
+    def __init__(self, store: ModelStore, progress: ProgressFn | None, base_dir: Path | None) -> None:
         self.store = store
         self.progress = progress
+        self.base_dir = base_dir
         self.added: set[str] = set()  # blobs this build created (removed again on failure)
 
     # -- blobs -----------------------------------------------------------------------
@@ -105,12 +143,29 @@ class Builder:
         self._note_new(digest, existed)
         return Layer(media_type, digest, len(data))
 
-    # -- FROM ------------------------------------------------------------------------
+    # -- FROM and ADAPTER ------------------------------------------------------------
 
-    def resolve_from(self, value: str, base_dir: Path, hook: FromHook | None) -> Base:
-        if looks_like_path(value, base_dir):
-            path = resolve_path(value, base_dir, "FROM")
-            info = read_gguf(path)
+    def gguf_source(self, what: str, value: str) -> tuple[Path, GGUFInfo] | None:
+        """The GGUF file ``value`` names (a local path, or a stored blob by digest), read and
+        validated; None when ``value`` names no file (a model name, an hf.co reference)."""
+        if self.base_dir is not None and looks_like_path(value, self.base_dir):
+            path = resolve_path(value, self.base_dir, what)
+            return path, read_gguf(path)
+        digest = digest_ref(value)
+        if digest is not None:
+            if not self.store.blobs.has(digest):
+                raise ModelfileError(f"{what} {value}: blob {digest} is not in the store "
+                                     f"(upload it with POST /api/blobs/{digest} first)")
+            path = self.store.blobs.path(digest)
+            return path, read_gguf(path, label=f"{what} {digest}")
+        if self.base_dir is None and is_path_syntax(value):
+            raise no_server_paths(what, value)
+        return None
+
+    def resolve_from(self, value: str, hook: FromHook | None) -> Base:
+        source = self.gguf_source("FROM", value)
+        if source is not None:
+            path, info = source
             return Base([self.import_gguf(path, info, mt.MODEL)], info.summary())
         try:
             name = ModelName.parse(value)
@@ -131,12 +186,16 @@ class Builder:
 
     # -- the build -------------------------------------------------------------------
 
-    def build(self, name: ModelName, mf: Modelfile, base_dir: Path, hook: FromHook | None) -> str:
+    def build(self, name: ModelName, mf: Modelfile, hook: FromHook | None) -> str:
         adapter: tuple[Path, GGUFInfo] | None = None
         if mf.adapter is not None:
-            apath = resolve_path(mf.adapter, base_dir, "ADAPTER")
-            adapter = (apath, read_gguf(apath))
-        base = self.resolve_from(mf.from_, base_dir, hook)
+            adapter = self.gguf_source("ADAPTER", mf.adapter)
+            if adapter is None and self.base_dir is not None:
+                resolve_path(mf.adapter, self.base_dir, "ADAPTER")  # raises, saying what is wrong with the path
+            if adapter is None:
+                raise ModelfileError(f"ADAPTER {mf.adapter}: an adapter is an uploaded blob, named by its digest "
+                                     "(sha256:<hex>)")
+        base = self.resolve_from(mf.from_, hook)
         layers = [x for x in base.layers]
         if not any(x.media_type == mt.MODEL for x in layers):
             raise InvalidModelFile(f"FROM {mf.from_} has no model weights layer")

@@ -9,7 +9,9 @@ time with an InvalidModelFile saying what is wrong:
   allocated or looped over in proportion to a claimed size the file does not back;
 - arrays nest at most ``MAX_NESTING`` deep (a 5,000-deep array of arrays is an error, not a
   RecursionError), value types must be known;
-- every tensor's data must lie inside the file; ``general.alignment`` is a power of two up to 1 MiB;
+- every tensor's data must lie inside the file, and the file may not run on more than
+  ``MAX_TRAILING`` bytes past the last tensor (a 1 TB sparse file behind a small header is
+  refused here, before anyone hashes it); ``general.alignment`` is a power of two up to 1 MiB;
 - the keys that size a model (layer and head counts, context length, embedding sizes, vocabulary)
   become a :class:`~localrun.store.geometry.ModelGeometry`, validated there for type and range
   (a float ``inf`` head count, ``block_count`` 2^31 or ``context_length`` -1 are errors here, so
@@ -66,6 +68,7 @@ MAX_ARRAY_LEN = 1 << 24    # elements in one array (vocabularies hold up to a fe
 MAX_STRING = 1 << 26       # bytes in one string (chat templates are kilobytes)
 MAX_KEY = 1 << 16          # bytes in one key name
 MAX_ALIGNMENT = 1 << 20
+MAX_TRAILING = 1 << 20     # bytes after the last tensor's data: writers pad to the alignment, no more
 _SCALAR = {
     GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
     GGUFValueType.INT16: "<h", GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
@@ -202,30 +205,35 @@ def _file_type_name(value: Any) -> str | None:
         return str(value)
 
 
-def read_gguf(path: Path) -> GGUFInfo:
-    """Validate ``path`` as a GGUF model and read its metadata; raises InvalidModelFile."""
+def read_gguf(path: Path, label: str | None = None) -> GGUFInfo:
+    """Validate ``path`` as a GGUF model and read its metadata; raises InvalidModelFile.
+
+    Messages name the file as ``label`` when given (a blob's digest: an API client is not told
+    where the store lives), else by its path.
+    """
     path = Path(path)
+    name, short = (label, label) if label else (str(path), path.name)
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed by the `with f:` below, after the error is mapped
     except IsADirectoryError:
-        raise InvalidModelFile(f"{path} is a directory, not a .gguf file") from None
+        raise InvalidModelFile(f"{name} is a directory, not a .gguf file") from None
     except OSError as exc:
-        raise InvalidModelFile(f"cannot open {path}: {exc.strerror or exc}") from None
+        raise InvalidModelFile(f"cannot open {name}: {exc.strerror or exc}") from None
     with f:
         try:
             size = Path(path).stat().st_size
             if size < 24:
-                raise InvalidModelFile(f"{path} is not a GGUF file: only {size} bytes")
+                raise InvalidModelFile(f"{name} is not a GGUF file: only {size} bytes")
             buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError) as exc:  # /sys and /proc files claim sizes they cannot map
-            raise InvalidModelFile(f"{path} cannot be read as a model file: {exc}") from None
+            raise InvalidModelFile(f"{name} cannot be read as a model file: {exc}") from None
         with buf:
             try:
                 return _parse(buf, size)
             except InvalidModelFile as exc:
-                raise InvalidModelFile(f"{path.name} is not a valid GGUF model: {exc}") from None
+                raise InvalidModelFile(f"{short} is not a valid GGUF model: {exc}") from None
             except (struct.error, ValueError, OverflowError, MemoryError, RecursionError, OSError) as exc:
-                raise InvalidModelFile(f"{path.name} is not a valid GGUF model: {exc}") from None
+                raise InvalidModelFile(f"{short} is not a valid GGUF model: {exc}") from None
 
 
 def _parse(buf: mmap.mmap, size: int) -> GGUFInfo:
@@ -256,6 +264,7 @@ def _parse(buf: mmap.mmap, size: int) -> GGUFInfo:
     data_start = -(-cur.pos // alignment) * alignment
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
+    data_end = data_start if tensors else cur.pos
     for name, ttype, n_el, offset in tensors:
         try:
             block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ttype)]
@@ -267,6 +276,12 @@ def _parse(buf: mmap.mmap, size: int) -> GGUFInfo:
                 f"tensor {name!r} needs bytes up to {end} but the file has only {size} "
                 "(the file is truncated or its tensor sizes are impossible)"
             )
+        data_end = max(data_end, end)
+    if size - data_end > MAX_TRAILING:
+        raise InvalidModelFile(
+            f"the file is {size} bytes but its header accounts for only {data_end} "
+            "(its tensor sizes do not match its length: not a model llama.cpp wrote)"
+        )
     geometry = geometry_of(meta, size, read_facts(buf, meta, tokens_at))
     arch = meta.get("general.architecture")
     arch = arch if isinstance(arch, str) else None

@@ -243,20 +243,24 @@ class ModelStore:
         modelfile: str | Modelfile,
         *,
         base_dir: Path | None = None,
+        local_files: bool = True,
         progress: ProgressFn | None = None,
         from_hook: FromHook | None = None,
     ) -> ModelEntry:
-        """Create (or replace) ``name`` from Modelfile text; paths in it are relative to ``base_dir``.
+        """Create (or replace) ``name`` from Modelfile text; paths in it are relative to ``base_dir``
+        (default: the working directory).
 
-        ``from_hook`` resolves FROM values the store cannot (hf.co names; see ``pull.hub_hook``).
-        On any error the store is unchanged.
+        ``local_files=False`` is for requests that came over the API: FROM and ADAPTER may then
+        name models, hf.co references and stored blobs by digest, never a path on this machine
+        (see :mod:`localrun.store.create`). ``from_hook`` resolves FROM values the store cannot
+        (hf.co names; see ``pull.hub_hook``). On any error the store is unchanged.
         """
         parsed = ModelName.parse(name)
         mf = parse(modelfile) if isinstance(modelfile, str) else modelfile
         self.blobs.ensure_dirs()
-        builder = Builder(self, progress)
+        builder = Builder(self, progress, (Path(base_dir) if base_dir else Path.cwd()) if local_files else None)
         try:
-            builder.build(parsed, mf, Path(base_dir) if base_dir else Path.cwd(), from_hook)
+            builder.build(parsed, mf, from_hook)
         except BaseException:
             builder.rollback()
             raise

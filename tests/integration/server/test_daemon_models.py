@@ -29,9 +29,10 @@ async def test_create_from_a_modelfile_then_list_show_copy_delete(
     serve_app: Any, store: Any, fake_runners: Any, tiny_gguf: Path, tmp_path: Path
 ) -> None:
     client = await serve_app(store, load_fn=fake_runners)
-    modelfile = f"FROM {tiny_gguf}\nPARAMETER temperature 0.3\nPARAMETER stop <end>\nSYSTEM You are terse.\n"
-    r = await client.post("/api/create", json={"model": "mine", "modelfile": modelfile,
-                                               "path": str(tmp_path / "Modelfile")})
+    digest = "sha256:" + hashlib.sha256(tiny_gguf.read_bytes()).hexdigest()
+    assert (await client.post(f"/api/blobs/{digest}", data=tiny_gguf.read_bytes())).status == 201
+    modelfile = f"FROM {digest}\nPARAMETER temperature 0.3\nPARAMETER stop <end>\nSYSTEM You are terse.\n"
+    r = await client.post("/api/create", json={"model": "mine", "modelfile": modelfile})
     assert r.status == 200
     assert _lines(await r.text())[-1] == {"status": "success"}
     tags = (await (await client.get("/api/tags")).json())["models"]
@@ -77,7 +78,7 @@ async def test_create_from_uploaded_blobs_as_the_ollama_client_does(
     shown = await (await client.post("/api/show", json={"model": "uploaded"})).json()
     assert shown["template"] == "{{ .Prompt }}" and "num_ctx" in shown["parameters"]
     r = await client.post("/api/create", json={"model": "bad", "files": {"x.gguf": "sha256:" + "0" * 64}})
-    assert r.status == 400 and "not uploaded" in (await r.json())["error"]
+    assert r.status == 400 and "not in the store" in (await r.json())["error"]
     r = await client.head("/api/blobs/not-a-digest")
     assert r.status == 400
 
@@ -88,13 +89,14 @@ async def test_bad_creates_get_clear_errors_and_change_nothing(
     client = await serve_app(store)
     r = await client.post("/api/create", json={"model": "x", "modelfile": "FROMM nothing\n", "stream": False})
     assert r.status == 400 and "line 1" in (await r.json())["error"]
-    junk = tmp_path / "junk.gguf"
-    junk.write_bytes(b"not a gguf at all")
-    r = await client.post("/api/create", json={"model": "x", "modelfile": f"FROM {junk}\n"})
+    junk = b"not a gguf at all"
+    digest = "sha256:" + hashlib.sha256(junk).hexdigest()
+    assert (await client.post(f"/api/blobs/{digest}", data=junk)).status == 201
+    r = await client.post("/api/create", json={"model": "x", "modelfile": f"FROM {digest}\n"})
     lines = _lines(await r.text()) if r.status == 200 else [await r.json()]
-    assert "error" in lines[-1]
+    assert lines[-1]["error"].startswith(f"FROM {digest} is not a GGUF file")
     assert (await (await client.get("/api/tags")).json())["models"] == []
-    r = await client.post("/api/create", json={"model": "../evil", "modelfile": f"FROM {junk}\n"})
+    r = await client.post("/api/create", json={"model": "../evil", "modelfile": f"FROM {digest}\n"})
     assert r.status == 400
 
 
