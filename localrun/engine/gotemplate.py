@@ -8,6 +8,11 @@ slice print printf println json``. Fields look up dict keys as written, then in 
 (``.ToolCalls`` finds ``tool_calls``, ``.Role`` finds ``role``). Missing fields are empty, like
 Ollama's templates see zero values. Nothing here can reach files, attributes or code: values
 are only dict lookups, list indexing and the functions above.
+
+Blocks (``if``/``range``/``with``) and parentheses nest at most ``MAX_NESTING`` deep (a
+:class:`~localrun.errors.TemplateLimit` naming the line), so neither the parser nor the renderer,
+which recurse once per level, come near Python's recursion limit. Every problem of a template,
+when it is parsed or rendered, is a :class:`~localrun.errors.TemplateError`.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import TemplateError
+from ..errors import TemplateError, TemplateLimit
+from .template_nesting import MAX_NESTING, too_deep
 
 _ACTION_RE = re.compile(r"\{\{(-\s)?(.*?)(\s-)?\}\}", re.S)
 _TOKEN_RE = re.compile(
@@ -49,8 +55,9 @@ class _Node:
     body: list[_Node] = field(default_factory=list)
 
 
-def _tokenize(src: str) -> list[tuple[str, str]]:
-    out, pos = [], 0
+def _tokenize(src: str, line: int) -> list[tuple[str, str]]:
+    """The tokens of one action (at ``line``); its parentheses nest at most MAX_NESTING deep."""
+    out, pos, depth = [], 0, 0
     src = src.strip()
     while pos < len(src):
         m = _TOKEN_RE.match(src, pos)
@@ -58,6 +65,10 @@ def _tokenize(src: str) -> list[tuple[str, str]]:
             raise TemplateError(f"template: cannot parse {src[pos:pos + 20]!r}")
         kind = m.lastgroup or ""
         out.append((kind, m.group(kind)))
+        if kind == "op" and out[-1][1] in "()":
+            depth += 1 if out[-1][1] == "(" else -1
+            if depth > MAX_NESTING:
+                raise too_deep("parentheses inside one another", line)
         pos = m.end()
         while pos < len(src) and src[pos].isspace():
             pos += 1
@@ -67,8 +78,11 @@ def _tokenize(src: str) -> list[tuple[str, str]]:
 class _Parser:
     def __init__(self, source: str) -> None:
         self.items: list[tuple[str, Any]] = []  # ("text", str) | ("action", tokens)
-        pos = 0
+        self.lines: dict[int, int] = {}  # item index of an action -> its line, for errors
+        self.depth = 0  # blocks open while parsing
+        pos, line, counted = 0, 1, 0
         for m in _ACTION_RE.finditer(source):
+            line, counted = line + source.count("\n", counted, m.start()), m.start()
             text = source[pos:m.start()]
             if m.group(1):
                 text = text.rstrip()
@@ -78,7 +92,8 @@ class _Parser:
             self.items.append(("text", text))
             inner = m.group(2).strip()
             if not (inner.startswith("/*") and inner.endswith("*/")):
-                self.items.append(("action", _tokenize(inner)))
+                self.lines[len(self.items)] = line
+                self.items.append(("action", _tokenize(inner, line)))
             if m.group(3):
                 self.items.append(("rtrim", None))
             pos = m.end()
@@ -110,10 +125,8 @@ class _Parser:
             head = toks[0][1] if toks and toks[0][0] == "ident" else None
             if head in ("end", "else"):
                 return nodes, toks
-            if head in ("if", "with"):
-                nodes.append(self._conditional(head, toks[1:]))
-            elif head == "range":
-                nodes.append(self._range(toks[1:]))
+            if head in ("if", "with", "range"):
+                nodes.append(self._block(head, toks[1:]))
             elif head in ("template", "block", "define"):
                 raise TemplateError(f"template: {{{{ {head} }}}} is not supported")
             else:
@@ -125,6 +138,15 @@ class _Parser:
         if len(toks) >= 2 and toks[0][0] == "var" and toks[1][0] in ("decl", "op") and toks[1][1] in (":=", "="):
             node.decl, node.assign, toks = [toks[0][1]], toks[1][1] == "=", toks[2:]
         node.pipe = _parse_pipeline(toks)
+        return node
+
+    def _block(self, kind: str, toks: list[tuple[str, str]]) -> _Node:
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            line = self.lines.get(self.i - 1, 0)
+            raise too_deep(f"blocks inside one another (the last {{{{ {kind} }}}})", line)
+        node = self._range(toks) if kind == "range" else self._conditional(kind, toks)
+        self.depth -= 1
         return node
 
     def _conditional(self, kind: str, toks: list[tuple[str, str]]) -> _Node:
@@ -193,12 +215,10 @@ def _parse_operand(toks: list[tuple[str, str]], i: int) -> tuple[Any, int]:
         if j < len(toks) and toks[j][0] == "field" and toks[j][1] != ".":
             return ("chain", inner, toks[j][1].split(".")[1:]), j + 1
         return inner, j
-    if kind == "str":
-        return ("lit", json.loads(value)), i + 1
+    if kind in ("str", "num"):
+        return ("lit", _literal(kind, value)), i + 1
     if kind == "raw":
         return ("lit", value[1:-1]), i + 1
-    if kind == "num":
-        return ("lit", float(value) if "." in value else int(value)), i + 1
     if kind == "field":
         return ("field", [] if value == "." else value.split(".")[1:]), i + 1
     if kind == "var":
@@ -210,6 +230,16 @@ def _parse_operand(toks: list[tuple[str, str]], i: int) -> tuple[Any, int]:
             return ("lit", None), i + 1
         return ("func", value), i + 1
     raise TemplateError(f"template: unexpected {value!r}")
+
+
+def _literal(kind: str, value: str) -> Any:
+    """The value of a string or number token."""
+    try:  # "\q" is no JSON escape; 5,000 digits are past Python's int conversion limit
+        if kind == "str":
+            return json.loads(value)
+        return float(value) if "." in value else int(value)
+    except ValueError as exc:
+        raise TemplateError(f"template: bad literal {value[:20]!r}: {exc}") from None
 
 
 def _truthy(value: Any) -> bool:
@@ -437,8 +467,12 @@ class GoTemplate:
     """A parsed Go template; :meth:`render` evaluates it against plain dicts and lists."""
 
     def __init__(self, source: str) -> None:
+        """Parse ``source``; TemplateError (TemplateLimit past a bound) for any problem in it."""
         self.source = source
-        self._nodes = _Parser(source).parse()
+        try:
+            self._nodes = _Parser(source).parse()
+        except RecursionError:  # not expected within MAX_NESTING: a backstop, still the template's problem
+            raise TemplateLimit("template nests too deeply to parse") from None
         self.uses_messages = ".Messages" in source
 
     def execute(self, values: Mapping[str, Any], *, cut_at_response: bool = False) -> str:
@@ -449,6 +483,6 @@ class GoTemplate:
             renderer.run(self._nodes, values)
         except _Stop:
             pass
-        except RecursionError as exc:
-            raise TemplateError("template nests too deeply") from exc
+        except RecursionError:
+            raise TemplateLimit("template nests too deeply to render") from None
         return "".join(renderer.out)

@@ -8,6 +8,12 @@ Jinja2 templates run in an ``ImmutableSandboxedEnvironment`` bounded by :mod:`.t
 a hostile template cannot read attributes like ``__class__``/``__globals__``, call methods that
 mutate, import, or open files;
 any such attempt is a :class:`~localrun.errors.TemplateError`. Pure Python, no llama_cpp.
+
+The contract of this module's boundary: compiling, inspecting or rendering a template raises
+:class:`~localrun.errors.TemplateError` (a 400) for every problem of the template, whatever the
+engine underneath raised (a syntax error, a nesting or size bound, a RecursionError, a
+MemoryError, an exception of Jinja's generated code); never anything a server would call an
+internal error.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from jinja2 import meta
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from ..errors import TemplateError
+from ..errors import TemplateError, TemplateLimit
 from .gotemplate import GoTemplate
 from .template_limits import BoundedSandbox
 
@@ -84,15 +90,21 @@ class ChatTemplate:
 
     @classmethod
     def from_source(cls, source: str | None) -> ChatTemplate:
-        """Compile ``source``; raises TemplateError on a syntax error."""
+        """Compile ``source``; TemplateError (TemplateLimit for a bound) for any problem in it."""
         if source is None or not source.strip():
             return cls(None, "none", None)
-        if is_go_template(source):
-            return cls(source, "go", GoTemplate(source))
         try:
+            if is_go_template(source):
+                return cls(source, "go", GoTemplate(source))
             return cls(source, "jinja", _ENV.from_string(source))
+        except TemplateError:
+            raise
         except jinja2.TemplateError as exc:
             raise TemplateError(f"chat template does not compile: {exc}") from exc
+        except (RecursionError, MemoryError, SyntaxError) as exc:  # the parser's or Python's compiler's limits
+            raise TemplateLimit(f"chat template is too complex to compile: {_describe(exc)}") from None
+        except Exception as exc:  # a stranger's text must never be a 500: e.g. int() of 5,000 digits
+            raise TemplateError(f"chat template does not compile: {_describe(exc)}") from None
 
     def uses(self, name: str) -> bool:
         """Whether the template reads the variable ``name`` (``tools``, ``enable_thinking``...).
@@ -112,7 +124,7 @@ class ChatTemplate:
             assert self.source is not None
             try:
                 self._names = frozenset(meta.find_undeclared_variables(_ENV.parse(self.source)))
-            except jinja2.TemplateError:
+            except (jinja2.TemplateError, TemplateError, RecursionError):  # it compiled, so not expected
                 self._names = frozenset()
         return self._names
 
@@ -146,12 +158,20 @@ class ChatTemplate:
             raise
         except SecurityError as exc:
             raise TemplateError(f"chat template tried an unsafe operation: {exc}") from exc
-        except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError,
-                ZeroDivisionError, OverflowError, RecursionError) as exc:
-            raise TemplateError(f"chat template failed to render: {exc}") from exc
+        except RecursionError:  # a macro calling itself
+            raise TemplateLimit("chat template recursed too deeply (a macro that calls itself?)") from None
+        except MemoryError:
+            raise TemplateLimit("chat template needed more memory than it may use") from None
+        except Exception as exc:  # whatever a template's code raises is its own problem, a 400
+            raise TemplateError(f"chat template failed to render: {_describe(exc)}") from exc
         if len(text) > MAX_TEMPLATE_OUTPUT:
             raise TemplateError("chat template output is too large")
         return str(text)
+
+
+def _describe(exc: BaseException) -> str:
+    """``exc`` for an error message: its text, or its type when it has none."""
+    return str(exc) or type(exc).__name__
 
 
 def hf_message(message: Mapping[str, object], position: int) -> dict[str, object]:

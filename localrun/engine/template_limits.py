@@ -15,7 +15,9 @@ minutes; ``'a' * 1200000000`` allocates a gigabyte; nested ``range(100000)`` loo
   methods ``center``/``ljust``/``rjust``/``zfill``/``expandtabs``/``replace``/``join`` check the
   size of their result first;
 - **a step budget** per render: every loop iteration and every call (macros included) costs one
-  step; past ``MAX_STEPS`` the render stops.
+  step; past ``MAX_STEPS`` the render stops;
+- **nesting**: blocks, brackets and chains nest at most as deep as :mod:`.template_nesting` allows,
+  checked before the parser or the compiler recurse into them.
 
 Each refusal is a :class:`~localrun.errors.TemplateLimit` naming the bound. Real templates (Llama,
 Qwen, Gemma, Mistral) stay far inside every bound: a 100-message conversation with tools takes a few
@@ -36,10 +38,12 @@ from typing import Any
 import jinja2
 from jinja2 import nodes
 from jinja2.compiler import CodeGenerator, Frame
+from jinja2.lexer import TokenStream
 from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import TemplateLimit
+from .template_nesting import check_tree_depth, checked_tokens
 
 MAX_STEPS = 1_000_000      # loop iterations + calls in one render
 MAX_ITEMS = 1_000_000      # characters of a string / items of a list built by an operator
@@ -180,9 +184,21 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
                 self.filters[name] = _bounded_filter(name, self.filters[name], check)
 
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
+        """The tree of ``source`` once it is known to fit the source size and nesting bounds."""
         if len(source) > MAX_SOURCE:
             raise TemplateLimit(f"chat template is {len(source):,} characters long (at most {MAX_SOURCE:,})")
-        return super()._parse(source, name, filename)
+        try:
+            tree = super()._parse(source, name, filename)
+        except RecursionError:  # a shape checked_tokens does not count: still a template problem
+            raise TemplateLimit("chat template nests too deeply to parse") from None
+        check_tree_depth(tree)
+        return tree
+
+    def _tokenize(self, source: str, name: str | None, filename: str | None = None,
+                  state: str | None = None) -> TokenStream:
+        """Jinja's tokens, checked for nesting as the parser reads them (see :mod:`.template_nesting`)."""
+        stream = super()._tokenize(source, name, filename, state)
+        return TokenStream(checked_tokens(iter(stream)), name, filename)
 
     def call_binop(self, context: Context, operator_: str, left: Any, right: Any) -> Any:
         _check_binop(operator_, left, right)
