@@ -13,7 +13,11 @@ localrun.runtime.bounded_child``), each with
   is killed (SIGKILL).
 
 A job that breaks a limit fails with the pool's ``error`` type (a LocalrunError, so the client
-gets a 4xx), its worker is replaced, and no other job notices. Jobs are named module-level
+gets a 4xx), its worker is replaced, and no other job notices. A worker that died between jobs
+(killed from outside: the OOM killer, a ``kill -9``) costs nothing: a worker acknowledges each job
+(:data:`ACCEPTED`) before it runs any of it, so a job that finds its worker dead (exited, a broken
+pipe, end of stream before the acknowledgement) never started, and goes to a fresh worker; only
+a worker that dies after the acknowledgement fails its job. Jobs are named module-level
 functions of localrun and travel as JSON (arguments and results), never pickles: a worker that
 were somehow subverted could send nothing that runs code in the daemon.
 
@@ -45,6 +49,8 @@ from ..jsontypes import JSONObject, JSONValue, as_object
 log = logging.getLogger(__name__)
 
 MAX_FRAME = 64 * 1024 * 1024
+ACCEPTED: JSONObject = {"accepted": True}
+"""What a worker answers first to every job, before running any of it (see the module docstring)."""
 _HEADER = struct.Struct(">I")
 Args = TypeVarTuple("Args")
 
@@ -58,12 +64,17 @@ class Limits:
     wall_seconds: float = 10.0
 
 
-def write_frame(out: IO[bytes], message: object) -> None:
-    """Send ``message`` (``json.dumps`` checks it is JSON: TypeError or ValueError when not)."""
+def encode_frame(message: object) -> bytes:
+    """``message`` as one frame (``json.dumps`` checks it is JSON: TypeError or ValueError when not)."""
     body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     if len(body) > MAX_FRAME:
         raise ValueError(f"message of {len(body)} bytes is over the {MAX_FRAME}-byte frame limit")
-    out.write(_HEADER.pack(len(body)) + body)
+    return _HEADER.pack(len(body)) + body
+
+
+def write_frame(out: IO[bytes], message: object) -> None:
+    """Send ``message`` (TypeError or ValueError when it is not JSON or too large, before sending)."""
+    out.write(encode_frame(message))
     out.flush()
 
 
@@ -84,6 +95,10 @@ def read_frame(inp: IO[bytes]) -> JSONValue:
 
 class _WorkerGone(Exception):
     """The worker died or missed its deadline; it is never used again."""
+
+
+class _NotTaken(_WorkerGone):
+    """The worker was dead before it acknowledged the job: nothing of the job ran, another may take it."""
 
 
 class _Worker:
@@ -107,23 +122,38 @@ class _Worker:
             pass
         self.replies.put(None)
 
-    def call(self, request: object, timeout: float) -> JSONObject:
+    def call(self, frame: bytes, timeout: float) -> JSONObject:
+        """Send the job ``frame`` and wait up to ``timeout`` seconds for its reply.
+
+        Raises _NotTaken when the worker was gone before it acknowledged the job (the pipe is
+        broken, or ends before the acknowledgement), _WorkerGone when it died or missed the
+        deadline after that (then it is killed).
+        """
         assert self.proc.stdin is not None
         try:
-            write_frame(self.proc.stdin, request)
-        except (OSError, ValueError) as exc:
-            raise _WorkerGone(f"could not send the job ({exc})") from None
-        try:
-            reply = self.replies.get(timeout=timeout)
-        except queue.Empty:
-            self.kill()
-            raise _WorkerGone(f"it took longer than {timeout:g}s") from None
+            self.proc.stdin.write(frame)
+            self.proc.stdin.flush()
+        except OSError as exc:  # EPIPE: nobody reads the pipe any more
+            raise _NotTaken(f"could not send the job ({exc})") from None
+        deadline = time.monotonic() + timeout
+        if (ack := self._next(deadline, timeout)) != ACCEPTED:
+            if ack is None:
+                raise _NotTaken(_describe_exit(self.proc.wait()))
+            raise _WorkerGone(f"it answered {str(ack)[:80]}, not an acknowledgement")
+        reply = self._next(deadline, timeout)
         if reply is None:
-            code = self.proc.wait()
-            raise _WorkerGone(_describe_exit(code))
+            raise _WorkerGone(_describe_exit(self.proc.wait()))
         if not isinstance(reply, dict):  # bounded_child always answers {"ok": ...} or {"error": ...}
             raise _WorkerGone(f"it answered {type(reply).__name__}, not a reply")
         return reply
+
+    def _next(self, deadline: float, timeout: float) -> JSONValue:
+        """The worker's next message (None: it is gone); kills it at ``deadline``."""
+        try:
+            return self.replies.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            self.kill()
+            raise _WorkerGone(f"it took longer than {timeout:g}s") from None
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -139,8 +169,10 @@ class _Worker:
 def _describe_exit(code: int | None) -> str:
     if code is not None and code < 0:
         sig = -code
-        if sig in (getattr(signal, "SIGXCPU", -1), signal.SIGKILL):
+        if sig == getattr(signal, "SIGXCPU", -1):
             return "it used up its CPU time"
+        if sig == signal.SIGKILL:  # the CPU limit's hard stop, or the kernel's OOM killer
+            return "it was killed (SIGKILL: out of CPU time or out of memory)"
         try:
             return f"it was stopped by {signal.Signals(sig).name}"
         except ValueError:
@@ -185,20 +217,38 @@ class BoundedPool:
         name = f"{fn.__module__}:{fn.__qualname__}"
         if not fn.__module__.startswith("localrun.") or "<" in fn.__qualname__:
             raise ValueError(f"{name} cannot run in a bounded worker")
-        worker = self._acquire()
-        started = time.monotonic()
         try:
-            reply = worker.call({"fn": name, "args": args}, self.limits.wall_seconds)
-        except _WorkerGone as exc:
-            self._discard(worker)
-            log.warning("%s was stopped after %.1fs: %s", self._what, time.monotonic() - started, exc)
-            raise self._error(f"{self._what} was stopped: {exc} (limits: {self.limits.cpu_seconds}s of CPU, "
-                              f"{self.limits.memory_bytes >> 20} MiB of memory, "
-                              f"{self.limits.wall_seconds:g}s)") from None
-        self._release(worker)
+            frame = encode_frame({"fn": name, "args": args})
+        except (TypeError, ValueError) as exc:
+            raise self._error(f"{self._what} cannot run: {exc}") from None
+        reply = self._hand_off(frame)
         if "ok" in reply:
             return reply["ok"]
         raise self._rebuild(as_object(reply.get("error")))
+
+    def _hand_off(self, frame: bytes) -> JSONObject:
+        """The reply to ``frame`` from a live worker: one found dead before it took the job is
+        replaced and the job goes to the next (at most ``size + 1`` tries: a fresh worker that dies
+        before taking a job means workers cannot run here at all)."""
+        for _ in range(self.size + 1):
+            worker = self._acquire()
+            started = time.monotonic()
+            try:
+                reply = worker.call(frame, self.limits.wall_seconds)
+            except _NotTaken as exc:
+                self._discard(worker)
+                log.warning("a worker for %s had died (%s); the job goes to a new one", self._what, exc)
+                continue
+            except _WorkerGone as exc:
+                self._discard(worker)
+                log.warning("%s was stopped after %.1fs: %s", self._what, time.monotonic() - started, exc)
+                raise self._error(f"{self._what} was stopped: {exc} (limits: {self.limits.cpu_seconds}s of CPU, "
+                                  f"{self.limits.memory_bytes >> 20} MiB of memory, "
+                                  f"{self.limits.wall_seconds:g}s)") from None
+            self._release(worker)
+            return reply
+        raise self._error(f"{self._what} cannot run: {self.size + 1} worker processes in a row died before "
+                          "taking the job")
 
     def _rebuild(self, error: JSONObject) -> errors.LocalrunError:
         message = str(error.get("message") or "failed")
@@ -206,16 +256,29 @@ class BoundedPool:
         return rebuilt if rebuilt is not None else self._error(f"{self._what} failed: {message}")
 
     def _acquire(self) -> _Worker:
-        with self._cond:
-            while True:
-                if self._closed:
-                    raise self._error(f"{self._what} cannot run: the server is shutting down")
-                if self._idle:
-                    return self._idle.pop()
-                if self._spawned < self.size:
-                    self._spawned += 1
-                    break
-                self._cond.wait()
+        """An idle worker that has not exited, else a new one (waits while ``size`` are busy)."""
+        dead: list[_Worker] = []
+        try:
+            with self._cond:
+                while True:
+                    if self._closed:
+                        raise self._error(f"{self._what} cannot run: the server is shutting down")
+                    if self._idle:
+                        worker = self._idle.pop()
+                        if worker.proc.poll() is None:
+                            return worker
+                        dead.append(worker)  # killed while idle: its place goes to a new one
+                        self._spawned -= 1
+                        continue
+                    if self._spawned < self.size:
+                        self._spawned += 1
+                        break
+                    self._cond.wait()
+        finally:
+            for worker in dead:
+                log.warning("a worker for %s had died while idle (%s); a new one replaces it", self._what,
+                            _describe_exit(worker.proc.returncode))
+                worker.kill()
         try:
             return _Worker(self.limits)
         except OSError as exc:

@@ -1,9 +1,10 @@
 """The child side of :mod:`localrun.runtime.bounded`: run jobs under CPU and memory limits.
 
 Started as ``python -m localrun.runtime.bounded_child '<limits as JSON>'``. It caps its address
-space and disables core dumps once, then serves frames from stdin: before each job it re-arms
-``RLIMIT_CPU`` so that job may use ``cpu_seconds`` more (the kernel kills the process past it),
-imports the named localrun function, calls it and writes ``{"ok": result}`` or ``{"error":
+space and disables core dumps once, then serves frames from stdin: for each job it first writes
+:data:`~localrun.runtime.bounded.ACCEPTED` (the job is taken: from here on a death is the job's),
+re-arms ``RLIMIT_CPU`` so that job may use ``cpu_seconds`` more (the kernel kills the process past
+it), imports the named localrun function, calls it and writes ``{"ok": result}`` or ``{"error":
 {"code", "message"}}`` to stdout (``code`` is a LocalrunError's, absent for any other failure).
 A MemoryError is an error reply; the worker keeps serving.
 Anything printed goes to stderr, so stdout carries frames only.
@@ -18,7 +19,7 @@ import sys
 
 from ..errors import LocalrunError
 from ..jsontypes import JSONObject, JSONValue, as_object
-from .bounded import read_frame, write_frame
+from .bounded import ACCEPTED, read_frame, write_frame
 
 try:
     import resource
@@ -72,6 +73,7 @@ def main() -> None:
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must not corrupt the frames
     while (request := read_frame(stdin)) is not None:
+        write_frame(stdout, ACCEPTED)
         _arm_cpu(int(limits["cpu_seconds"]))
         reply = _execute(as_object(request))
         try:
