@@ -5,6 +5,9 @@ or embedding inputs) the same way for local and upstream models; :mod:`.chat` as
 :meth:`Upstreams.route` whether the model names an upstream and, if so, calls
 :func:`chat_outputs` / :func:`completion_outputs` here instead of the local engine. Replies come
 back as :class:`UpstreamOutput`, read by the routes exactly like a local :class:`.output.LocalOutput`.
+Each reply is asked for with the call's ``stream``: the router fails over to another member until
+the client could have received something (the first event of a stream, the end of anything
+else), so only a stream already under way can fail, and its route ends it with its error event.
 The rest serves the model list (``/api/tags``, ``/v1/models``), ``/api/show`` and ``/api/ps``.
 
 What an upstream gets is built from the call alone: no header of the client's request (its
@@ -15,6 +18,7 @@ upstream cannot do is refused with a 400 before anything is sent: token logprobs
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -118,16 +122,23 @@ def _refuse_local_only(call: NativeCall) -> None:
 
 
 async def _open_all(n: int, start: Callable[[], Awaitable[UpstreamReply]]) -> list[UpstreamReply]:
-    """``n`` replies, all or nothing (those started are closed when one fails to start)."""
-    replies: list[UpstreamReply] = []
+    """``n`` replies started together, all or nothing: when one fails to start (or this is
+    cancelled), the others are cancelled or closed and the first error is raised.
+
+    Together, because a reply that is not streamed is handed over only once it is read whole
+    (:mod:`localrun.upstream.router`): one after the other, ``n`` of them would take ``n`` times as long.
+    """
+    tasks = [asyncio.ensure_future(start()) for _ in range(n)]
     try:
-        for _ in range(n):
-            replies.append(await start())
+        return list(await asyncio.gather(*tasks))
     except BaseException:
-        for r in replies:
-            await r.close()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for task in tasks:
+            if not task.cancelled() and task.exception() is None:
+                await task.result().close()
         raise
-    return replies
 
 
 def _segments(route: Route, call: NativeCall) -> list[str]:
@@ -149,7 +160,7 @@ async def chat_outputs(upstreams: Upstreams, metrics: Metrics, route: Route, cal
                       format=call.format, think=call.think, sampling=sampling)
     keys = prefix_keys(_segments(route, call))
     started = time.perf_counter_ns()
-    replies = await _open_all(call.n, lambda: upstreams.chat(route, req, keys))
+    replies = await _open_all(call.n, lambda: upstreams.chat(route, req, keys, stream=call.stream))
     return [UpstreamOutput(r, route, endpoint, metrics, started) for r in replies]
 
 
@@ -166,7 +177,8 @@ async def completion_outputs(upstreams: Upstreams, metrics: Metrics, route: Rout
             req = CompletionRequest(model=route.model, prompt=prompt, suffix=suffix, format=fmt, sampling=sampling)
             pieces = text_segments(prompt)
             keys = prefix_keys([route.model + pieces[0], *pieces[1:]])
-            replies = await _open_all(call.n, functools.partial(upstreams.complete, route, req, keys))
+            replies = await _open_all(call.n, functools.partial(upstreams.complete, route, req, keys,
+                                                                stream=call.stream))
             outputs.extend(UpstreamOutput(r, route, endpoint, metrics, started) for r in replies)
     except BaseException:
         for out in outputs:

@@ -1,8 +1,11 @@
 """One upstream reply under way, and the failure that sends a request on to the next member.
 
-:class:`UpstreamReply` is what :meth:`localrun.upstream.router.Upstreams.chat` hands over once the
-reply's first events are in; :class:`Retry` is raised inside the router when a member fails before
-that point (connection error, timeout, 5xx, 429), so the next member is tried and nothing is lost.
+:class:`UpstreamReply` is what :meth:`localrun.upstream.router.Upstreams.chat` hands over: once
+the reply's first events are in (a streamed request), or once all of it is (a request whose
+client waits for the whole answer). :class:`Retry` is raised inside the router when a member
+fails before that point (connection error, timeout, 5xx, 429, a reply that breaks), so the next
+member is tried and nothing is lost. Whether to retry is the router's decision alone; a failure
+after the handover is reported here (the member is cooled down, an UpstreamError raised).
 """
 
 from __future__ import annotations
@@ -40,22 +43,24 @@ class Decoder(Protocol):
 
 
 class UpstreamReply:
-    """A reply under way from one member; its first events are already read.
+    """A reply under way from one member; its first events (or all of them) are already read.
 
-    Iterate :meth:`events` once; ``done`` is set when it ends. :meth:`close` must run (it ends the
-    member's in-flight count and closes the connection, which cancels the upstream's work).
+    Iterate :meth:`events` once; ``done`` is set when it ends (from the start for a reply read
+    whole before the handover). :meth:`close` must run (it ends the member's in-flight count and
+    closes the connection, which cancels the upstream's work).
     """
 
     def __init__(self, pool: Pool, member: Member, response: httpx.Response,
                  chunks: AsyncIterator[list[ChatEvent]], first: list[ChatEvent], decoder: Decoder,
                  started: float, first_at: float, *, clock: Callable[[], float],
-                 describe: Callable[[Member, BaseException], str]) -> None:
-        """``clock`` times the reply; ``describe`` words a failure with the member's key redacted."""
+                 describe: Callable[[Member, BaseException], str], done: DoneEvent | None = None) -> None:
+        """``clock`` times the reply; ``describe`` words a failure with the member's key redacted;
+        ``done`` is given when the reply was read to its end already (``first`` holds every event)."""
         self.pool, self.member = pool, member
         self._clock, self._describe = clock, describe
         self._response, self._chunks, self._first, self._decoder = response, chunks, first, decoder
         self._started, self._first_at = started, first_at
-        self.done: DoneEvent | None = None
+        self.done = done
         self._closed = False
 
     @property
@@ -71,6 +76,8 @@ class UpstreamReply:
         for event in self._first:
             yield event
         self._first = []
+        if self.done is not None:  # read whole before the handover
+            return
         try:
             async for batch in self._chunks:
                 for event in batch:

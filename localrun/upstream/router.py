@@ -1,16 +1,25 @@
-"""The daemon's upstreams: routing ``NAME/model``, failover before the first event, health checks.
+"""The daemon's upstreams: routing ``NAME/model``, failover before the handover, health checks.
 
 :class:`Upstreams` owns the pools (rebuilt when the upstreams file or the environment's list
 changes; members keep their state across a rebuild), one httpx client and a health-check task.
 
 A request (:meth:`Upstreams.chat`, :meth:`~Upstreams.complete`) walks the pool's ranked members
-(:meth:`.pool.Pool.order`): it sends the request and reads until the reply's first event. A
-connection error, a timeout, a 5xx or 429 answer, or a reply that breaks before its first event
-moves on to the next member and cools the failed one down; nothing has reached the client yet,
-so no request is lost that had not started streaming. A 4xx answer is the request's own fault
-and is raised at once (as InvalidRequest or ModelNotFound, with the upstream's message). Once
-the first event is in, the :class:`UpstreamReply` is the caller's; a failure after that ends its
-stream with an UpstreamError (the member is cooled down too).
+(:meth:`.pool.Pool.order`): it sends the request and reads the reply up to its *handover* to the
+caller, the one point after which its client may have received something:
+
+- streamed (``stream=True``): the reply's first event (the client sees events as they come);
+- not streamed: the reply's end (its client receives nothing before the whole answer).
+
+Every failure before the handover moves on to the next member and cools the failed one down:
+a connection error, a timeout, a 5xx or 429 answer, a reply that breaks or ends without its
+final chunk. Nothing has reached the client, so no request is lost that had not started
+streaming. Each member is tried at most once per request, cooling ones last, so a request makes
+at most as many attempts as its pool has members. A 4xx answer is the request's own fault and
+is raised at once (as InvalidRequest or ModelNotFound, with the upstream's message). After the
+handover the :class:`UpstreamReply` is the caller's: a failure ends it with an UpstreamError
+(the member is cooled down too), which every API writes as its stream's own error event.
+
+This is the one place that decides whether a failure is retried; :mod:`.reply` only reports.
 
 Each member is checked (``GET /v1/models`` or ``/api/tags``, which also says which API it
 speaks and which models it serves: :meth:`Upstreams.probe`) when first needed, then as
@@ -31,7 +40,7 @@ import httpx
 
 from .. import errors
 from ..chatevents import ChatEvent
-from ..engine.types import EmbedResult
+from ..engine.types import DoneEvent, EmbedResult
 from . import ollama_api, openai_api, registry, transport
 from .health import CHECK_INTERVAL_S, HealthChecks
 from .pool import Member, MemberState, Pool, latency_ms
@@ -154,8 +163,11 @@ class Upstreams:
 
     # -- requests ------------------------------------------------------------------------------
 
-    async def chat(self, route: Route, req: ChatRequest, keys: Sequence[bytes] = ()) -> UpstreamReply:
-        """Start a chat reply on the best member serving ``route.model`` (failover before its first event)."""
+    async def chat(self, route: Route, req: ChatRequest, keys: Sequence[bytes] = (), *,
+                   stream: bool = True) -> UpstreamReply:
+        """Start a chat reply on the best member serving ``route.model``, failing over until its
+        handover: its first event when ``stream``, else its end (then it is read whole and
+        ``done`` is already set)."""
 
         def build(member: Member, model: str) -> tuple[str, dict[str, object], Decoder]:
             r = replace(req, model=model)
@@ -163,10 +175,12 @@ class Upstreams:
                 return ollama_api.CHAT_PATH, ollama_api.chat_body(r), ollama_api.StreamDecoder()
             return openai_api.CHAT_PATH, openai_api.chat_body(r), openai_api.StreamDecoder()
 
-        return await self._start(route, build, keys)
+        return await self._start(route, build, keys, stream)
 
-    async def complete(self, route: Route, req: CompletionRequest, keys: Sequence[bytes] = ()) -> UpstreamReply:
-        """Start a raw-prompt completion (``/v1/completions`` or ``/api/generate`` with raw)."""
+    async def complete(self, route: Route, req: CompletionRequest, keys: Sequence[bytes] = (), *,
+                       stream: bool = True) -> UpstreamReply:
+        """Start a raw-prompt completion (``/v1/completions`` or ``/api/generate`` with raw), handed
+        over as :meth:`chat` says."""
 
         def build(member: Member, model: str) -> tuple[str, dict[str, object], Decoder]:
             r = replace(req, model=model)
@@ -174,7 +188,7 @@ class Upstreams:
                 return ollama_api.GENERATE_PATH, ollama_api.generate_body(r), ollama_api.StreamDecoder()
             return openai_api.COMPLETION_PATH, openai_api.completion_body(r), openai_api.StreamDecoder()
 
-        return await self._start(route, build, keys)
+        return await self._start(route, build, keys, stream)
 
     async def embed(self, route: Route, req: EmbedRequest) -> EmbedResult:
         """Embeddings from the best member (failover on connection errors and 5xx, like replies)."""
@@ -207,7 +221,9 @@ class Upstreams:
         raise self._unavailable(pool, route, failures)
 
     async def _start(self, route: Route, build: Callable[[Member, str], tuple[str, dict[str, object], Decoder]],
-                     keys: Sequence[bytes]) -> UpstreamReply:
+                     keys: Sequence[bytes], stream: bool) -> UpstreamReply:
+        """The request ``build`` makes for each member, on one member after another until one
+        reaches the handover (see the module docstring); UpstreamUnavailable when none does."""
         pool = self._pool(route)
         failures: list[str] = []
         tried: set[str] = set()
@@ -215,7 +231,7 @@ class Upstreams:
             path, body, decoder = build(member, member.serves(route.model) or route.model)
             started = self.clock()
             try:
-                reply = await self._open_any(pool, member, path, body, decoder, started)
+                reply = await self._open_any(pool, member, path, body, decoder, started, stream)
             except Retry as exc:
                 member.end()
                 self._retry(member, exc, failures)
@@ -323,33 +339,41 @@ class Upstreams:
         raise errors.InvalidRequest(f"{where}: {message or f'HTTP {status}'}")
 
     async def _open_any(self, pool: Pool, member: Member, path: str, body: dict[str, object], decoder: Decoder,
-                        started: float) -> UpstreamReply:
+                        started: float, stream: bool) -> UpstreamReply:
         """:meth:`_open`, and once more with the older structured-output form when a /v1 server
         refuses OpenAI's ``json_schema`` response_format (llama-cpp-python's server does)."""
         legacy = openai_api.legacy_schema_body(body) if member.api is Api.OPENAI else None
         try:
-            return await self._open(pool, member, path, body, decoder, started)
+            return await self._open(pool, member, path, body, decoder, started, stream)
         except (Retry, errors.InvalidRequest) as exc:
             if legacy is None or "response_format" not in str(exc):
                 raise
             log.info("upstream %s (%s) refused a json_schema response_format; sending the schema as "
                      "json_object's", member.spec.name, member.url)
-        return await self._open(pool, member, path, legacy, decoder, started)
+        return await self._open(pool, member, path, legacy, decoder, started, stream)
 
     async def _open(self, pool: Pool, member: Member, path: str, body: dict[str, object], decoder: Decoder,
-                    started: float) -> UpstreamReply:
+                    started: float, stream: bool) -> UpstreamReply:
+        """Send the request to ``member`` and read its reply up to the handover (its first event
+        when ``stream``, else its end). Raises Retry for every failure on the way."""
         response = await self._send(member, path, body)
         source = transport.sse_data(response) if member.api is Api.OPENAI else transport.lines(response)
         chunks = batches(source, decoder)
+        done: DoneEvent | None = None
         try:
             first: list[ChatEvent] = []
             async for batch in chunks:
                 if batch:
-                    first = batch
+                    first = list(batch)
                     break
             else:  # the whole reply came and held no event (an empty answer): still a success
                 chunks = empty()
             first_at = self.clock()
+            if not stream:  # its client waits for the whole answer: a break anywhere is retried
+                async for batch in chunks:
+                    first.extend(batch)
+                chunks = empty()
+                done = decoder.done(int((first_at - started) * 1e9), int((self.clock() - first_at) * 1e9))
         except (httpx.HTTPError, errors.UpstreamError) as exc:
             await response.aclose()
             raise Retry(self.describe(member, exc)) from None
@@ -357,7 +381,7 @@ class Upstreams:
             await response.aclose()
             raise
         return UpstreamReply(pool, member, response, chunks, first, decoder, started, first_at,
-                             clock=self.clock, describe=self.describe)
+                             clock=self.clock, describe=self.describe, done=done)
 
     # -- health ----------------------------------------------------------------------------------
 

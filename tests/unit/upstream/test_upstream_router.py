@@ -21,7 +21,8 @@ REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}])
 
 
 def _sse(*texts: str, finish: bool = True) -> bytes:
-    chunks = [{"choices": [{"index": 0, "delta": {"content": t}, "finish_reason": None}]} for t in texts]
+    chunks: list[dict[str, object]] = [{"choices": [{"index": 0, "delta": {"content": t}, "finish_reason": None}]}
+                                       for t in texts]
     if finish:
         chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
                        "usage": {"prompt_tokens": 3, "completion_tokens": len(texts)}})
