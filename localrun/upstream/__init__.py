@@ -12,9 +12,9 @@ Several URLs under one NAME form a pool.
     ollama_api.py the same for ``/api`` (pure)
     transport.py  httpx with explicit timeouts, bounded lines and bodies, redacted errors
     pool.py       members' state and the choice: healthy, affinity, least-loaded, cool-down (pure)
-    router.py     Upstreams: routing ``NAME/model``, failover before the first event, what a check asks
+    router.py     Upstreams: routing ``NAME/model``, the retry rule (failover until the handover), checks
     health.py     HealthChecks: when members are checked (one at a time each; faster while cooling down)
-    reply.py      UpstreamReply (a reply under way from one member) and Retry (try the next member)
+    reply.py      UpstreamReply (a reply handed over from one member) and Retry (try the next member)
 
 Nothing here imports aiohttp: the server's seam (``localrun/server/remote.py``) drives it.
 Replies are the chat events a local model's reply is parsed into (``ContentDelta``, ``ThinkingDelta``,
