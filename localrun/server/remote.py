@@ -141,17 +141,6 @@ async def _open_all(n: int, start: Callable[[], Awaitable[UpstreamReply]]) -> li
         raise
 
 
-def _streamed(call: NativeCall, endpoint: str) -> bool:
-    """Whether the client sees the reply as it comes (then the router hands it over at its first event).
-
-    /api/generate's upstream path does not carry the request's ``stream`` into the call yet
-    (``routes_api._generate_upstream``): it counts as streamed, Ollama's default, so that a streamed
-    generate (``localrun run``) still streams; a non-streamed one is then retried only before its
-    first event. Drop the endpoint test once that call carries ``stream``.
-    """
-    return call.stream or endpoint == "/api/generate"
-
-
 def _segments(route: Route, call: NativeCall) -> list[str]:
     """The prefix-affinity segments of a chat: one per message, the tools (rendered into the prompt's
     start) and the model joined to the first, so only a real shared prefix (a system prompt, an
@@ -171,7 +160,7 @@ async def chat_outputs(upstreams: Upstreams, metrics: Metrics, route: Route, cal
                       format=call.format, think=call.think, sampling=sampling)
     keys = prefix_keys(_segments(route, call))
     started = time.perf_counter_ns()
-    replies = await _open_all(call.n, lambda: upstreams.chat(route, req, keys, stream=_streamed(call, endpoint)))
+    replies = await _open_all(call.n, lambda: upstreams.chat(route, req, keys, stream=call.stream))
     return [UpstreamOutput(r, route, endpoint, metrics, started) for r in replies]
 
 
@@ -189,7 +178,7 @@ async def completion_outputs(upstreams: Upstreams, metrics: Metrics, route: Rout
             pieces = text_segments(prompt)
             keys = prefix_keys([route.model + pieces[0], *pieces[1:]])
             replies = await _open_all(call.n, functools.partial(upstreams.complete, route, req, keys,
-                                                                stream=_streamed(call, endpoint)))
+                                                                stream=call.stream))
             outputs.extend(UpstreamOutput(r, route, endpoint, metrics, started) for r in replies)
     except BaseException:
         for out in outputs:

@@ -131,7 +131,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         raise errors.InvalidRequest(f"model {body.get('model')!r} does not support images")
     service = request.app[SERVICE]
     if upstream_route(service, body.get("model")) is not None:
-        out = await _generate_upstream(service, body, prompt, suffix, think, keep_alive)
+        out = await _generate_upstream(service, body, prompt, suffix, think, keep_alive, stream)
     else:
         out = await _generate_local(service, body, prompt, suffix, think, keep_alive)
     try:
@@ -171,13 +171,13 @@ async def _generate_local(service: Service, body: dict[str, Any], prompt: str, s
 
 
 async def _generate_upstream(service: Service, body: dict[str, Any], prompt: str, suffix: str, think: bool | None,
-                             keep_alive: KeepAlive) -> Output:
+                             keep_alive: KeepAlive, stream: bool) -> Output:
     """/api/generate on an upstream: a chat turn (its template applies), or a raw prompt (``raw``, ``suffix``)."""
     for name in ("context", "template"):
         if body.get(name):
             raise UnsupportedCapability(f"'{name}' is not available for upstream models")
     call = NativeCall(model=body.get("model"), options=get(body, "options", dict, {}), keep_alive=keep_alive,
-                      format=check_format(body.get("format")), think=think,
+                      stream=stream, format=check_format(body.get("format")), think=think,
                       logprobs=get(body, "logprobs", bool, False), top_logprobs=top_logprobs(body))
     if suffix or get(body, "raw", bool, False):
         call.prompts = [prompt]
