@@ -53,6 +53,7 @@ import llama_cpp as lc
 
 from .host_cache import HostCache, Segment
 from .radix import RadixCache, RadixNode
+from .seqstate import load_state, state_of
 
 log = logging.getLogger(__name__)
 
@@ -192,8 +193,6 @@ class KVCache:
     def export_segment(self, ctx: lc.llama_context_p, node: RadixNode) -> bytearray | None:
         """The KV of ``node``'s own positions ``[start, end)`` as llama.cpp serialises a sequence
         (copied to the parked id for the call, so nothing cached moves)."""
-        from .prefix_store import state_of
-
         owner = self.tree.path_owner(node)
         if owner is None:
             return None
@@ -209,8 +208,6 @@ class KVCache:
         already caches ``tokens[:start]``. Positions the tree caches beyond ``start`` are taken
         from the tree, not from ``state`` (each position is cached once). False (nothing changed)
         when llama.cpp refuses it or no room can be made."""
-        from .prefix_store import load_state
-
         if not self.enabled or self.tree.match_prefix(tokens[:start]).length != start:
             return False
         try:
@@ -292,8 +289,6 @@ class KVCache:
 
     def _offload(self, owner: int, leaf: RadixNode) -> None:
         """Keep the KV of an evicted ``leaf`` (held by ``owner``) in host RAM."""
-        from .prefix_store import state_of
-
         assert self.host is not None and self.ctx is not None
         path = leaf.path()
         lc.llama_memory_seq_cp(self.mem, owner, self.parked_id, leaf.start, leaf.end)

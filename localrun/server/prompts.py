@@ -16,6 +16,7 @@ from typing import Any
 from .. import trace
 from ..engine.template import ChatTemplate
 from ..errors import InvalidRequest, TemplateError
+from . import templating
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def role_names(allowed: tuple[str, ...] = ROLES, *, aliases: bool = True) -> str
     """``allowed`` (and the aliases of its roles) for an error message: "system, developer, user or assistant"."""
     names = [n for r in allowed for n in (r, *(a for a, t in ROLE_ALIASES.items() if aliases and t == r))]
     return ", ".join(names[:-1]) + " or " + names[-1]
-RENDER_TIMEOUT = 10.0  # seconds; templates are user-supplied code (Modelfile TEMPLATE, request template)
+_SAMPLE = [{"role": "user", "content": "Hello"}]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,18 +67,27 @@ async def render_async(source: str | None, messages: list[dict[str, Any]],
 
     A hostile or buggy template (huge arithmetic, nested loops, huge output) must not freeze or
     exhaust the daemon that serves every other client: it gets a TemplateError (400) within
-    RENDER_TIMEOUT. Returns (prompt, system prefix or None). With ``num_ctx``, the system prefix
+    ``templating.RENDER_TIMEOUT``. Returns (prompt, system prefix or None). With ``num_ctx``, the system prefix
     (a second render, only ever used to keep the system prompt when truncating) is rendered only
     when the prompt :func:`might_overflow` that context; otherwise it is None.
     """
-    from . import templating
-
     if not source:  # no template code to run: the messages joined
         prompt, prefix = render_pair(source, messages, tools, None, num_ctx)
     else:
         prompt, prefix = await templating.run(render_pair, source, messages, tools, asdict(inputs), num_ctx)
     trace.mark_request("rendered")
     return str(prompt), prefix if prefix is None else str(prefix)
+
+
+async def vet_template(model: str, source: str) -> bool:
+    """True when a GGUF's own template may be used: it renders one user message within the
+    worker's limits (see :meth:`.templating.TemplateRenderer.vet`; decided once per template text)."""
+    return await templating.renderer().vet(source, model, render_sample) is None
+
+
+def render_sample(source: str) -> str:
+    """Worker side of :func:`vet_template`: render one user message with ``source``."""
+    return render(source, list(_SAMPLE))
 
 
 def render_pair(source: str | None, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,

@@ -37,12 +37,11 @@ from ..runtime.resident import Backend, EventStream, Phase, ProbeFn
 from ..runtime.scheduler import DEFAULT, KeepAlive, Lease, LoadSpec, Scheduler
 from ..store.records import ResolvedModel
 from ..upstream.router import Upstreams
-from . import templating
 from .executors import Executors, run_in
 from .http import interactive_hint
 from .metrics import Metrics
 from .options import merge_options
-from .prompts import might_overflow
+from .prompts import might_overflow, vet_template
 
 log = logging.getLogger("localrun.requests")
 T = TypeVar("T")
@@ -194,7 +193,7 @@ class Service:
         resolved = await run_in(self._store_pool, self.store.resolve, name.strip())
         geometry = await run_in(self._store_pool, self._geometry, str(resolved.model_path))
         if not resolved.template and geometry.chat_template \
-                and not await templating.vet(resolved.name, geometry.chat_template):
+                and not await vet_template(resolved.name, geometry.chat_template):
             geometry = dataclasses.replace(geometry, chat_template=None)  # refused: plain prompt, warned once
         params = resolved.parameters or {}
         load, sampling, extras = merge_options(params, options, n_ctx_train=geometry.n_ctx_train,

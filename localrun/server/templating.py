@@ -21,8 +21,9 @@ busy): 0.09 ms per render in the plain sandbox, 0.13 ms with layer 1, 0.5 ms per
 worker (the prompt and the system prefix, and the pipe both ways), about 2 % of one decoded token
 (~22 ms here). See RELIABILITY.md.
 
-:func:`run` is what :func:`localrun.server.prompts.render_async` calls; :func:`vet` decides once per
-template text whether a GGUF's own template may be used (a template that cannot render one user
+:func:`run` is what :func:`localrun.server.prompts.render_async` calls; :meth:`TemplateRenderer.vet`
+(through :func:`localrun.server.prompts.vet_template`) decides once per template text whether a GGUF's
+own template may be used (a template that cannot render one user
 message within the limits is refused: the model loads with a warning and gets the Modelfile's
 TEMPLATE or a plain prompt). The renderer is process-wide (``render_async`` takes no app), created
 on first use; the app warms it at start-up and closes it at shutdown.
@@ -41,12 +42,11 @@ from typing import Any
 
 from ..errors import LocalrunError, TemplateLimit
 from ..runtime.bounded import BoundedPool, Limits, default_size
-from .prompts import RENDER_TIMEOUT
 
 log = logging.getLogger(__name__)
 
+RENDER_TIMEOUT = 10.0  # seconds; templates are user-supplied code (Modelfile TEMPLATE, request template)
 LIMITS = Limits(cpu_seconds=5, memory_bytes=1 << 30, wall_seconds=RENDER_TIMEOUT)
-_SAMPLE = [{"role": "user", "content": "Hello"}]
 
 
 class TemplateRenderer:
@@ -62,8 +62,9 @@ class TemplateRenderer:
         """``fn(*args)`` in a bounded worker (see :meth:`BoundedPool.run`), awaited off the event loop."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, self.pool.run, fn, *args)
 
-    async def vet(self, source: str, model: str) -> str | None:
-        """None when ``source`` renders a one-message chat within the limits, else why it is refused.
+    async def vet(self, source: str, model: str, sample: Callable[[str], object]) -> str | None:
+        """None when ``sample(source)`` (a job rendering a one-message chat with ``source``) runs
+        within the limits, else why the template is refused.
 
         Decided once per template text (the answer is cached); a refusal is logged once, naming
         ``model``: it loads anyway, with the Modelfile's TEMPLATE or a plain prompt.
@@ -74,7 +75,7 @@ class TemplateRenderer:
                 self._verdicts.move_to_end(key)
                 return self._verdicts[key]
         try:
-            await self.run(render_sample, source)
+            await self.run(sample, source)
             verdict = None
         except LocalrunError as exc:
             verdict = exc.message
@@ -93,13 +94,6 @@ class TemplateRenderer:
     def close(self) -> None:
         self.pool.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
-
-
-def render_sample(source: str) -> str:
-    """Worker side of :meth:`TemplateRenderer.vet`: render one user message with ``source``."""
-    from .prompts import render
-
-    return render(source, list(_SAMPLE))
 
 
 _renderer: TemplateRenderer | None = None
@@ -127,8 +121,3 @@ def close() -> None:
 async def run(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` in the process-wide renderer's bounded workers."""
     return await renderer().run(fn, *args)
-
-
-async def vet(model: str, source: str) -> bool:
-    """True when a GGUF's own template may be used (see :meth:`TemplateRenderer.vet`)."""
-    return await renderer().vet(source, model) is None

@@ -18,23 +18,35 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..errors import InvalidModelFile, ModelfileError, ModelNotFound
+from ..jsontypes import JSONObject
 from . import manifest as mt
+from .blobs import BlobStore
 from .gguf_file import GGUFInfo, read_gguf
-from .manifest import Layer, Manifest
+from .manifest import Layer, Manifest, StoredManifest
 from .modelfile import Modelfile
 from .names import ModelName
 from .progress import ProgressFn, report
 
-if TYPE_CHECKING:
-    from .model_store import ModelStore
-
 log = logging.getLogger(__name__)
+
+
+class BuildTarget(Protocol):
+    """What a build needs of the store (:class:`~localrun.store.model_store.ModelStore` is one);
+    a protocol, so this module does not import the store that calls it."""
+
+    blobs: BlobStore
+
+    def find(self, name: ModelName, *, fetch_packaged: bool = False) -> StoredManifest | None: ...
+    def read_params(self, layers: Iterable[Layer]) -> JSONObject: ...
+    def read_config(self, manifest: Manifest) -> JSONObject: ...
+    def commit_manifest(self, name: ModelName, manifest: Manifest) -> str: ...
+    def collect_garbage(self, candidates: Iterable[str] | None = None) -> int: ...
 
 
 @dataclass(slots=True)
@@ -110,7 +122,7 @@ class Builder:
     the API, which may name no file on this machine (only models, hf.co names and blob digests).
     """
 
-    def __init__(self, store: ModelStore, progress: ProgressFn | None, base_dir: Path | None) -> None:
+    def __init__(self, store: BuildTarget, progress: ProgressFn | None, base_dir: Path | None) -> None:
         self.store = store
         self.progress = progress
         self.base_dir = base_dir

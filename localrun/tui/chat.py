@@ -23,9 +23,9 @@ from ..errors import DaemonUnavailable, LocalrunError, StoreError
 from ..jsontypes import JSONObject, as_object, as_objects
 from . import commands as cmd
 from . import model_ops
-from .app import LocalrunApp
 from .backend import ReplyStats
 from .session import ChatSession
+from .shell import LocalrunShell
 from .slash import SlashCommands
 from .widgets import AssistantMessage, InfoMessage, PromptInput, UserMessage
 
@@ -42,7 +42,7 @@ class ChatScreen(SlashCommands, Screen[None]):
         Binding("ctrl+n", "new_chat", "New chat"),
     ]
 
-    app = getters.app(LocalrunApp)  # it only ever runs inside LocalrunApp
+    app = getters.app(LocalrunShell)  # it only ever runs inside LocalrunApp
     streaming: reactive[bool] = reactive(False)
 
     def __init__(self, session: ChatSession) -> None:

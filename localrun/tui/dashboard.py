@@ -24,8 +24,8 @@ from .. import fmt
 from ..errors import LocalrunError
 from ..jsontypes import as_number
 from . import stats as st
-from .app import LocalrunApp
 from .backend import Rows
+from .shell import LocalrunShell
 
 HISTORY = 120  # sparkline samples kept
 
@@ -43,7 +43,7 @@ class DashboardScreen(Screen[None]):
     ]
     COLUMNS = ("NAME", "PROCESSOR", "RAM", "VRAM", "CONTEXT", "ACTIVE", "QUEUED", "KV CACHE", "UNTIL")
 
-    app = getters.app(LocalrunApp)  # it only ever runs inside LocalrunApp
+    app = getters.app(LocalrunShell)  # it only ever runs inside LocalrunApp
 
     def __init__(self, *, standalone: bool = False) -> None:
         super().__init__()
@@ -156,7 +156,7 @@ class DashboardScreen(Screen[None]):
             )
 
     def draw_pulls(self) -> None:
-        from .app import PullState
+        from .shell import PullState
 
         pulls = {
             str(p.get("model")): PullState(str(p.get("model")), str(p.get("status") or "pulling"),

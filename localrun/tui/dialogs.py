@@ -23,8 +23,8 @@ from ..conversations import ConversationStore
 from ..errors import LocalrunError
 from ..fmt import human_bytes
 from . import commands as cmd
-from .app import LocalrunApp
 from .model_ops import full_name
+from .shell import LocalrunShell
 
 # Parameters the editor shows as fields, in this order; others set by /set stay as they are.
 EDITABLE = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "num_ctx", "num_predict", "seed", "stop")
@@ -35,7 +35,7 @@ class ModelPicker(ModalScreen[str | None]):
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
-    app = getters.app(LocalrunApp)  # it only ever runs inside LocalrunApp
+    app = getters.app(LocalrunShell)  # it only ever runs inside LocalrunApp
 
     def __init__(self, current: str) -> None:
         super().__init__(classes="dialog-screen")

@@ -18,8 +18,8 @@ from . import model_ops
 from .widgets import PullProgress, UserMessage
 
 if TYPE_CHECKING:
-    from .app import LocalrunApp
     from .session import ChatSession
+    from .shell import LocalrunShell
 
 
 class SlashCommands:
@@ -29,7 +29,7 @@ class SlashCommands:
     if TYPE_CHECKING:  # provided by ChatScreen and Screen; declared here for the type checker only
         session: ChatSession
         @property
-        def app(self) -> LocalrunApp: ...
+        def app(self) -> LocalrunShell: ...
 
         def query_one(self, *args: Any, **kwargs: Any) -> Any: ...
 
@@ -104,7 +104,7 @@ class SlashCommands:
                 progress = PullProgress(model)
                 log.mount(progress)
             pulls = self.app.pulls
-            from .app import PullState
+            from .shell import PullState
 
             previous = pulls.get(model)
             if total is None and previous is not None:  # status-only lines keep the last byte counts
