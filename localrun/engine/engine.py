@@ -26,7 +26,7 @@ import llama_cpp as lc
 
 from .. import trace
 from ..errors import ContextOverflow, EngineError, InvalidRequest, TemplateError
-from . import native, prefix_store
+from . import limits, native, prefix_store
 from .batcher import BURST_GAP, BURST_MAX, Batcher
 from .detok import TextStream
 from .embedding import Embedder
@@ -73,10 +73,10 @@ def kv_type(options: LoadOptions) -> str:
 def check_load_options(options: LoadOptions) -> None:
     """Assert the invariants the daemon established (the server's option parsing and the scheduler's
     slot sizing set these; Settings checks kv_cache_type): a violation is a caller's bug, not user input."""
-    for name, value, low in (("num_ctx", options.num_ctx, 16), ("num_batch", options.num_batch, 1),
-                             ("num_parallel", options.num_parallel, 1), ("context_pool", options.pool, 16)):
+    for name, value, low in (("num_ctx", options.num_ctx, limits.MIN_CTX), ("num_batch", options.num_batch, 1),
+                             ("num_parallel", options.num_parallel, 1), ("context_pool", options.pool, limits.MIN_CTX)):
         assert isinstance(value, int) and not isinstance(value, bool) and value >= low, f"{name}={value!r} < {low}"
-    assert options.num_thread is None or (isinstance(options.num_thread, int) and options.num_thread >= 1), \
+    assert options.num_thread is None or limits.within("num_thread", options.num_thread), \
         f"num_thread={options.num_thread!r}"
     assert options.num_parallel <= MAX_SEQ_IDS // 2, f"num_parallel={options.num_parallel} > {MAX_SEQ_IDS // 2}"
     assert options.kv_cache_type in native.KV_CACHE_TYPES, f"kv_cache_type={options.kv_cache_type!r}"

@@ -1,74 +1,181 @@
-"""The ranges of the sampling options: one table, read by the server and the engine.
+"""Every option localrun takes (Ollama's ``options``, Modelfile PARAMETERs, vLLM's extra fields):
+its type, its inclusive range and where it may be set. One table, read by every layer.
 
-The server checks every API's request against it (:func:`localrun.server.options.check_option`),
-so a value out of range is a 400 naming the option before a runner sees it; the engine only
-asserts the same table as its invariant (:func:`~localrun.engine.sampling.assert_valid`).
-Pure: no llama.cpp, no numpy.
+- The server checks each API's request against it as the request arrives
+  (:func:`localrun.server.options.check_option` calls :func:`check`): a wrong type or a value out
+  of range is an OptionError (HTTP 400) naming the option and its range, before a runner sees it.
+- The Modelfile parser and the TUI's ``/set parameter`` apply the same ranges to their text
+  (:func:`localrun.parameters.parse_value`), so a model cannot be created with a value no request
+  could use.
+- The engine only asserts :func:`within` as its invariant (:func:`~localrun.engine.sampling.assert_valid`,
+  :func:`~localrun.engine.engine.check_load_options`): a value out of range there is a caller's bug.
+
+Ranges bound what the engine and llama.cpp can take, not what fits: a ``num_ctx`` above the
+model's trained context or above what memory holds is refused later, with its own message
+(``server.options.merge_options``, ``hardware.memory.plan_context``). Pure: no llama.cpp, no numpy.
 """
 
 from __future__ import annotations
 
+import enum
 import math
+from dataclasses import dataclass
+from typing import cast
 
 from ..errors import OptionError
 
 MAX_TOP_LOGPROBS = 20
 MAX_STOP = 16
 MAX_STOP_CHARS = 1000
-
-NUMBER_RANGES: dict[str, tuple[float, float]] = {
-    "temperature": (0.0, 100.0),
-    "top_p": (0.0, 1.0),
-    "min_p": (0.0, 1.0),
-    "typical_p": (0.0, 1.0),
-    "repeat_penalty": (0.0, 100.0),
-    "presence_penalty": (-2.0, 2.0),
-    "frequency_penalty": (-2.0, 2.0),
-}
-"""Real-valued sampling options: inclusive (low, high)."""
-
-WHOLE_RANGES: dict[str, tuple[int, int | None]] = {
-    "top_k": (0, None),
-    "repeat_last_n": (-1, None),
-    "top_logprobs": (0, MAX_TOP_LOGPROBS),
-    "min_tokens": (0, None),
-}
-"""Whole-number sampling options: inclusive (low, high), None for no upper bound."""
+MIN_CTX = 16  # the smallest context the engine loads: llama.cpp's embeddings need 16 cells (engine/embedding.py)
+MAX_THREADS = 512  # ggml's GGML_MAX_N_THREADS: more aborts the runner process
+INT32_MAX = 2**31 - 1  # options llama.cpp takes as int32_t: ctypes would wrap a larger value silently
 
 
-def check_number(name: str, value: object) -> float:
-    """``value`` as a float when it is a finite number inside ``NUMBER_RANGES[name]``; else OptionError."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise OptionError(f"option {name!r} must be a finite number, got {value!r}")
-    low, high = NUMBER_RANGES[name]
-    if not low <= value <= high:
-        raise OptionError(f"option {name!r} must be between {low:g} and {high:g}, got {value!r}")
-    return float(value)
+class Kind(enum.Enum):
+    """An option's JSON type; the value is how an error message names it."""
+
+    WHOLE = "a whole number"
+    NUMBER = "a finite number"
+    FLAG = "true or false"
+    STOP = "a string or a list of strings"
 
 
-def check_whole(name: str, value: object) -> int:
-    """``value`` when it is a whole number inside ``WHOLE_RANGES[name]``; else OptionError."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise OptionError(f"option {name!r} must be a whole number, got {value!r}")
-    low, high = WHOLE_RANGES[name]
-    if value < low or (high is not None and value > high):
-        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise OptionError(f"option {name!r} must be {bound}, got {value}")
-    return value
+class Scope(enum.Enum):
+    """Where an option may be set, and so what it changes."""
+
+    LOAD = "load"              # request options and Modelfile; fixed at load (LoadOptions): a change reloads
+    GENERATION = "generation"  # request options and Modelfile; per request (SamplingOptions, num_keep)
+    REQUEST = "request"        # request options only (logprobs): a Modelfile has no such PARAMETER
+    FIELD = "field"            # a top-level /v1 field only (vLLM's): no Ollama option, no PARAMETER
 
 
-def check_stop(value: object) -> tuple[str, ...]:
-    """Stop strings: a string or a list of strings, at most MAX_STOP of at most MAX_STOP_CHARS each.
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """One option: its kind, inclusive bounds (None: unbounded on that side) and scope.
 
-    Empty strings are dropped (they would stop at once).
+    ``meaning`` says what special values mean, for error messages and docs.
     """
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, (list, tuple)) or not all(isinstance(s, str) for s in value):
-        raise OptionError(f"option 'stop' must be a string or a list of strings, got {value!r}")
-    stops = tuple(s for s in value if s)
-    if len(stops) > MAX_STOP:
-        raise OptionError(f"option 'stop': at most {MAX_STOP} stop strings are supported, got {len(stops)}")
-    if any(len(s) > MAX_STOP_CHARS for s in stops):
-        raise OptionError(f"option 'stop': stop strings must be at most {MAX_STOP_CHARS} characters")
-    return stops
+
+    kind: Kind
+    scope: Scope
+    low: float | None = None
+    high: float | None = None
+    meaning: str = ""
+
+
+_W, _N, _F = Kind.WHOLE, Kind.NUMBER, Kind.FLAG
+_LOAD, _GEN, _REQ, _FIELD = Scope.LOAD, Scope.GENERATION, Scope.REQUEST, Scope.FIELD
+
+OPTIONS: dict[str, Limit] = {
+    # load time: LoadOptions. num_ctx above the trained context or memory is refused when planned;
+    # num_batch is raised to the engine's sequence count and capped at the context (server/options.py)
+    "num_ctx": Limit(_W, _LOAD, MIN_CTX),
+    "num_batch": Limit(_W, _LOAD, 1),
+    "num_gpu": Limit(_W, _LOAD, -1, INT32_MAX, "-1: as many layers as fit"),
+    "main_gpu": Limit(_W, _LOAD, 0, INT32_MAX),
+    "num_thread": Limit(_W, _LOAD, 0, MAX_THREADS, "0: every physical core"),
+    "use_mmap": Limit(_F, _LOAD),
+    "batch_invariant": Limit(_F, _LOAD),
+    # per request: SamplingOptions (num_keep: the request's truncation)
+    "num_keep": Limit(_W, _GEN, 0, None),
+    "seed": Limit(_W, _GEN, None, None, "negative: random"),
+    "num_predict": Limit(_W, _GEN, None, None, "negative: until the end of generation or of the context"),
+    "top_k": Limit(_W, _GEN, 0, INT32_MAX, "0: off"),
+    "repeat_last_n": Limit(_W, _GEN, -1, INT32_MAX, "-1: the whole context, 0: off"),
+    "temperature": Limit(_N, _GEN, 0.0, 100.0, "0: greedy"),
+    "top_p": Limit(_N, _GEN, 0.0, 1.0),
+    "min_p": Limit(_N, _GEN, 0.0, 1.0),
+    "typical_p": Limit(_N, _GEN, 0.0, 1.0),
+    "repeat_penalty": Limit(_N, _GEN, 0.0, 100.0),
+    "presence_penalty": Limit(_N, _GEN, -2.0, 2.0),
+    "frequency_penalty": Limit(_N, _GEN, -2.0, 2.0),
+    "stop": Limit(Kind.STOP, _GEN),
+    "logprobs": Limit(_F, _REQ),
+    "top_logprobs": Limit(_W, _REQ, 0, MAX_TOP_LOGPROBS),
+    "ignore_eos": Limit(_F, _FIELD),
+    "min_tokens": Limit(_W, _FIELD, 0, None),
+}
+"""Every option localrun applies: name -> :class:`Limit`."""
+
+IGNORED: dict[str, Kind] = {
+    "mirostat": _W, "mirostat_tau": _N, "mirostat_eta": _N, "tfs_z": _N, "num_gqa": _W, "penalize_newline": _F,
+    "use_mlock": _F, "low_vram": _F, "f16_kv": _F, "numa": _F, "vocab_only": _F, "logits_all": _F,
+    "embedding_only": _F, "rope_frequency_base": _N, "rope_frequency_scale": _N,
+}
+"""Options Ollama has and localrun does not implement: accepted (typed in a Modelfile) and ignored."""
+
+
+def names(*scopes: Scope) -> frozenset[str]:
+    """The options of ``scopes``."""
+    return frozenset(name for name, limit in OPTIONS.items() if limit.scope in scopes)
+
+
+def describe(name: str) -> str:
+    """What option ``name`` takes, as an error message says it: "a whole number between 0 and 20"."""
+    limit = OPTIONS[name]
+    low, high = limit.low, limit.high
+    if limit.kind is Kind.STOP:
+        return f"{limit.kind.value} (at most {MAX_STOP}, of at most {MAX_STOP_CHARS} characters each)"
+    if low is not None and high is not None:
+        text = f"{limit.kind.value} between {_bound(low)} and {_bound(high)}"
+    elif low is not None:
+        text = f"{limit.kind.value} of at least {_bound(low)}"
+    elif high is not None:
+        text = f"{limit.kind.value} of at most {_bound(high)}"
+    else:
+        text = limit.kind.value
+    return f"{text} ({limit.meaning})" if limit.meaning else text
+
+
+def within(name: str, value: object) -> bool:
+    """Whether ``value`` is already a valid, normalised value of option ``name``.
+
+    Exact: a whole number is an ``int`` (not a bool, not ``3.0``); ``stop`` is a tuple of
+    non-empty strings. What :func:`check` returns always passes; the engine asserts this.
+    """
+    limit = OPTIONS[name]
+    if limit.kind is Kind.FLAG:
+        return isinstance(value, bool)
+    if limit.kind is Kind.STOP:
+        return (isinstance(value, tuple) and len(value) <= MAX_STOP
+                and all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in value))
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if limit.kind is Kind.WHOLE and not isinstance(value, int):
+        return False
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return (limit.low is None or value >= limit.low) and (limit.high is None or value <= limit.high)
+
+
+def check(name: str, value: object) -> int | float | bool | tuple[str, ...]:
+    """``value`` normalised for option ``name`` (a known one); OptionError naming the option and its range.
+
+    Normalising: a whole-valued float (``3.0``) is an int, an int is a float for a number option,
+    a string is a one-string ``stop`` and empty stop strings are dropped (they would stop at once).
+    """
+    kind = OPTIONS[name].kind
+    normal: object = value
+    if kind is Kind.WHOLE and isinstance(value, float) and value.is_integer():
+        normal = int(value)
+    elif kind is Kind.NUMBER and isinstance(value, int) and not isinstance(value, bool):
+        normal = float(value) if abs(value) < 2**1023 else math.inf  # float(10**400) raises OverflowError
+    elif kind is Kind.STOP:
+        strings = [value] if isinstance(value, str) else value
+        if isinstance(strings, (list, tuple)):
+            normal = tuple(s for s in strings if s != "")
+    if not within(name, normal):
+        raise OptionError(f"option {name!r} must be {describe(name)}, got {_shown(value)}")
+    return cast("int | float | bool | tuple[str, ...]", normal)  # what within() accepts
+
+
+def _bound(value: float) -> str:
+    """A bound as people write it: 0, 1, 2147483647, 0.5 (not 0.0 or 2.14748e+09)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _shown(value: object) -> str:
+    """``value`` for an error message, cut short (a stop list may be 100 kB)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

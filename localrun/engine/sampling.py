@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import dataclasses
 import math
 import secrets
 from dataclasses import dataclass
@@ -46,27 +47,21 @@ _TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
 
 
 def assert_valid(options: SamplingOptions) -> None:
-    """Assert the invariants the server established: every range of :mod:`.limits` (checked once per
-    request, with a 400 naming the option, in :mod:`localrun.server.options`).
+    """Assert the invariants the server established: every option of :mod:`.limits` that
+    SamplingOptions holds is :func:`~.limits.within` its range (checked once per request, with a
+    400 naming the option, in :mod:`localrun.server.options`).
 
     A value outside them here is a bug in the caller, not bad user input, so it fails an assertion
-    (the runner reports it as an EngineError) instead of being validated a second time.
+    (the runner reports it as an EngineError) instead of being validated a second time. None is
+    ``seed``'s "random" and ``num_predict``'s "no limit".
     """
-    for name, (low, high) in limits.NUMBER_RANGES.items():
-        value = getattr(options, name)
-        assert isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high, \
-            f"{name}={value!r} is outside [{low:g}, {high:g}]"
-    for name, (whole_low, whole_high) in limits.WHOLE_RANGES.items():
-        whole = getattr(options, name)
-        assert isinstance(whole, int) and not isinstance(whole, bool) and whole >= whole_low \
-            and (whole_high is None or whole <= whole_high), f"{name}={whole!r} is outside [{whole_low}, {whole_high}]"
-    assert options.seed is None or (isinstance(options.seed, int) and not isinstance(options.seed, bool)), \
-        f"seed={options.seed!r}"
-    assert options.num_predict is None or (isinstance(options.num_predict, int) and options.num_predict >= -2), \
-        f"num_predict={options.num_predict!r}"
-    assert len(options.stop) <= limits.MAX_STOP and all(
-        isinstance(s, str) and len(s) <= limits.MAX_STOP_CHARS for s in options.stop), f"stop={options.stop!r}"
-    assert isinstance(options.ignore_eos, bool), f"ignore_eos={options.ignore_eos!r}"
+    for field in dataclasses.fields(options):
+        value = getattr(options, field.name)
+        if field.name in ("seed", "num_predict") and value is None:
+            continue
+        assert limits.within(field.name, value), f"{field.name}={value!r} is not {limits.describe(field.name)}"
+    # The server sends None for any negative num_predict; a direct caller may use Ollama's -1 / -2.
+    assert options.num_predict is None or options.num_predict >= -2, f"num_predict={options.num_predict!r}"
 
 
 def resolve_seed(seed: int | None) -> int:

@@ -1,9 +1,10 @@
 """Ollama ``options`` dicts -> typed LoadOptions and SamplingOptions (pure functions).
 
 Precedence: engine defaults < the model's Modelfile PARAMETERs < the request's options.
-A wrong type or an impossible value is an OptionError (HTTP 400) naming the option; options
-Ollama accepts but localrun does not implement (mirostat, numa, low_vram...) are ignored, as
-Ollama itself ignores options it does not know.
+A wrong type or a value out of range (:mod:`localrun.engine.limits`, the one table of every
+option) is an OptionError (HTTP 400) naming the option and its range; options Ollama accepts
+but localrun does not implement (mirostat, numa, low_vram...) are ignored, as Ollama itself
+ignores options it does not know.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from ..config import parse_duration
 from ..engine import limits
@@ -21,54 +22,26 @@ from ..runtime.resident import DEFAULT, KeepAlive
 
 log = logging.getLogger(__name__)
 
-_INT = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "num_keep", "seed", "num_predict",
-        "top_k", "repeat_last_n", "top_logprobs"}
-_FLOAT = {"temperature", "top_p", "min_p", "typical_p", "repeat_penalty", "presence_penalty", "frequency_penalty"}
-_BOOL = {"use_mmap", "logprobs", "batch_invariant"}
-_LOAD = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "use_mmap", "batch_invariant"}
+ACCEPTED = limits.names(limits.Scope.LOAD, limits.Scope.GENERATION, limits.Scope.REQUEST)
+"""The keys of an ``options`` object that localrun applies (vLLM's ignore_eos and min_tokens are /v1 fields)."""
+_LOAD = limits.names(limits.Scope.LOAD)
 _SAMPLING = {f.name for f in dataclasses.fields(SamplingOptions)}
 _DEFAULT_LOAD = LoadOptions()
 MAX_KEEP_ALIVE = 100 * 365 * 86400.0  # seconds; longer keep-alives mean "forever"
 MIN_BATCH = 64  # >= the engine's sequence ids (at most 64): a smaller batch cannot hold one output per sequence
-MAX_THREADS = 512  # ggml's GGML_MAX_N_THREADS: more aborts the runner process
-IGNORED = {"numa", "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mlock", "embedding_only", "tfs_z",
-           "mirostat", "mirostat_tau", "mirostat_eta", "penalize_newline", "rope_frequency_base",
-           "rope_frequency_scale", "num_gqa"}
+IGNORED = frozenset(limits.IGNORED)
 
 
 def check_option(name: str, value: Any) -> Any:
-    """Validate one option's type and range; returns the normalised value.
+    """Validate one option's type and range (:mod:`localrun.engine.limits`, the one table); returns the
+    normalised value, or the value itself for an option localrun does not apply.
 
-    The sampling options' ranges are the engine's own (:mod:`localrun.engine.limits`), so every API
-    refuses what the engine would, with the same OptionError, before a runner sees the request.
+    Every API's options pass here as the request arrives, so a value the engine would refuse is an
+    OptionError (400) naming the option and its range before a runner sees the request.
     """
-    if name in _INT:
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise OptionError(f"option {name!r} must be a whole number, got {value!r}")
-        if name in limits.WHOLE_RANGES:
-            return limits.check_whole(name, value)
-        if name in ("num_ctx", "num_batch") and value < 1:
-            raise OptionError(f"option {name!r} must be at least 1, got {value}")
-        if name in ("num_thread", "num_gpu", "main_gpu", "num_keep") and value < 0 and not (
-            name == "num_gpu" and value == -1
-        ):
-            raise OptionError(f"option {name!r} must not be negative, got {value}")
-        if name == "num_thread" and value > MAX_THREADS:
-            raise OptionError(f"option 'num_thread' must be at most {MAX_THREADS}, got {value}")
+    if name not in limits.OPTIONS:
         return value
-    if name in _FLOAT:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise OptionError(f"option {name!r} must be a number, got {value!r}")
-        return limits.check_number(name, value)
-    if name in _BOOL:
-        if not isinstance(value, bool):
-            raise OptionError(f"option {name!r} must be true or false, got {value!r}")
-        return value
-    if name == "stop":
-        return limits.check_stop(value)
-    return value
+    return limits.check(name, value)
 
 
 def top_logprobs(body: Mapping[str, Any]) -> int:
@@ -76,9 +49,7 @@ def top_logprobs(body: Mapping[str, Any]) -> int:
     value = body.get("top_logprobs")
     if value is None:
         return 0
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise OptionError(f"option 'top_logprobs' must be a whole number, got {value!r}")
-    return limits.check_whole("top_logprobs", value)
+    return cast(int, limits.check("top_logprobs", value))  # a whole-number option's value is an int
 
 
 def merge_options(
@@ -106,7 +77,7 @@ def merge_options(
         for name, value in source.items():
             if name in IGNORED or value is None:
                 continue
-            if name not in _INT | _FLOAT | _BOOL | {"stop"}:
+            if name not in ACCEPTED:
                 log.debug("ignoring unknown option %r", name)
                 continue
             try:
@@ -126,6 +97,8 @@ def merge_options(
     load_kwargs = {k: v for k, v in merged.items() if k in _LOAD}
     if load_kwargs.get("num_gpu") == -1:
         load_kwargs["num_gpu"] = None  # Ollama's "-1": let the fit check decide
+    if load_kwargs.get("num_thread") == 0:
+        load_kwargs["num_thread"] = None  # Ollama's 0 (its default): every physical core
     # A batch smaller than the engine's sequence count aborts the runner in llama.cpp (GGML_ASSERT
     # n_outputs_max, e.g. num_batch 8 with 8 parallel sequences); the service caps it at the pool.
     load_kwargs["num_batch"] = max(load_kwargs.get("num_batch", _DEFAULT_LOAD.num_batch), MIN_BATCH)

@@ -38,7 +38,7 @@ def test_parse(line: str, expected: cmd.Command) -> None:
     ("/set parameter temperature warm", "expects a number"),
     ("/set parameter top_k 2.5", "expects a whole number"),
     ("/set parameter top_p 1.5", "between 0 and 1"),
-    ("/set parameter num_ctx -1", "must not be negative"),
+    ("/set parameter num_ctx -1", "at least 16"),
     ("/set parameter temperature nan", "expects a finite number"),
     ("/set parameter flavour 3", "Unknown parameter 'flavour'"),
     ("/set parameter seed", "Usage"),
