@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from ..engine import limits
 from ..engine.types import MAX_UBATCH, LoadOptions, ModelInfo
 from ..errors import InvalidModelFile, OptionError
 from ..fmt import human_bytes
@@ -135,7 +136,11 @@ def plan_context(geometry: ModelGeometry, options: LoadOptions, free_ram: int, g
     budget = int(left * POOL_SHARE) // kv
     per_slot = SLOT_CTX * kv + geometry.n_vocab * 4  # its share of the pool and a row of logits
     slots = num_parallel or max(1, min(MAX_AUTO_SLOTS, int(left * POOL_SHARE) // per_slot))
-    wanted = num_ctx if num_ctx is not None else (geometry.n_ctx_train or FALLBACK_CTX)
+    # Never below the engine's smallest context (a GGUF may claim a trained context of 8, and
+    # LOCALRUN_CONTEXT_LENGTH is capped there); the engine still holds each request to the trained one.
+    if num_ctx is not None:
+        num_ctx = max(num_ctx, limits.MIN_CTX)
+    wanted = num_ctx if num_ctx is not None else max(geometry.n_ctx_train or FALLBACK_CTX, limits.MIN_CTX)
     pool = min(max(wanted, slots * min(wanted, SLOT_CTX)), max(budget, min(wanted, SLOT_CTX)))
     if num_ctx is None:
         return ContextPlan(num_ctx=min(wanted, pool), context_pool=pool, num_parallel=slots)

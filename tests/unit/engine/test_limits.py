@@ -17,6 +17,7 @@ from localrun.engine.engine import check_load_options
 from localrun.engine.sampling import assert_valid
 from localrun.engine.types import LoadOptions, SamplingOptions
 from localrun.errors import OptionError
+from localrun.hardware.memory import ModelGeometry, plan_context
 from localrun.server.options import ACCEPTED, merge_options
 
 WHOLE = sorted(n for n, lim in limits.OPTIONS.items() if lim.kind is limits.Kind.WHOLE)
@@ -190,3 +191,20 @@ def test_modelfile_and_set_parameter_use_the_same_ranges(key: str, raw: str, wor
     with pytest.raises(OptionError, match=words):
         parameters.parse_value(key, raw)
     assert parameters.parse_value("num_thread", "0") == 0 and parameters.parse_value("num_ctx", "16") == 16
+
+
+@pytest.mark.parametrize("n_ctx_train", [1, 8, 15])
+@pytest.mark.parametrize("num_ctx", [None, 8])
+def test_a_model_trained_on_a_tiny_context_still_loads_the_engines_smallest(n_ctx_train: int,
+                                                                             num_ctx: int | None) -> None:
+    """A GGUF may claim a context of 8 tokens (anyone may create one): the plan floors at MIN_CTX
+    instead of handing the engine a context its assertion refuses (a 500 on every request).
+    ``num_ctx`` 8 is LOCALRUN_CONTEXT_LENGTH capped at such a trained context."""
+    geometry = ModelGeometry(architecture="llama", file_size=1 << 20, n_layer=2, n_embd=64, n_ff=128, n_head=4,
+                             n_head_kv=2, head_dim_k=16, head_dim_v=16, n_vocab=256, n_ctx_train=n_ctx_train)
+    plan = plan_context(geometry, LoadOptions(), 1 << 30, [], num_ctx=num_ctx, num_parallel=None)
+    load, _, _ = merge_options({}, {})
+    check_load_options(dataclasses.replace(load, num_ctx=plan.num_ctx, context_pool=plan.context_pool,
+                                           num_parallel=plan.num_parallel,
+                                           num_batch=min(load.num_batch, plan.context_pool)))
+    assert plan.num_ctx == limits.MIN_CTX
