@@ -315,7 +315,9 @@ class Engine:
                 idle = not batcher.step()
             except Exception as exc:  # a bug must end requests with an error, never kill the thread silently
                 log.exception("engine step failed")
-                batcher.fail_all(EngineError(f"engine error: {exc}"))
+                # an assertion is our bug: its text (e.g. an option's value) stays in the log
+                batcher.fail_all(EngineError("engine error (see the daemon's log)" if isinstance(exc, AssertionError)
+                                             else f"engine error: {exc}"))
         error = EngineError("the model was unloaded")
         batcher.waiting.extend(self._incoming)
         self._incoming.clear()

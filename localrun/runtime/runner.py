@@ -42,6 +42,8 @@ from . import protocol
 
 log = logging.getLogger(__name__)
 
+INTERNAL_ERROR = "internal error in the model runner (see the daemon's log)"
+
 DEFAULT_FACTORY = "localrun.engine.engine:Engine"
 DEBUG_ENV = "LOCALRUN_RUNNER_DEBUG"
 
@@ -271,7 +273,15 @@ def _as_message(item: protocol.FromRunner | tuple[int, Event]) -> dict[str, obje
 
 
 def _as_error(exc: BaseException) -> errors.LocalrunError:
-    """What crosses the pipe for ``exc``: itself when it is localrun's, else an EngineError naming it."""
+    """What crosses the pipe for ``exc``: itself when it is localrun's, else an EngineError naming it.
+
+    An AssertionError is a broken invariant of ours (the server checks every option where the
+    request arrives, so no input should reach one): its traceback goes to the log, and the client
+    is told only that it was an internal error, never the assertion's text.
+    """
+    if isinstance(exc, AssertionError):
+        log.error("internal error in the runner", exc_info=exc)
+        return errors.EngineError(INTERNAL_ERROR)
     return protocol.decode_error(protocol.encode_error(exc))
 
 

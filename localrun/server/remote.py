@@ -23,7 +23,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any
@@ -35,12 +35,20 @@ from ..chatevents import ContentDelta
 from ..engine.types import DoneEvent, EmbedInput, EmbedResult
 from ..upstream.pool import prefix_keys, text_segments
 from ..upstream.reply import UpstreamReply
-from ..upstream.requests import ChatRequest, CompletionRequest, EmbedRequest, Format, sampling_from_options
+from ..upstream.requests import (
+    ChatRequest,
+    CompletionRequest,
+    EmbedRequest,
+    Format,
+    Sampling,
+    sampling_from_options,
+)
 from ..upstream.router import MemberSnapshot, Route, Upstreams
 from ..upstream.transport import PEER_HEADER
 from .metrics import Metrics
 from .middleware import Handler
 from .openai_compat import NativeCall
+from .options import check_option
 from .output import Output, Piece
 from .tools import check_tool_choice
 
@@ -141,6 +149,14 @@ async def _open_all(n: int, start: Callable[[], Awaitable[UpstreamReply]]) -> li
         raise
 
 
+def _sampling(options: Mapping[str, Any] | None) -> Sampling:
+    """The upstream sampling fields of ``options``, each option first checked against the one range
+    table (:func:`.options.check_option`), as a local model's are: the same 400 for the same value."""
+    for name, value in (options or {}).items():
+        check_option(name, value)
+    return sampling_from_options(options)
+
+
 def _segments(route: Route, call: NativeCall) -> list[str]:
     """The prefix-affinity segments of a chat: one per message, the tools (rendered into the prompt's
     start) and the model joined to the first, so only a real shared prefix (a system prompt, an
@@ -155,7 +171,7 @@ async def chat_outputs(upstreams: Upstreams, metrics: Metrics, route: Route, cal
     """Start ``call.n`` chat replies on the upstream pool of ``route``."""
     _refuse_local_only(call)
     check_tool_choice(call.tool_choice, call.tools)
-    sampling = replace(sampling_from_options(call.options), ignore_eos=call.ignore_eos, min_tokens=call.min_tokens)
+    sampling = replace(_sampling(call.options), ignore_eos=call.ignore_eos, min_tokens=call.min_tokens)
     req = ChatRequest(model=route.model, messages=call.messages, tools=call.tools, tool_choice=call.tool_choice,
                       format=call.format, think=call.think, sampling=sampling)
     keys = prefix_keys(_segments(route, call))
@@ -169,7 +185,7 @@ async def completion_outputs(upstreams: Upstreams, metrics: Metrics, route: Rout
     """``call.n`` completions of each of ``call.prompts`` (prompt-major order, as /v1/completions)."""
     _refuse_local_only(call)
 
-    sampling = replace(sampling_from_options(call.options), ignore_eos=call.ignore_eos, min_tokens=call.min_tokens)
+    sampling = replace(_sampling(call.options), ignore_eos=call.ignore_eos, min_tokens=call.min_tokens)
     started = time.perf_counter_ns()
     outputs: list[Output] = []
     try:
