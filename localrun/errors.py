@@ -31,7 +31,9 @@ the CLI prints ``Error: msg`` and exits non-zero.
     ├── PullError                      502 download failed
     │   └── DigestMismatch             downloaded bytes do not match the advertised hash
     ├── EngineError                    500 llama.cpp returned an error
+    │   └── FrameTooLarge              a message over its channel's frame limit (not sent)
     ├── RunnerCrashed                  502 the model's runner process died
+    │   └── BadFrame                   another localrun process sent something that is not a frame
     ├── UpstreamError                  502 an upstream server failed, or answered what localrun cannot read
     │   └── UpstreamUnavailable        503 no member of an upstream pool answers (all failed or cooling down)
     ├── DaemonUnavailable              503 no daemon answers at LOCALRUN_HOST (client side)
@@ -202,6 +204,14 @@ class EngineError(LocalrunError):
 class RunnerCrashed(LocalrunError):
     status = 502
     code = "runner_crashed"
+
+
+class BadFrame(RunnerCrashed):
+    """Another localrun process sent something that is not a frame (:mod:`localrun.runtime.framing`)."""
+
+
+class FrameTooLarge(EngineError):
+    """A message is over its channel's frame limit; refused before anything is sent."""
 
 
 class UpstreamError(LocalrunError):

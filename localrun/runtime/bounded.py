@@ -34,7 +34,6 @@ import logging
 import os
 import queue
 import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -45,13 +44,13 @@ from typing import IO, TypeVarTuple
 
 from .. import errors
 from ..jsontypes import JSONObject, JSONValue, as_object
+from . import framing
 
 log = logging.getLogger(__name__)
 
-MAX_FRAME = 64 * 1024 * 1024
+MAX_FRAME = 64 * 1024 * 1024  # a job's arguments or result: a rendered prompt is megabytes at most
 ACCEPTED: JSONObject = {"accepted": True}
 """What a worker answers first to every job, before running any of it (see the module docstring)."""
-_HEADER = struct.Struct(">I")
 Args = TypeVarTuple("Args")
 
 
@@ -65,32 +64,20 @@ class Limits:
 
 
 def encode_frame(message: object) -> bytes:
-    """``message`` as one frame (``json.dumps`` checks it is JSON: TypeError or ValueError when not)."""
-    body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    if len(body) > MAX_FRAME:
-        raise ValueError(f"message of {len(body)} bytes is over the {MAX_FRAME}-byte frame limit")
-    return _HEADER.pack(len(body)) + body
+    """``message`` as one frame (TypeError or ValueError when it is not JSON, FrameTooLarge when
+    it is over :data:`MAX_FRAME`)."""
+    return framing.encode(message, MAX_FRAME)
 
 
 def write_frame(out: IO[bytes], message: object) -> None:
-    """Send ``message`` (TypeError or ValueError when it is not JSON or too large, before sending)."""
+    """Send ``message`` (the errors of :func:`encode_frame`, before anything is sent)."""
     out.write(encode_frame(message))
     out.flush()
 
 
 def read_frame(inp: IO[bytes]) -> JSONValue:
-    """The next message, or None at end of stream (the other side is gone)."""
-    header = inp.read(_HEADER.size)
-    if len(header) < _HEADER.size:
-        return None
-    (n,) = _HEADER.unpack(header)
-    if n > MAX_FRAME:
-        raise ValueError(f"frame of {n} bytes is over the {MAX_FRAME}-byte limit")
-    body = inp.read(n)
-    if len(body) < n:
-        return None
-    message: JSONValue = json.loads(body.decode("utf-8"))
-    return message
+    """The next message, or None at end of stream (the other side is gone); BadFrame on garbage."""
+    return framing.read_sync(inp, MAX_FRAME)
 
 
 class _WorkerGone(Exception):
@@ -118,7 +105,7 @@ class _Worker:
         try:
             while (message := read_frame(self.proc.stdout)) is not None:
                 self.replies.put(message)
-        except (OSError, ValueError):
+        except (OSError, errors.BadFrame):
             pass
         self.replies.put(None)
 
@@ -219,7 +206,7 @@ class BoundedPool:
             raise ValueError(f"{name} cannot run in a bounded worker")
         try:
             frame = encode_frame({"fn": name, "args": args})
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, errors.FrameTooLarge) as exc:
             raise self._error(f"{self._what} cannot run: {exc}") from None
         reply = self._hand_off(frame)
         if "ok" in reply:

@@ -16,8 +16,9 @@ import importlib
 import json
 import math
 import sys
+from typing import IO
 
-from ..errors import LocalrunError
+from ..errors import BadFrame, FrameTooLarge, LocalrunError
 from ..jsontypes import JSONObject, JSONValue, as_object
 from .bounded import ACCEPTED, read_frame, write_frame
 
@@ -67,18 +68,26 @@ def _execute(request: JSONObject) -> JSONObject:
         return {"error": {"message": f"{type(exc).__name__}: {exc}"}}
 
 
+def _next_job(stdin: IO[bytes]) -> JSONValue:
+    """The next job, or None when the daemon is gone (its pipe closed, even inside a frame)."""
+    try:
+        return read_frame(stdin)
+    except BadFrame:
+        return None
+
+
 def main() -> None:
     limits = json.loads(sys.argv[1])
     _limit_memory(int(limits["memory_bytes"]))
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must not corrupt the frames
-    while (request := read_frame(stdin)) is not None:
+    while (request := _next_job(stdin)) is not None:
         write_frame(stdout, ACCEPTED)
         _arm_cpu(int(limits["cpu_seconds"]))
         reply = _execute(as_object(request))
         try:
             write_frame(stdout, reply)
-        except (TypeError, ValueError) as exc:  # the result was not JSON, or too large
+        except (TypeError, ValueError, FrameTooLarge) as exc:  # the result was not JSON, or too large
             write_frame(stdout, {"error": {"message": f"unusable result: {exc}"}})
 
 

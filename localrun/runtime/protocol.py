@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
-import struct
 import typing
 from collections.abc import Callable
 from typing import IO, Any, ClassVar
@@ -50,64 +48,33 @@ from ..engine.types import (
     TokenLogprob,
     Truncation,
 )
+from . import framing
 
-MAX_FRAME = 256 * 1024 * 1024
-_HEADER = struct.Struct(">I")
+MAX_FRAME = 256 * 1024 * 1024  # a runner's frames: an embedding batch or a long prompt's tokens
 
-
-class ProtocolError(errors.RunnerCrashed):
-    """The runner sent something that is not a valid frame."""
+ProtocolError = errors.BadFrame
+"""The runner sent something that is not a valid frame or message (one class with the framing's)."""
 
 
 def encode_frame(message: dict[str, Any]) -> bytes:
-    body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    if len(body) > MAX_FRAME:
-        raise errors.EngineError(f"message of {len(body)} bytes is over the {MAX_FRAME}-byte frame limit")
-    return _HEADER.pack(len(body)) + body
+    """``message`` as one frame (FrameTooLarge over :data:`MAX_FRAME`)."""
+    return framing.encode(message, MAX_FRAME)
 
 
-def _decode_body(body: bytes) -> dict[str, Any]:
-    try:
-        message = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProtocolError(f"runner sent a malformed frame: {exc}") from exc
-    if not isinstance(message, dict):
+def _as_message(message: object) -> dict[str, Any] | None:
+    if message is not None and not isinstance(message, dict):
         raise ProtocolError("runner sent a frame that is not a JSON object")
     return message
 
 
 async def read_frame(reader: asyncio.StreamReader) -> dict[str, Any] | None:
     """Read one frame; None at a clean end of stream. Raises ProtocolError on garbage."""
-    try:
-        header = await reader.readexactly(_HEADER.size)
-    except asyncio.IncompleteReadError as exc:
-        if exc.partial:
-            raise ProtocolError("runner stream ended inside a frame header") from exc
-        return None
-    (length,) = _HEADER.unpack(header)
-    if length > MAX_FRAME:
-        raise ProtocolError(f"runner announced a {length}-byte frame")
-    try:
-        body = await reader.readexactly(length)
-    except asyncio.IncompleteReadError as exc:
-        raise ProtocolError("runner stream ended inside a frame") from exc
-    return _decode_body(body)
+    return _as_message(await framing.read_async(reader, MAX_FRAME))
 
 
 def read_frame_sync(stream: IO[bytes]) -> dict[str, Any] | None:
     """Blocking read of one frame from a binary file; None at end of stream."""
-    header = stream.read(_HEADER.size)
-    if not header:
-        return None
-    if len(header) < _HEADER.size:
-        raise ProtocolError("stream ended inside a frame header")
-    (length,) = _HEADER.unpack(header)
-    if length > MAX_FRAME:
-        raise ProtocolError(f"peer announced a {length}-byte frame")
-    body = stream.read(length)
-    if len(body) < length:
-        raise ProtocolError("stream ended inside a frame")
-    return _decode_body(body)
+    return _as_message(framing.read_sync(stream, MAX_FRAME))
 
 
 # --- errors -------------------------------------------------------------------------------
