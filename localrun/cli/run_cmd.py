@@ -202,9 +202,9 @@ def run(args: argparse.Namespace) -> int:
 
 def chat(model: str, args: argparse.Namespace) -> int:
     from ..client import ensure_daemon
-    from ..conversations import ConversationStore
     from ..tui.app import LocalrunApp
     from ..tui.backend import ClientBackend
+    from ..tui.conversations import ConversationStore
     from ..tui.session import ChatSession
 
     store = None if args.no_save else ConversationStore()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import autostart
-from ..autostart import ServiceKind, ServiceManager, ServiceSpec
+from . import autostart
+from .autostart import ServiceKind, ServiceManager, ServiceSpec
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..conversations import ChatMessage
 from ..errors import InvalidRequest, OptionError
 from ..parameters import ParameterValue, kind_of, parse_value
+from .conversations import ChatMessage
 
 # What /set parameter offers (types and rules: localrun.parameters, shared with the Modelfile parser).
 SESSION_PARAMETERS = ("seed", "num_predict", "top_k", "top_p", "min_p", "typical_p", "num_ctx", "num_batch",

@@ -19,10 +19,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, TextArea
 from textual.widgets.option_list import Option
 
-from ..conversations import ConversationStore
 from ..errors import LocalrunError
 from ..fmt import human_bytes
 from . import commands as cmd
+from .conversations import ConversationStore
 from .model_ops import full_name
 from .shell import LocalrunShell
 

@@ -1,6 +1,6 @@
 """The state of one chat session, apart from how it is drawn (headless, no textual).
 
-A :class:`ChatSession` owns the current :class:`~localrun.conversations.Conversation` (model,
+A :class:`ChatSession` owns the current :class:`~localrun.tui.conversations.Conversation` (model,
 system prompt, parameters, messages) plus the session-only switches Ollama has (format, verbose,
 history). It is mutated only by the chat screen, on the UI's event loop.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TypedDict, Unpack
 
-from ..conversations import ChatMessage, Conversation, ConversationStore
 from ..jsontypes import JSONObject
 from ..parameters import ParameterValue
+from .conversations import ChatMessage, Conversation, ConversationStore
 
 
 class Switches(TypedDict, total=False):

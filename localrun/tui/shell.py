@@ -21,9 +21,9 @@ from textual.app import App
 from textual.binding import Binding
 from textual.reactive import reactive
 
-from ..conversations import ConversationStore
 from ..errors import LocalrunError
 from .backend import DaemonApi
+from .conversations import ConversationStore
 from .session import ChatSession
 
 log = logging.getLogger(__name__)

@@ -62,7 +62,7 @@ def daemon(tiny_gguf: Path, tiny_gguf_b: Path) -> Iterator[None]:
 
 @pytest.fixture
 async def app(tmp_path: Path) -> AsyncIterator[LocalrunApp]:
-    from localrun.conversations import ConversationStore
+    from localrun.tui.conversations import ConversationStore
 
     store = ConversationStore(tmp_path / "conversations")
     session = ChatSession.start("tiny", store=store)

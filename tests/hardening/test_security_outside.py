@@ -224,7 +224,7 @@ def test_no_prompt_or_reply_text_in_logs_above_debug(tmp_path: Path, tiny_gguf: 
 
 
 def test_conversation_files_are_private_whatever_the_umask(tmp_path: Path) -> None:
-    from localrun.conversations import Conversation, ConversationStore
+    from localrun.tui.conversations import Conversation, ConversationStore
 
     old = os.umask(0)
     try:

@@ -13,8 +13,8 @@ from pathlib import Path, PureWindowsPath
 
 import pytest
 
-from localrun import autostart
-from localrun.autostart import (
+from localrun.cli import autostart
+from localrun.cli.autostart import (
     ServiceKind,
     ServiceManager,
     ServicePaths,

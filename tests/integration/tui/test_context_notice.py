@@ -14,11 +14,11 @@ from aiohttp.test_utils import TestServer
 from tui_fakes import FakeBackend
 
 from localrun.config import load_settings, models_dir
-from localrun.conversations import ConversationStore
 from localrun.errors import DaemonUnavailable
 from localrun.server.app import create_app
 from localrun.tui.app import LocalrunApp
 from localrun.tui.backend import ClientBackend, DaemonApi
+from localrun.tui.conversations import ConversationStore
 from localrun.tui.session import ChatSession
 from localrun.tui.widgets import AssistantMessage, InfoMessage, PromptInput
 

@@ -13,9 +13,9 @@ from textual.widgets import Input, Markdown, OptionList, TextArea
 from tui_fakes import FakeBackend
 from tuiscreen import screen_lines
 
-from localrun.conversations import ConversationStore
 from localrun.tui.app import LocalrunApp
 from localrun.tui.chat import ChatScreen
+from localrun.tui.conversations import ConversationStore
 from localrun.tui.session import ChatSession
 from localrun.tui.widgets import AssistantMessage, InfoMessage, PromptInput, UserMessage
 

@@ -16,7 +16,7 @@ from localrun.tui.session import ChatSession
 def test_cli_and_headless_modules_do_not_import_textual() -> None:
     code = (
         "import sys\n"
-        "import localrun.cli.main, localrun.cli.run_cmd, localrun.cli.top_cmd, localrun.conversations\n"
+        "import localrun.cli.main, localrun.cli.run_cmd, localrun.cli.top_cmd, localrun.tui.conversations\n"
         "import localrun.tui.backend, localrun.tui.commands, localrun.tui.session, localrun.tui.stats\n"
         "import localrun.tui.model_ops\n"
         "localrun.cli.main.build_parser()\n"

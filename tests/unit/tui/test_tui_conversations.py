@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from localrun import config
-from localrun.conversations import Conversation, ConversationStore, default_dir
 from localrun.errors import NotFound, StoreError
+from localrun.tui.conversations import Conversation, ConversationStore, default_dir
 
 
 def chat(model: str = "tiny:latest", *turns: str) -> Conversation:

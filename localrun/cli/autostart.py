@@ -29,8 +29,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import config
-from .errors import LocalrunError
+from .. import config
+from ..errors import LocalrunError
 
 UNIT_NAME = "localrun.service"
 LAUNCHD_LABEL = "io.localrun.serve"

@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
-from . import config
-from .errors import NotFound, StoreError
-from .jsontypes import JSONObject, as_objects
+from .. import config
+from ..errors import NotFound, StoreError
+from ..jsontypes import JSONObject, as_objects
 
 log = logging.getLogger(__name__)
 
