@@ -11,14 +11,11 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import platformdirs
 
 from .errors import ConfigError, InvalidRequest
-
-if TYPE_CHECKING:
-    from .upstream.spec import UpstreamSpec
+from .upstream.spec import UpstreamSpec, parse_env  # pure parsing: stdlib and errors only
 
 APP_NAME = "localrun"
 DEFAULT_PORT = 11435
@@ -160,8 +157,6 @@ def upstreams() -> tuple[UpstreamSpec, ...]:
     raw = _env("LOCALRUN_UPSTREAMS")
     if raw is None:
         return ()
-    from .upstream.spec import parse_env
-
     try:
         return parse_env(raw)
     except InvalidRequest as exc:
