@@ -189,11 +189,11 @@ class Engine:
         options = request.sampling
         assert_valid(options)
         tokens = self._prompt_tokens(request)
-        num_predict = options.num_predict if options.num_predict is None or options.num_predict >= 0 else None
+        num_predict = limits.token_limit(options.num_predict)
         tokens, truncated = self._fit(tokens, request, num_predict)
         gbnf = grammar_for(request.format, request.grammar, request.format_frame)
         sampler = build_sampler(options, self.vocab, gbnf, self.num_ctx)
-        last_n = self.num_ctx if options.repeat_last_n == -1 else options.repeat_last_n
+        last_n = limits.penalty_window(options.repeat_last_n, self.num_ctx)
         with self._cond:
             self._next_id += 1
             handle = RequestHandle(self._next_id, self._wake)

@@ -170,6 +170,17 @@ def check(name: str, value: object) -> int | float | bool | tuple[str, ...]:
     return cast("int | float | bool | tuple[str, ...]", normal)  # what within() accepts
 
 
+def token_limit(num_predict: int | None) -> int | None:
+    """The most tokens a generation may produce: None (no limit) for None or a negative
+    ``num_predict`` (Ollama's -1, "until the end", and -2, "fill the context")."""
+    return num_predict if num_predict is not None and num_predict >= 0 else None
+
+
+def penalty_window(repeat_last_n: int, num_ctx: int) -> int:
+    """How many recent tokens the repetition penalties look at: -1 is the whole context."""
+    return num_ctx if repeat_last_n == -1 else repeat_last_n
+
+
 def _bound(value: float) -> str:
     """A bound as people write it: 0, 1, 2147483647, 0.5 (not 0.0 or 2.14748e+09)."""
     return str(int(value)) if float(value).is_integer() else f"{value:g}"

@@ -140,7 +140,7 @@ def build_sampler(options: SamplingOptions, vocab: Vocab, gbnf: str | None, num_
         lc.llama_sampler_chain_add(chain, sampler)
 
     greedy = options.temperature <= 0.0
-    last_n = num_ctx if options.repeat_last_n == -1 else options.repeat_last_n
+    last_n = limits.penalty_window(options.repeat_last_n, num_ctx)
     repeat = options.repeat_penalty if options.repeat_penalty > 0 else 1.0
     eog = eog_tokens(vocab) if grammar is None and (options.ignore_eos or options.min_tokens > 0) else None
     logprobs = options.logprobs or options.top_logprobs > 0

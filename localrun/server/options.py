@@ -104,8 +104,7 @@ def merge_options(
     load_kwargs["num_batch"] = max(load_kwargs.get("num_batch", _DEFAULT_LOAD.num_batch), MIN_BATCH)
     load = dataclasses.replace(base, **load_kwargs)
     sampling_kwargs = {k: v for k, v in merged.items() if k in _SAMPLING}
-    if sampling_kwargs.get("num_predict") is not None and sampling_kwargs["num_predict"] < 0:
-        sampling_kwargs["num_predict"] = None  # -1 (infinite) and -2 (fill context)
+    sampling_kwargs["num_predict"] = limits.token_limit(sampling_kwargs.get("num_predict"))
     if sampling_kwargs.get("seed") is not None and sampling_kwargs["seed"] < 0:
         sampling_kwargs["seed"] = None
     sampling = SamplingOptions(**sampling_kwargs)

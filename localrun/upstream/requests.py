@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ..engine.limits import token_limit
 from ..errors import OptionError
 from ..jsontypes import JSONMapping
 
@@ -101,14 +102,14 @@ def sampling_from_options(options: Mapping[str, object] | None) -> Sampling:
         stop = [stop]
     if stop is not None and (not isinstance(stop, list) or not all(isinstance(s, str) for s in stop)):
         raise OptionError("option 'stop' must be a string or a list of strings")
-    max_tokens = _whole(options, "num_predict")
+    max_tokens = token_limit(_whole(options, "num_predict"))
     num_ctx = _whole(options, "num_ctx")
     if num_ctx is not None and num_ctx < 1:
         raise OptionError("option 'num_ctx' must be at least 1")
     return Sampling(
         temperature=_number(options, "temperature"), top_p=_number(options, "top_p"),
         top_k=_whole(options, "top_k"), min_p=_number(options, "min_p"), seed=_whole(options, "seed"),
-        max_tokens=max_tokens if max_tokens is not None and max_tokens > 0 else None,
+        max_tokens=max_tokens or None,  # 0 too: not sent, as before
         stop=tuple(stop or ()), presence_penalty=_number(options, "presence_penalty"),
         frequency_penalty=_number(options, "frequency_penalty"), repeat_penalty=_number(options, "repeat_penalty"),
         num_ctx=num_ctx,
