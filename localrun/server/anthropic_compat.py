@@ -23,7 +23,8 @@ from typing import Any
 
 from ..errors import InvalidRequest, ThreadUnsupported
 from .http import get, get_number, get_whole, str_field
-from .openai_compat import NativeCall, options_from_openai
+from .native_call import NativeCall
+from .openai_compat import options_from_openai
 from .options import parse_keep_alive
 from .prompts import TURN_ROLES, role_names
 

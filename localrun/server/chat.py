@@ -1,7 +1,7 @@
 """One generation path for every API: /api/chat, /api/generate, /v1/chat/completions, /v1/completions,
 /v1/responses, /v1/messages.
 
-Each API's adapter converts its request into a :class:`~.openai_compat.NativeCall` (messages,
+Each API's adapter converts its request into a :class:`~.native_call.NativeCall` (messages,
 tools and ``tool_choice`` in the chat-completions shape, ``think``, Ollama options) with pure
 functions; :func:`start_chat` then does what all of them share. For a model named
 ``UPSTREAM/model`` (a configured upstream, :mod:`.remote`) the call goes to the upstream, which
@@ -26,7 +26,7 @@ from ..engine.types import DoneEvent, DoneReason, GenerateRequest, OutputFormat,
 from ..upstream.router import Route
 from . import chatturn, remote
 from .chatturn import ChatTurn
-from .openai_compat import NativeCall
+from .native_call import NativeCall
 from .output import LocalOutput, Output
 from .service import Generation, Service, Target
 

@@ -13,15 +13,14 @@ from __future__ import annotations
 import base64
 import json
 import struct
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..chatevents import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
-from ..engine.types import DoneEvent, DoneReason, EmbedInput, OutputFormat, TokenLogprob
+from ..engine.types import DoneEvent, DoneReason, EmbedInput, TokenLogprob
 from ..errors import InvalidRequest, OptionError
-from ..runtime.resident import KeepAlive
 from .chatformat import parse_think
 from .http import get, get_whole
+from .native_call import NativeCall
 from .options import parse_keep_alive, top_logprobs
 from .prompts import native_role, role_names
 from .tools import validate_tools
@@ -30,29 +29,6 @@ MAX_N = 16  # replies per request
 MAX_COMPLETION_LOGPROBS = 5  # /v1/completions' legacy ``logprobs``: OpenAI's own bound
 _EXTRA_OPTIONS = ("num_ctx", "top_k", "min_p", "typical_p", "repeat_penalty", "repeat_last_n", "num_batch",
                   "num_gpu", "num_thread", "num_keep", "use_mmap")
-
-
-@dataclass(slots=True)
-class NativeCall:
-    """A /v1 request in native terms."""
-
-    model: object  # the request's raw "model" (Service.target checks it)
-    options: dict[str, Any]
-    keep_alive: KeepAlive
-    stream: bool = False
-    include_usage: bool = False
-    n: int = 1
-    logprobs: bool = False
-    top_logprobs: int = 0
-    format: OutputFormat = None
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: Any = None
-    think: bool | None = None  # Ollama's think; or reasoning_effort / chat_template_kwargs.enable_thinking
-    prompts: list[str] = field(default_factory=list)
-    echo: bool = False
-    ignore_eos: bool = False  # vLLM's extras: end-of-generation tokens do not end the output
-    min_tokens: int = 0       # ... until this many tokens were generated
 
 
 def options_from_openai(body: dict[str, Any]) -> dict[str, Any]:

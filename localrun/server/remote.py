@@ -1,6 +1,6 @@
 """The server's one seam to upstreams (``localrun.upstream``): ``NAME/model`` requests go out here.
 
-The API adapters convert every request into a :class:`~.openai_compat.NativeCall` (or prompts,
+The API adapters convert every request into a :class:`~.native_call.NativeCall` (or prompts,
 or embedding inputs) the same way for local and upstream models; :mod:`.chat` asks
 :meth:`Upstreams.route` whether the model names an upstream and, if so, calls
 :func:`chat_outputs` / :func:`completion_outputs` here instead of the local engine. Replies come
@@ -47,7 +47,7 @@ from ..upstream.router import MemberSnapshot, Route, Upstreams
 from ..upstream.transport import PEER_HEADER
 from .metrics import Metrics
 from .middleware import Handler
-from .openai_compat import NativeCall
+from .native_call import NativeCall
 from .options import check_option
 from .output import Output, Piece
 from .tools import check_tool_choice

@@ -33,7 +33,8 @@ from typing import Any
 
 from ..errors import InvalidRequest
 from .http import get, get_whole, str_field
-from .openai_compat import NativeCall, options_from_openai
+from .native_call import NativeCall
+from .openai_compat import options_from_openai
 from .options import parse_keep_alive
 from .prompts import TURN_ROLES, native_role, role_names
 

@@ -30,8 +30,8 @@ from .chatformat import parse_think
 from .chatparse import ChatStreamParser
 from .http import NDJSONStream, get, now_iso, read_json
 from .keys import SERVICE
+from .native_call import NativeCall
 from .native_shapes import CHAT, GENERATE, Shape
-from .openai_compat import NativeCall
 from .options import parse_keep_alive, top_logprobs
 from .output import LocalOutput, Output
 from .service import Service, Target

@@ -17,7 +17,7 @@ from localrun import errors
 from localrun.chatevents import ContentDelta
 from localrun.server import remote
 from localrun.server.metrics import Metrics
-from localrun.server.openai_compat import NativeCall
+from localrun.server.native_call import NativeCall
 from localrun.upstream.pool import MemberState
 from localrun.upstream.reply import UpstreamReply
 from localrun.upstream.requests import ChatRequest

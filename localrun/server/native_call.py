@@ -1,0 +1,38 @@
+"""The native request: what every API's adapter turns its request into, before one service runs it.
+
+Ollama's ``/api/chat`` and ``/api/generate``, OpenAI's chat and completions, the Responses API
+and Anthropic's Messages each convert their body into a :class:`NativeCall` (pure functions in
+their ``*_compat`` modules); :mod:`.chat` runs it on a local model and :mod:`.remote` on an
+upstream one. It names no API: a field here means the same thing whichever API filled it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.types import OutputFormat
+from ..runtime.resident import KeepAlive
+
+
+@dataclass(slots=True)
+class NativeCall:
+    """One request in native terms: a chat (``messages``) or raw completions (``prompts``)."""
+
+    model: object  # the request's raw "model" (Service.target checks it)
+    options: dict[str, Any]  # Ollama options, each checked against the one range table
+    keep_alive: KeepAlive
+    stream: bool = False
+    include_usage: bool = False
+    n: int = 1
+    logprobs: bool = False
+    top_logprobs: int = 0
+    format: OutputFormat = None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    think: bool | None = None  # Ollama's think; or reasoning_effort / chat_template_kwargs.enable_thinking
+    prompts: list[str] = field(default_factory=list)
+    echo: bool = False
+    ignore_eos: bool = False  # vLLM's extras: end-of-generation tokens do not end the output
+    min_tokens: int = 0       # ... until this many tokens were generated
