@@ -23,8 +23,7 @@ from typing import Any
 
 from ..errors import InvalidRequest, ThreadUnsupported
 from .http import get, get_number, get_whole, str_field
-from .native_call import NativeCall
-from .openai_compat import options_from_openai
+from .native_call import EXTRA_OPTIONS, NativeCall, extra_options
 from .options import parse_keep_alive
 from .prompts import TURN_ROLES, role_names
 
@@ -33,8 +32,7 @@ _UNSUPPORTED_BLOCKS = {"image": "images", "document": "documents", "search_resul
 _THINKING_BLOCKS = ("thinking", "redacted_thinking")
 MIN_THINKING_BUDGET = 1024  # Anthropic's own minimum
 _EFFORTS = ("low", "medium", "high", "xhigh", "max")
-_LOCALRUN_FIELDS = ("options", "num_ctx", "min_p", "typical_p", "repeat_penalty", "repeat_last_n", "num_batch",
-                    "num_gpu", "num_thread", "num_keep", "use_mmap", "seed")
+_LOCALRUN_FIELDS = (*(n for n in EXTRA_OPTIONS if n != "top_k"), "seed")  # top_k is a field of Anthropic's own
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +61,7 @@ def messages_to_native(body: dict[str, Any], *, count_only: bool = False) -> Mes
     max_tokens = get_whole(body, "max_tokens", 1)
     if max_tokens is None and not count_only:
         raise InvalidRequest("max_tokens: field required")
-    options = options_from_openai({k: body[k] for k in _LOCALRUN_FIELDS if k in body})  # localrun's extras
+    options = extra_options(body, _LOCALRUN_FIELDS)  # localrun's extras
     for name in ("temperature", "top_p"):  # Anthropic's range for both is [0, 1]
         value = get_number(body, name, 0.0, 1.0)
         if value is not None:

@@ -13,6 +13,11 @@ from typing import Any
 
 from ..engine.types import OutputFormat
 from ..runtime.resident import KeepAlive
+from .http import get
+
+EXTRA_OPTIONS = ("num_ctx", "top_k", "min_p", "typical_p", "repeat_penalty", "repeat_last_n", "num_batch",
+                 "num_gpu", "num_thread", "num_keep", "use_mmap")
+"""Ollama options any API's request may also carry as top-level fields (localrun's extras)."""
 
 
 @dataclass(slots=True)
@@ -36,3 +41,12 @@ class NativeCall:
     echo: bool = False
     ignore_eos: bool = False  # vLLM's extras: end-of-generation tokens do not end the output
     min_tokens: int = 0       # ... until this many tokens were generated
+
+
+def extra_options(body: dict[str, Any], names: tuple[str, ...] = EXTRA_OPTIONS) -> dict[str, Any]:
+    """The Ollama options a request of any API carries besides its own fields: a whole ``options``
+    object, with the top-level fields ``names`` over it. Values are checked later, in one place
+    (:func:`.options.check_option`)."""
+    options: dict[str, Any] = dict(get(body, "options", dict, {}))
+    options.update((name, body[name]) for name in names if body.get(name) is not None)
+    return options

@@ -20,21 +20,17 @@ from ..engine.types import DoneEvent, DoneReason, EmbedInput, TokenLogprob
 from ..errors import InvalidRequest, OptionError
 from .chatformat import parse_think
 from .http import get, get_whole
-from .native_call import NativeCall
+from .native_call import NativeCall, extra_options
 from .options import parse_keep_alive, top_logprobs
 from .prompts import native_role, role_names
 from .tools import validate_tools
 
 MAX_N = 16  # replies per request
 MAX_COMPLETION_LOGPROBS = 5  # /v1/completions' legacy ``logprobs``: OpenAI's own bound
-_EXTRA_OPTIONS = ("num_ctx", "top_k", "min_p", "typical_p", "repeat_penalty", "repeat_last_n", "num_batch",
-                  "num_gpu", "num_thread", "num_keep", "use_mmap")
-
 
 def options_from_openai(body: dict[str, Any]) -> dict[str, Any]:
     """Sampling fields and localrun's extra fields -> an Ollama options dict."""
-    options: dict[str, Any] = {}
-    options.update(get(body, "options", dict, {}))
+    options = extra_options(body)  # disjoint from the fields below: their order does not matter
     for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
         value = get(body, name, float)
         if value is not None:
@@ -53,9 +49,6 @@ def options_from_openai(body: dict[str, Any]) -> dict[str, Any]:
         if value is not None:
             options["num_predict"] = value
             break
-    for name in _EXTRA_OPTIONS:
-        if body.get(name) is not None:
-            options[name] = body[name]
     return options
 
 
