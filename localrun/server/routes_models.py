@@ -131,14 +131,18 @@ async def _defaults(request: web.Request, name: str, params: dict[str, Any]) -> 
     context planned from memory: ``Service.target``), and the KV pool requests share.
 
     A localrun field (Ollama's ``parameters`` lists only what the Modelfile sets); the chat UI
-    shows these in its settings dialog.
+    shows these in its settings dialog. When the model cannot load (too large for memory, a bad
+    file), ``unavailable`` says why and the numbers are the Modelfile's, not a plan.
     """
+    unavailable = None
     try:
         target = await request.app[SERVICE].target(name)
         load, sampling = target.spec.options, target.sampling
-    except errors.LocalrunError:  # a model that cannot load still shows its Modelfile's values
+    except errors.LocalrunError as exc:  # a model that cannot load still shows its Modelfile's values
         load, sampling, _ = merge_options(params, {})
+        unavailable = f"these are the Modelfile's values: the model cannot load as it is ({exc.message})"
     return {
+        **({"unavailable": unavailable} if unavailable else {}),
         "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
         "min_p": sampling.min_p, "repeat_penalty": sampling.repeat_penalty, "num_ctx": load.num_ctx,
         "context_pool": load.pool, "num_parallel": load.num_parallel,
