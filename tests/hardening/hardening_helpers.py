@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import serverguard
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,6 +133,7 @@ class LiveDaemon:
         })
         env.update(self.env)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the daemon; closed in stop()
+        serverguard.watch_log(self.log_path)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "localrun", "serve", "--log-level", self.log_level],
             cwd=str(self.models_dir.parent), env=env, stdout=self._log, stderr=subprocess.STDOUT,
