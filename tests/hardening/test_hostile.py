@@ -236,6 +236,7 @@ def gzip_bomb() -> bytes:
     return b"".join(out.compress(block) for _ in range(64)) + out.flush()
 
 
+@pytest.mark.allow_5xx(reason="a 502: the fake hub sends a gzip bomb on purpose")
 def test_a_gzip_bomb_listing_is_a_502_without_inflating(daemon: LiveDaemon, hub: FakeHub) -> None:
     bomb = gzip_bomb()
     hub.listing_answer = (200, {"Content-Encoding": "gzip"}, bomb)
@@ -251,6 +252,7 @@ def test_a_gzip_bomb_listing_is_a_502_without_inflating(daemon: LiveDaemon, hub:
                    rss_growth_mb=grown >> 20, answer_s=round(seconds, 2))
 
 
+@pytest.mark.allow_5xx(reason="a 502: the fake hub refuses the pull on purpose")
 @pytest.mark.parametrize(("status", "message"), [(403, "Access to this model is restricted"),
                                                  (500, "Internal Error")])
 def test_a_refused_pull_is_a_502_with_the_hubs_reason(daemon: LiveDaemon, hub: FakeHub, status: int,
@@ -263,6 +265,7 @@ def test_a_refused_pull_is_a_502_with_the_hubs_reason(daemon: LiveDaemon, hub: F
     assert r.status_code == 502 and str(status) in r.json()["error"] and message in r.json()["error"], r.text
 
 
+@pytest.mark.allow_5xx(reason="a 502: the fake hub lists malformed sizes on purpose")
 @pytest.mark.parametrize("size", ["abc", 0, -1])
 def test_malformed_hub_sizes_are_a_502(daemon: LiveDaemon, hub: FakeHub, size: Any) -> None:
     hub.advertise_size[FILE] = size
@@ -273,6 +276,7 @@ def test_malformed_hub_sizes_are_a_502(daemon: LiveDaemon, hub: FakeHub, size: A
     assert r.status_code == 502 and "malformed" in r.json()["error"], r.text[:300]
 
 
+@pytest.mark.allow_5xx(reason="502s: the fake hub trickles bytes past the pull deadline on purpose")
 def test_seven_trickling_pulls_end_by_their_deadline_and_hang_nothing(daemon: LiveDaemon, hub: FakeHub) -> None:
     hub.trickle = 0.2  # a byte every 0.2 s: fast enough for no read timeout, too slow to ever finish
     bg = Background()

@@ -201,6 +201,7 @@ def _wait_unloaded(daemon: LiveDaemon, timeout: float = 30.0) -> None:
     raise AssertionError(f"models still loaded or runner processes alive: {runners_of(daemon.proc.pid)}")
 
 
+@pytest.mark.allow_5xx(reason="503 busy: 32 clients overfill the queue on purpose (the test fails any other 5xx)")
 def test_soak_mixed_traffic_loses_nothing_and_leaks_nothing(daemon: LiveDaemon) -> None:
     assert daemon.proc is not None
     proc = psutil.Process(daemon.proc.pid)

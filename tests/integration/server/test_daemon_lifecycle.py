@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import pytest
 from aiohttp import web
 from daemon_helpers import DictStore
 
@@ -44,6 +45,7 @@ async def test_shutdown_asks_once_and_refuses_bad_grace(serve_app: Any) -> None:
     assert (await again.json())["grace_seconds"] == 0  # asked twice: no more waiting
 
 
+@pytest.mark.allow_5xx(reason="a 503: the daemon is shutting down on purpose")
 async def test_a_shutting_down_scheduler_refuses_new_requests(serve_app: Any, tiny_gguf: Any) -> None:
     client = await serve_app(DictStore({"tiny": tiny_gguf}))
     client.server.app[SCHEDULER].refuse_new()

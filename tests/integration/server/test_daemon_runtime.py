@@ -66,6 +66,7 @@ async def test_a_crashed_runner_fails_only_its_requests_and_the_next_request_rel
     assert (await ps(client))["a:latest"]["pid"] != old_pid
 
 
+@pytest.mark.allow_5xx(reason="a 502: the runner is killed on purpose")
 async def test_a_killed_runner_gives_a_clear_error_to_a_waiting_non_streaming_request(
     serve_app: Any, store: DictStore, fake_runners: Any
 ) -> None:
@@ -85,6 +86,7 @@ async def _active(client: Any, name: str, n: int) -> bool:
     return name in models and models[name]["active"] == n
 
 
+@pytest.mark.allow_5xx(reason="503s: the queue is filled past its bound on purpose")
 async def test_past_the_queue_bound_requests_get_503_with_retry_after(
     serve_app: Any, store: DictStore, fake_runners: Any
 ) -> None:
