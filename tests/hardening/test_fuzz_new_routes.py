@@ -22,8 +22,9 @@ from typing import Any
 
 import httpx
 import pytest
+from fakehub import FakeHub
 from fuzzing import EXAMPLES, HOSTILE_NAMES, Tally, fuzz, fuzz_spec, operations
-from hardening_helpers import LiveDaemon, add_model, engine_kind, free_port, record_figures
+from hardening_helpers import LiveDaemon, add_model, engine_kind, record_figures
 
 pytest.importorskip("schemathesis")
 pytest.importorskip("hypothesis")
@@ -44,21 +45,22 @@ UPSTREAM_ROUTES = {  # older routes that take a model an upstream may serve
 @pytest.fixture(scope="module")
 def daemons(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[tuple[LiveDaemon, LiveDaemon]]:
     """(front, upstream): both real daemons holding ``tiny``; the front reaches the upstream as peer and olla."""
-    closed_hub = {"HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "LOCALRUN_KEEP_ALIVE": "30s",
-                  "LOCALRUN_MAX_LOADED_MODELS": "1"}
+    hub = FakeHub().__enter__()  # empty: a pull of a made-up hf.co name is a 404, not "cannot reach the hub"
+    empty_hub = {"HF_ENDPOINT": hub.url, "LOCALRUN_KEEP_ALIVE": "30s", "LOCALRUN_MAX_LOADED_MODELS": "1"}
     up_dir = tmp_path_factory.mktemp("fuzz-upstream")
     add_model(up_dir / "models", MODEL, tiny_gguf, "PARAMETER num_predict 16\n")
-    upstream = LiveDaemon(up_dir / "models", up_dir / "daemon.log", env=closed_hub).start()
+    upstream = LiveDaemon(up_dir / "models", up_dir / "daemon.log", env=empty_hub).start()
     front_dir = tmp_path_factory.mktemp("fuzz-front")
     add_model(front_dir / "models", MODEL, tiny_gguf, "PARAMETER num_predict 16\n")
     front = LiveDaemon(front_dir / "models", front_dir / "daemon.log", env={
-        **closed_hub, "LOCALRUN_UPSTREAMS": f"peer={upstream.url}/v1,olla={upstream.url}/api"})
+        **empty_hub, "LOCALRUN_UPSTREAMS": f"peer={upstream.url}/v1,olla={upstream.url}/api"})
     try:
         front.start()
         yield front, upstream
     finally:
         front.stop()
         upstream.stop()
+        hub.__exit__(None, None, None)
 
 
 TALLY = Tally()

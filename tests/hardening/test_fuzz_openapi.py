@@ -19,8 +19,9 @@ from typing import Any
 
 import httpx
 import pytest
+from fakehub import FakeHub
 from fuzzing import HOSTILE_NAMES, Tally, fuzz, fuzz_spec, operations
-from hardening_helpers import LiveDaemon, add_model, engine_kind, free_port, record_figures
+from hardening_helpers import LiveDaemon, add_model, engine_kind, record_figures
 
 pytest.importorskip("schemathesis")
 pytest.importorskip("hypothesis")
@@ -35,15 +36,17 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterato
     base = tmp_path_factory.mktemp("fuzz")
     models = base / "models"
     add_model(models, MODEL, tiny_gguf, "PARAMETER num_predict 16\n")
-    live = LiveDaemon(models, base / "daemon.log", env={
-        # The hub is a closed port: pulls fail fast with a clear error instead of reaching the internet.
-        "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}",
-        "LOCALRUN_KEEP_ALIVE": "30s",
-        "LOCALRUN_MAX_LOADED_MODELS": "1",
-    })
-    live.start()
-    yield live
-    live.stop()
+    with FakeHub() as hub:
+        live = LiveDaemon(models, base / "daemon.log", env={
+            # An empty stand-in hub: a pull of any hf.co name the fuzzer makes up is a 404 (a closed port
+            # would be a 502 "cannot reach the hub", a fault of the network, not of the request).
+            "HF_ENDPOINT": hub.url,
+            "LOCALRUN_KEEP_ALIVE": "30s",
+            "LOCALRUN_MAX_LOADED_MODELS": "1",
+        })
+        live.start()
+        yield live
+        live.stop()
     assert "Traceback" not in live.log_text(), live.log_text()[-4000:]
 
 
