@@ -6,12 +6,12 @@ for the members (a body that breaks is a member killed mid-reply)."""
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
+from upstream_fakes import Breaks, sse, text_of
 
 from localrun import errors
 from localrun.chatevents import ContentDelta
@@ -19,7 +19,6 @@ from localrun.server import remote
 from localrun.server.metrics import Metrics
 from localrun.server.native_call import NativeCall
 from localrun.upstream.pool import MemberState
-from localrun.upstream.reply import UpstreamReply
 from localrun.upstream.requests import ChatRequest
 from localrun.upstream.router import Route, Upstreams
 from localrun.upstream.spec import make_spec
@@ -28,40 +27,14 @@ REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}])
 ROUTE = Route("gpu", "m")
 
 
-def _sse(*texts: str, finish: bool = True) -> bytes:
-    chunks: list[dict[str, object]] = [{"choices": [{"index": 0, "delta": {"content": t}, "finish_reason": None}]}
-                                       for t in texts]
-    if finish:
-        chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-                       "usage": {"prompt_tokens": 3, "completion_tokens": len(texts)}})
-    return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + (b"data: [DONE]\n\n" if finish else b"")
-
-
-class _Breaks(httpx.AsyncByteStream):
-    """A body that sends ``head`` then loses the connection (its server was killed)."""
-
-    def __init__(self, head: bytes) -> None:
-        self.head = head
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        yield self.head
-        raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
-
-
 def _killed_mid_reply(request: httpx.Request) -> httpx.Response:
-    return httpx.Response(200, stream=_Breaks(_sse("Hel", "lo, wor", finish=False)))
+    lost = httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+    return httpx.Response(200, stream=Breaks(sse("Hel", "lo, wor", finish=False), lost))
 
 
 def _upstreams(handler: Callable[[httpx.Request], Any], *hosts: str) -> Upstreams:
     specs = [make_spec("gpu", f"http://{h}/v1", models="m") for h in hosts]
     return Upstreams(specs, None, transport_=httpx.MockTransport(handler))
-
-
-async def _text(reply: UpstreamReply) -> str:
-    try:
-        return "".join([e.text async for e in reply.events() if isinstance(e, ContentDelta)])
-    finally:
-        await reply.close()
 
 
 def _states(ups: Upstreams) -> dict[str, MemberState]:
@@ -75,18 +48,18 @@ async def test_a_whole_reply_lost_mid_answer_is_answered_by_the_next_member() ->
         seen.append(request.url.host)
         if request.url.host == "a":
             return _killed_mid_reply(request)
-        return httpx.Response(200, content=_sse("Hello", " there"))
+        return httpx.Response(200, content=sse("Hello", " there"))
 
     ups = _upstreams(handler, "a", "b")
     try:
         reply = await ups.chat(ROUTE, REQ, stream=False)
         assert reply.done is not None and reply.done.prompt_eval_count == 3  # read whole before the handover
-        assert await _text(reply) == "Hello there"  # nothing of a's broken answer
+        assert await text_of(reply) == "Hello there"  # nothing of a's broken answer
         assert seen == ["a", "b"]
         assert _states(ups) == {"http://a": MemberState.COOLING, "http://b": MemberState.HEALTHY}
         assert [m.in_flight for m in ups.pools["gpu"].members] == [0, 0]
         seen.clear()
-        assert await _text(await ups.chat(ROUTE, REQ, stream=False)) == "Hello there"
+        assert await text_of(await ups.chat(ROUTE, REQ, stream=False)) == "Hello there"
         assert seen == ["b"]  # the next requests avoid the dead member
     finally:
         await ups.close()
@@ -95,12 +68,12 @@ async def test_a_whole_reply_lost_mid_answer_is_answered_by_the_next_member() ->
 async def test_a_whole_reply_that_ends_without_its_final_chunk_is_retried() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.host == "a":  # a clean end, but no finish_reason: the answer may be cut
-            return httpx.Response(200, content=_sse("Hel", finish=False))
-        return httpx.Response(200, content=_sse("Hello"))
+            return httpx.Response(200, content=sse("Hel", finish=False))
+        return httpx.Response(200, content=sse("Hello"))
 
     ups = _upstreams(handler, "a", "b")
     try:
-        assert await _text(await ups.chat(ROUTE, REQ, stream=False)) == "Hello"
+        assert await text_of(await ups.chat(ROUTE, REQ, stream=False)) == "Hello"
         assert _states(ups)["http://a"] is MemberState.COOLING
     finally:
         await ups.close()
@@ -158,7 +131,7 @@ async def test_n_whole_replies_start_together_and_none_is_left_open_when_one_fai
         if arrived == 2:
             both.set()
         await asyncio.wait_for(both.wait(), 5)  # one after the other, the first would wait forever
-        return httpx.Response(200, content=_sse("ok"))
+        return httpx.Response(200, content=sse("ok"))
 
     ups = _upstreams(handler, "a", "b")
     try:
@@ -176,7 +149,7 @@ async def test_n_whole_replies_start_together_and_none_is_left_open_when_one_fai
         arrived += 1
         if arrived == 2:
             return httpx.Response(400, json={"error": {"message": "bad request"}})
-        return httpx.Response(200, content=_sse("ok"))
+        return httpx.Response(200, content=sse("ok"))
 
     arrived = 0
     ups = _upstreams(refuse_the_second, "a", "b")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
+from upstream_fakes import Breaks, sse, text_of
 
 from localrun import errors
 from localrun.chatevents import ContentDelta
@@ -20,37 +21,10 @@ KEY = "sk-very-secret-key-123"
 REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}])
 
 
-def _sse(*texts: str, finish: bool = True) -> bytes:
-    chunks: list[dict[str, object]] = [{"choices": [{"index": 0, "delta": {"content": t}, "finish_reason": None}]}
-                                       for t in texts]
-    if finish:
-        chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-                       "usage": {"prompt_tokens": 3, "completion_tokens": len(texts)}})
-    return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + (b"data: [DONE]\n\n" if finish else b"")
-
-
-class _Breaks(httpx.AsyncByteStream):
-    """A body that sends ``head`` then loses the connection."""
-
-    def __init__(self, head: bytes) -> None:
-        self.head = head
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        yield self.head
-        raise httpx.ReadError("connection reset by peer")
-
-
 def _upstreams(handler: Callable[[httpx.Request], Any], *urls: str, key_env: str | None = None) -> Upstreams:
     specs = [make_spec("gpu", u, api_key_env=key_env, models="m") for u in urls]
     return Upstreams(specs, None, api_key=lambda var: KEY if var == "GPU_KEY" else None,
                      transport_=httpx.MockTransport(handler))
-
-
-async def _text(reply: Any) -> str:
-    try:
-        return "".join([e.text async for e in reply.events() if isinstance(e, ContentDelta)])
-    finally:
-        await reply.close()
 
 
 async def test_fails_over_before_the_first_event_and_cools_the_member_down() -> None:
@@ -63,14 +37,14 @@ async def test_fails_over_before_the_first_event_and_cools_the_member_down() -> 
         if request.url.host == "b":
             return httpx.Response(503, json={"error": {"message": "loading"}})
         if request.url.host == "c":  # answers, then breaks before any content: still failover
-            return httpx.Response(200, stream=_Breaks(b'data: {"choices": [{"index": 0, '
+            return httpx.Response(200, stream=Breaks(b'data: {"choices": [{"index": 0, '
                                                       b'"delta": {"role": "assistant"}}]}\n\n'))
-        return httpx.Response(200, content=_sse("Hel", "lo"))
+        return httpx.Response(200, content=sse("Hel", "lo"))
 
     ups = _upstreams(handler, "http://a/v1", "http://b/v1", "http://c/v1", "http://d/v1")
     try:
         reply = await ups.chat(Route("gpu", "m"), REQ)
-        assert await _text(reply) == "Hello"
+        assert await text_of(reply) == "Hello"
         assert reply.done is not None and reply.done.prompt_eval_count == 3
         assert seen == ["a", "b", "c", "d"]
         states = {m.url: m.state(ups.clock()) for m in ups.pools["gpu"].members}
@@ -78,7 +52,7 @@ async def test_fails_over_before_the_first_event_and_cools_the_member_down() -> 
                           "http://c": MemberState.COOLING, "http://d": MemberState.HEALTHY}
         assert [m.in_flight for m in ups.pools["gpu"].members] == [0, 0, 0, 0]
         seen.clear()
-        await _text(await ups.chat(Route("gpu", "m"), REQ))
+        await text_of(await ups.chat(Route("gpu", "m"), REQ))
         assert seen == ["d"]  # the cooling ones are skipped while another member is healthy
     finally:
         await ups.close()
@@ -86,7 +60,7 @@ async def test_fails_over_before_the_first_event_and_cools_the_member_down() -> 
 
 async def test_a_break_after_streaming_started_ends_the_stream_with_an_error() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, stream=_Breaks(_sse("Hel", finish=False)))
+        return httpx.Response(200, stream=Breaks(sse("Hel", finish=False)))
 
     ups = _upstreams(handler, "http://a/v1", "http://b/v1")
     try:
@@ -169,7 +143,7 @@ async def test_the_api_is_learnt_from_the_server() -> None:
     try:
         await ups.refresh()
         assert [m.name for m in ups.listed()] == ["old/llama3:8b"]
-        assert await _text(await ups.chat(Route("old", "llama3:8b"), REQ)) == "ok"
+        assert await text_of(await ups.chat(Route("old", "llama3:8b"), REQ)) == "ok"
         assert paths == ["/v1/models", "/api/tags", "/api/chat"]
         assert ups.route("old/llama3:8b") == Route("old", "llama3:8b")
         assert ups.route("library/llama3") is None  # not an upstream: an Ollama namespace
