@@ -11,6 +11,7 @@ source with ``ast``, so nothing is imported and a lazy import inside a function 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,21 +36,27 @@ FORBIDDEN = {
 }
 
 
-def _imports(path: Path) -> set[str]:
-    """Absolute names of every module ``path`` imports (relative imports resolved)."""
+def _statements(path: Path) -> Iterator[tuple[str, list[str]]]:
+    """Each import in ``path`` as (absolute module, the names taken from it: [] for ``import m``)."""
     package = ".".join(("localrun", *path.relative_to(ROOT).with_suffix("").parts[:-1]))
-    names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
+            yield from ((alias.name, []) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 module = ".".join([*base, node.module] if node.module else base)
             else:
                 module = node.module or ""
-            names.add(module)
-            names.update(f"{module}.{alias.name}" for alias in node.names)  # `from .. import hardware`
+            yield module, [alias.name for alias in node.names]
+
+
+def _imports(path: Path) -> set[str]:
+    """Absolute names of every module ``path`` imports (relative imports resolved)."""
+    names: set[str] = set()
+    for module, taken in _statements(path):
+        names.add(module)
+        names.update(f"{module}.{name}" for name in taken)  # `from .. import hardware`
     return names
 
 
@@ -72,22 +79,11 @@ def _module_graph() -> dict[str, set[str]]:
         modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         arrows: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                arrows.update(alias.name for alias in node.names if alias.name in modules)
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    module = ".".join([*base, node.module] if node.module else base)
-                else:
-                    module = node.module or ""
-                for alias in node.names:
-                    if f"{module}.{alias.name}" in modules:
-                        arrows.add(f"{module}.{alias.name}")
-                    elif module in modules:
-                        arrows.add(module)
+        for module, taken in _statements(path):
+            for target in [f"{module}.{t}" for t in taken] or [module]:
+                arrows.add(target if target in modules else module)
+        arrows &= modules.keys()
         arrows.discard(name)
         graph[name] = arrows
     return graph
