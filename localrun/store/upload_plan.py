@@ -14,19 +14,17 @@ Pure of HTTP: :mod:`localrun.client` does the requests.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from .blobs import sha256_steps
-from .create import is_path_syntax, looks_like_path, resolve_path
+from .create import digest_ref, is_path_syntax, looks_like_path, resolve_path
 from .gguf_file import read_gguf
 from .modelfile import Modelfile, parse, render
 
 HASH_CHUNK = 1 << 20
 REPORT_EVERY = 64 << 20  # bytes hashed between two progress reports
-_BLOB_NAME = re.compile(r"sha256-([0-9a-f]{64})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +72,7 @@ def plan_upload(text: str, base_dir: Path | None) -> UploadPlan:
             continue
         path = resolve_path(value, where, what)
         info = read_gguf(path)
-        named = _BLOB_NAME.fullmatch(path.name)
-        files.append(LocalFile(what, path, info.file_size, f"sha256:{named.group(1)}" if named else None))
+        files.append(LocalFile(what, path, info.file_size, digest_ref(str(path))))
     return UploadPlan(mf, tuple(files))
 
 
