@@ -28,7 +28,7 @@ def test_a_request_cancelled_during_a_step_is_not_sampled_in_it(tiny_gguf: Path,
     from localrun.engine import batcher as batcher_module
 
     with Engine(str(tiny_gguf), LoadOptions(num_ctx=256, num_parallel=2, num_batch=64)) as engine:
-        handles = [engine.submit(GenerateRequest(words(8, seed), SamplingOptions(num_predict=None)))
+        handles = [engine.submit(GenerateRequest(words(8, seed), SamplingOptions(num_predict=None, ignore_eos=True)))
                    for seed in (1, 2)]
         for handle in handles:
             assert handle.get(timeout=60) is not None

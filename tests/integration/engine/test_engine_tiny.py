@@ -148,7 +148,8 @@ def test_cache_falls_back_to_recomputing_when_partial_removal_is_refused(
 
 
 def test_cancel_ends_with_cancelled_and_frees_the_slot(tiny_engine: Engine) -> None:
-    handle = tiny_engine.submit(GenerateRequest(words(8), SamplingOptions(num_predict=None)))
+    # ignore_eos: random weights may otherwise sample the end-of-generation token before the cancel lands
+    handle = tiny_engine.submit(GenerateRequest(words(8), SamplingOptions(num_predict=None, ignore_eos=True)))
     first = handle.get(timeout=60)
     assert first is not None
     handle.cancel()
