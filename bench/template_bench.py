@@ -16,8 +16,8 @@ from pathlib import Path
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from localrun.engine.template_limits import BoundedSandbox
-from localrun.server import prompts, templating
+from localrun.chat.template_limits import BoundedSandbox
+from localrun.server import rendering
 
 MESSAGES = [{"role": "system", "content": "You are helpful."}] + [
     {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} with a few words in it"} for i in range(9)]
@@ -33,10 +33,10 @@ def per_render(fn: object, n: int) -> float:
 
 
 async def worker_ms(source: str, n: int) -> float:
-    await prompts.render_async(source, MESSAGES, TOOLS)  # starts the worker
+    await rendering.render_async(source, MESSAGES, TOOLS)  # starts the worker
     started = time.perf_counter()
     for _ in range(n):
-        await prompts.render_async(source, MESSAGES, TOOLS)
+        await rendering.render_async(source, MESSAGES, TOOLS)
     return (time.perf_counter() - started) / n * 1000
 
 
@@ -52,7 +52,7 @@ def main() -> None:
         "bounded sandbox, in process": per_render(lambda: bounded.render(**kwargs), n),
         "bounded sandbox, worker process": asyncio.run(worker_ms(source, n)),
     }
-    templating.close()
+    rendering.close()
     print(f"{platform.processor() or platform.machine()}, Python {platform.python_version()}, {n} renders each")
     base = results["plain sandbox, in process"]
     for name, ms in results.items():

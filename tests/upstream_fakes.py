@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from localrun.chatevents import ContentDelta
+from localrun.chat.events import ContentDelta
 from localrun.upstream.reply import UpstreamReply
 
 

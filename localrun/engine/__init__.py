@@ -1,7 +1,7 @@
 """The engine: one loaded model served by continuous batching on llama-cpp-python's low-level API.
 
-Modules (only this package imports llama_cpp; ``types``, ``template``, ``gotemplate``, ``radix``
-and ``detok`` are pure Python and safe to import from the daemon):
+Modules (only this package imports llama_cpp; ``types``, ``radix`` and ``detok``
+are pure Python and safe to import from the daemon):
 
 - ``engine``: :class:`Engine` (load, submit, embed, tokenize, stats, close) and the engine thread
 - ``batcher``: the step loop (admit, build one batch, decode, sample, stream, retire)
@@ -9,10 +9,10 @@ and ``detok`` are pure Python and safe to import from the daemon):
 - ``sampling`` / ``grammar``: native sampler chains, option checks, JSON Schema to GBNF
 - ``detok``: incremental UTF-8 detokenising and stop strings
 - ``embedding``: batched embeddings on a second context
-- ``template`` / ``gotemplate``: chat templates (sandboxed Jinja2, Ollama Go templates);
-  ``template_limits``: what a Jinja template may compute (no compile-time folding, sizes, steps)
 - ``regex_bounds``: how much grammar a JSON-schema ``pattern`` may become
 - ``native``: model/context/vocab/batch wrappers; ``types``: the public contract
 
-Nothing is imported here, so ``import localrun.engine.types`` never loads native code.
+Chat templates are not the engine's: it generates from token ids or text, and the daemon renders
+conversations with :mod:`localrun.chat`. Nothing is imported here, so ``import localrun.engine.types``
+never loads native code.
 """

@@ -1,6 +1,6 @@
 """The public engine: one loaded model, one llama context, one engine thread.
 
-``Engine(model_path, options, template=...)`` loads the GGUF and creates one context with a
+``Engine(model_path, options)`` loads the GGUF and creates one context with a
 unified KV cache of ``options.pool`` cells (the pool) shared by up to ``num_parallel`` running
 sequences and the prefix cache; one request may hold up to ``num_ctx`` of them (capped at the
 model's trained context and the pool). Requests are admitted while the pool can hold them
@@ -25,7 +25,7 @@ from pathlib import Path
 import llama_cpp as lc
 
 from .. import trace
-from ..errors import ContextOverflow, EngineError, InvalidRequest, TemplateError
+from ..errors import ContextOverflow, EngineError, InvalidRequest
 from . import limits, native, prefix_store
 from .batcher import BURST_GAP, BURST_MAX, Batcher
 from .detok import TextStream
@@ -37,7 +37,6 @@ from .load_report import parse_load_report
 from .prefix_store import PrefixStore
 from .sampling import assert_valid, build_sampler
 from .sequence import RequestHandle, Sequence
-from .template import ChatTemplate
 from .types import (
     EmbedInput,
     EmbedResult,
@@ -85,7 +84,7 @@ def check_load_options(options: LoadOptions) -> None:
 class Engine:
     """A loaded model serving many concurrent requests by continuous batching."""
 
-    def __init__(self, model_path: str, options: LoadOptions, *, template: str | None = None,
+    def __init__(self, model_path: str, options: LoadOptions, *,
                  prefix_cache: PrefixCacheLocation | None = None) -> None:
         check_load_options(options)
         self.options = options
@@ -100,12 +99,12 @@ class Engine:
         self.batcher: Batcher | None = None     # set by _setup for generation models
         self.embedder: Embedder | None = None   # set by _setup (None until then, and once freed)
         try:
-            self._setup(model, model_path, options, template, prefix_cache)
+            self._setup(model, model_path, options, prefix_cache)
         except BaseException:
             self._free_native()
             raise
 
-    def _setup(self, model: lc.llama_model_p, model_path: str, options: LoadOptions, template: str | None,
+    def _setup(self, model: lc.llama_model_p, model_path: str, options: LoadOptions,
                prefix_cache: PrefixCacheLocation | None) -> None:
         self.vocab = native.Vocab(model)
         n_ctx_train = int(lc.llama_model_n_ctx_train(model))
@@ -122,11 +121,6 @@ class Engine:
             lc.llama_model_has_encoder(model) and not lc.llama_model_has_decoder(model))
         arch = native.meta(model, "general.architecture") or "unknown"
         chat_template = native.meta(model, "tokenizer.chat_template")
-        try:
-            self.template = ChatTemplate.from_source(template if template is not None else chat_template)
-        except TemplateError as exc:  # a model whose template cannot compile still loads (the daemon renders)
-            log.warning("the chat template does not compile (%s); the model loads without it", exc)
-            self.template = ChatTemplate.from_source(None)
         self.embedder = Embedder(model, self.vocab, arch, num_ctx, self.threads)
         self._cond = threading.Condition()
         self._incoming: deque[Sequence] = deque()
@@ -159,7 +153,7 @@ class Engine:
         self._info = ModelInfo(
             architecture=arch, n_params=int(lc.llama_model_n_params(model)), n_ctx_train=n_ctx_train,
             n_embd=int(lc.llama_model_n_embd(model)), n_layer=int(lc.llama_model_n_layer(model)),
-            n_vocab=self.vocab.n_vocab, chat_template=chat_template, template=self.template.source,
+            n_vocab=self.vocab.n_vocab, chat_template=chat_template,
             bos_text=self.vocab.special_text(self.vocab.bos), eos_text=self.vocab.special_text(self.vocab.eos),
             size_bytes=int(lc.llama_model_size(model)), num_ctx=num_ctx, num_parallel=options.num_parallel,
             context_pool=pool if generation else 0,

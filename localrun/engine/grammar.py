@@ -7,7 +7,7 @@ checked first against the keywords the converter honours, and anything else is a
 
 A raw ``grammar`` may hold a ``format`` inside it: given both, the format's rules join the raw
 grammar with its root renamed ``format-value``, so the raw grammar places a schema-checked JSON
-value wherever it says (a tool call the model opens in free text: ``server/tools.py``). The
+value wherever it says (a tool call the model opens in free text: ``chat/tools.py``). The
 schema is converted here, beside llama.cpp's converter, so the daemon never needs it. Between
 the tokens of such a value the model may write a newline and indentation as well as a space
 (``_JOINED_SPACE``, as newer llama.cpp converters allow; also before an object's or array's

@@ -216,7 +216,6 @@ class ModelInfo:
     n_layer: int
     n_vocab: int
     chat_template: str | None      # the GGUF's tokenizer.chat_template
-    template: str | None           # the template in use: the Modelfile TEMPLATE, else chat_template
     bos_text: str
     eos_text: str
     size_bytes: int

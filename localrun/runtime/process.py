@@ -106,7 +106,6 @@ class RunnerProcess:
         model_path: str,
         options: LoadOptions,
         *,
-        template: str | None = None,
         factory: str | None = None,
         env: Mapping[str, str] | None = None,
         prefix_cache: PrefixCacheLocation | None = None,
@@ -126,7 +125,7 @@ class RunnerProcess:
         runner = cls(name, proc)
         trace.mark("runner_spawned", name, proc.pid)
         try:
-            first = await runner._load(model_path, options, template, factory, prefix_cache)
+            first = await runner._load(model_path, options, factory, prefix_cache)
         except BaseException:  # a failed, timed-out or abandoned load must not leave a process behind
             runner.kill()
             await proc.wait()
@@ -142,9 +141,9 @@ class RunnerProcess:
         runner._reader_task = asyncio.create_task(runner._read_loop(), name=f"runner-reader-{name}")
         return runner
 
-    async def _load(self, model_path: str, options: LoadOptions, template: str | None,
-                    factory: str | None, prefix_cache: PrefixCacheLocation | None) -> protocol.Message | None:
-        await self._send(protocol.Load(model_path, options, template, factory, prefix_cache))
+    async def _load(self, model_path: str, options: LoadOptions, factory: str | None,
+                    prefix_cache: PrefixCacheLocation | None) -> protocol.Message | None:
+        await self._send(protocol.Load(model_path, options, factory, prefix_cache))
         assert self._proc.stdout is not None
         try:
             frame = await protocol.read_frame(self._proc.stdout)

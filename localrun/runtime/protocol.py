@@ -4,7 +4,7 @@ A frame is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON 
 JSON rather than pickle: a runner that misbehaves can send nothing that runs code in the daemon.
 
 Daemon -> runner ops (``op``):
-    load {model_path, options, template, factory, prefix_cache}   first frame, exactly once
+    load {model_path, options, factory, prefix_cache}   first frame, exactly once
     generate {id, request}    -> accepted {id} | error {id, error}, then events {id, event}
     cancel {id}                -> (the stream ends with a done/cancelled or error event)
     embed {id, input, truncate} / tokenize {id, text, add_special} / detokenize {id, tokens}
@@ -265,7 +265,6 @@ class Load:
     OP: ClassVar[str] = "load"
     model_path: str
     options: LoadOptions
-    template: str | None = None
     factory: str | None = None
     prefix_cache: PrefixCacheLocation | None = None
 

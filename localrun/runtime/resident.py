@@ -107,7 +107,6 @@ class LoadSpec:
     name: str
     model_path: str
     options: LoadOptions
-    template: str | None = None
     digest: str | None = None  # the store's digest of the model, shown by /api/ps
 
 

@@ -84,7 +84,7 @@ class ServedEngine(Protocol):
 def load_factory(spec: str) -> Callable[..., ServedEngine]:
     """Import ``module:attribute`` (the engine class, or a fake one in tests).
 
-    The factory is called as ``factory(model_path, options, template=..., prefix_cache=...)``,
+    The factory is called as ``factory(model_path, options, prefix_cache=...)``,
     ``prefix_cache`` (a PrefixCacheLocation) only when the model has a store digest to key it by.
     """
     module_name, _, attr = spec.partition(":")
@@ -322,7 +322,7 @@ def main() -> int:
         factory = load_factory(load.factory or DEFAULT_FACTORY)
         trace.mark("factory_imported")  # llama_cpp and the engine
         extra = {"prefix_cache": load.prefix_cache} if load.prefix_cache is not None else {}
-        engine = factory(load.model_path, load.options, template=load.template, **extra)
+        engine = factory(load.model_path, load.options, **extra)
     except Exception as exc:
         log.info("load failed: %s", exc)
         writer.send(protocol.LoadFailed(_as_error(exc)))

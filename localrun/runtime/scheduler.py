@@ -473,7 +473,7 @@ class Scheduler:
 
 
 def _same_load(a: LoadSpec, b: LoadSpec) -> bool:
-    return a.model_path == b.model_path and a.options == b.options and a.template == b.template
+    return a.model_path == b.model_path and a.options == b.options
 
 
 def _diff(old: LoadOptions, new: LoadOptions) -> str:
@@ -482,4 +482,4 @@ def _diff(old: LoadOptions, new: LoadOptions) -> str:
         for f in dataclasses.fields(LoadOptions)
         if getattr(old, f.name) != getattr(new, f.name)
     ]
-    return ", ".join(changes) or "model file or template changed"
+    return ", ".join(changes) or "model file changed"

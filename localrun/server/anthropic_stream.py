@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ..chatevents import new_id
+from ..chat.events import new_id
 from .chat import TokenUsage
 
 Event = tuple[str, dict[str, Any]]

@@ -31,6 +31,7 @@ from ..store.model_store import ModelStore
 from ..upstream.router import Upstreams
 from . import (
     remote,
+    rendering,
     routes_anthropic,
     routes_api,
     routes_daemon,
@@ -38,7 +39,6 @@ from . import (
     routes_responses,
     routes_status,
     routes_tokens,
-    templating,
 )
 from .executors import Executors, run_in
 from .http import JSON_BODY_LIMIT
@@ -73,7 +73,7 @@ def runner_load_fn(factory: str | None = None, env: Mapping[str, str] | None = N
             options = replace(options, num_gpu=placement.gpu_layers)
         cache = PrefixCacheLocation(str(prefix_cache_dir), spec.digest) if prefix_cache_dir and spec.digest else None
         return await RunnerProcess.start(
-            spec.name, spec.model_path, options, template=spec.template, factory=factory, env=env,
+            spec.name, spec.model_path, options, factory=factory, env=env,
             prefix_cache=cache,
         )
 
@@ -177,7 +177,7 @@ def create_app(
         loop = asyncio.get_running_loop()
         app[STARTED_AT] = loop.time()
         executors.install(loop)
-        templating.renderer().warm()
+        rendering.renderer().warm()
         await _remove_orphans(app[STORE], executors)
         app[SCHEDULER].start()
         upstreams.start()
@@ -185,7 +185,7 @@ def create_app(
     async def on_cleanup(app: web.Application) -> None:
         await upstreams.close()
         await app[SCHEDULER].close()
-        templating.close()
+        rendering.close()
         executors.shutdown()
 
     app.on_startup.append(on_startup)

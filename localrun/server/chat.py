@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from .. import errors
-from ..chatevents import ChatEvent
+from ..chat.events import ChatEvent
 from ..engine.types import DoneEvent, DoneReason, GenerateRequest, OutputFormat, Truncation
 from ..upstream.router import Route
 from . import chatturn, remote

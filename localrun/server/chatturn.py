@@ -19,13 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..chat.format import ChatFormat, describe, require_tools, resolve_think
+from ..chat.parse import ChatStreamParser
+from ..chat.prompt import TemplateInputs, with_defaults
+from ..chat.tools import ForcedCall, StrictCalls, check_tool_choice, forced_call, strict_calls, tool_names
 from ..engine.types import GenerateRequest, OutputFormat, SamplingOptions, Truncation
-from . import prompts
-from .chatformat import ChatFormat, describe, require_tools, resolve_think
-from .chatparse import ChatStreamParser
-from .prompts import TemplateInputs
+from . import rendering
 from .service import Target
-from .tools import ForcedCall, StrictCalls, check_tool_choice, forced_call, strict_calls, tool_names
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +66,7 @@ def template_inputs(target: Target, think: bool | None) -> TemplateInputs:
 
 async def prepare(target: Target, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
                   tool_choice: Any = None, think: bool | None = None) -> ChatTurn:
-    """Check, render and plan one turn; ``messages`` are native (see ``prompts.check_messages``).
+    """Check, render and plan one turn; ``messages`` are native (see :func:`~localrun.chat.prompt.check_messages`).
 
     ``tool_choice`` "none" drops the tools (they are not rendered; nothing is parsed as a call).
     Raises UnsupportedCapability, InvalidRequest or TemplateError (all 400) before any generation.
@@ -82,8 +82,8 @@ async def prepare(target: Target, messages: list[dict[str, Any]], *, tools: list
     strict = strict_calls(tools, tool_choice, fmt.tools) if tools else None
     if forced is not None and fmt.thinking is not None and fmt.thinking.toggle:
         think, split = False, False  # the grammar starts at the first token: no room for a reasoning block
-    full = prompts.with_defaults(messages, target.system, target.messages)
-    prompt, prefix = await prompts.render_async(target.template, full, tools,
+    full = with_defaults(messages, target.system, target.messages)
+    prompt, prefix = await rendering.render_async(target.template, full, tools,
                                                 inputs=template_inputs(target, think if fmt.thinking else None),
                                                 num_ctx=target.spec.options.num_ctx)
     return ChatTurn(prompt=prompt, system_prefix=prefix, format=fmt, tools=tool_names(tools), think=split,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..chatevents import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
+from ..chat.events import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
 from ..engine.types import DoneEvent
 
 

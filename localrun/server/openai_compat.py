@@ -15,15 +15,15 @@ import json
 import struct
 from typing import Any
 
-from ..chatevents import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
+from ..chat.events import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
+from ..chat.format import parse_think
+from ..chat.prompt import native_role, role_names
+from ..chat.tools import validate_tools
 from ..engine.types import DoneEvent, DoneReason, EmbedInput, TokenLogprob
 from ..errors import InvalidRequest, OptionError
-from .chatformat import parse_think
 from .http import get, get_whole
 from .native_call import NativeCall, extra_options
 from .options import parse_keep_alive, top_logprobs
-from .prompts import native_role, role_names
-from .tools import validate_tools
 
 MAX_N = 16  # replies per request
 MAX_COMPLETION_LOGPROBS = 5  # /v1/completions' legacy ``logprobs``: OpenAI's own bound

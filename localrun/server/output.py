@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..chatevents import ChatEvent, ContentDelta
+from ..chat.events import ChatEvent, ContentDelta
+from ..chat.parse import ChatStreamParser
 from ..engine.types import DoneEvent, DoneReason, TokenLogprob
-from .chatparse import ChatStreamParser
 from .service import Generation
 
 

@@ -31,7 +31,8 @@ from typing import Any
 from aiohttp import web
 
 from .. import errors
-from ..chatevents import ContentDelta
+from ..chat.events import ContentDelta
+from ..chat.tools import check_tool_choice
 from ..engine.types import DoneEvent, EmbedInput, EmbedResult
 from ..upstream.pool import prefix_keys, text_segments
 from ..upstream.reply import UpstreamReply
@@ -50,7 +51,6 @@ from .middleware import Handler
 from .native_call import NativeCall
 from .options import check_option
 from .output import Output, Piece
-from .tools import check_tool_choice
 
 log = logging.getLogger("localrun.requests")
 

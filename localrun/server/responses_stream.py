@@ -25,7 +25,7 @@ import copy
 import time
 from typing import Any
 
-from ..chatevents import new_id
+from ..chat.events import new_id
 from .chat import TokenUsage
 
 Event = tuple[str, dict[str, Any]]

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from .. import errors
-from ..chatevents import ContentDelta, ThinkingDelta
+from ..chat.events import ContentDelta, ThinkingDelta
 from ..engine.types import Truncation
 from .anthropic_compat import messages_to_native, thread_refusal, tool_use_id
 from .anthropic_stream import Event, MessageEncoder, error_event, ping

@@ -20,14 +20,16 @@ from typing import Any
 from aiohttp import web
 
 from .. import errors
-from ..chatevents import ChatEvent, ContentDelta, collect
+from ..chat.events import ChatEvent, ContentDelta, collect
+from ..chat.format import parse_think
+from ..chat.parse import ChatStreamParser
+from ..chat.prompt import check_messages
+from ..chat.tools import validate_tools
 from ..engine.types import EmbedInput, EmbedResult, GenerateRequest, SamplingOptions, TokenLogprob, Truncation
 from ..errors import UnsupportedCapability
 from ..runtime.resident import KeepAlive
-from . import chatturn, prompts, remote
+from . import chatturn, remote
 from .chat import close_reply, start_chat, start_completions, upstream_route
-from .chatformat import parse_think
-from .chatparse import ChatStreamParser
 from .http import NDJSONStream, get, now_iso, read_json
 from .keys import SERVICE
 from .native_call import NativeCall
@@ -35,7 +37,6 @@ from .native_shapes import CHAT, GENERATE, Shape
 from .options import parse_keep_alive, top_logprobs
 from .output import LocalOutput, Output
 from .service import Service, Target
-from .tools import validate_tools
 
 
 def check_format(value: Any) -> str | dict[str, Any] | None:
@@ -200,7 +201,7 @@ def fill_in_the_middle(target: Target, prompt: str, suffix: str) -> str:
 
 async def chat(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
-    messages = prompts.check_messages(body.get("messages"))
+    messages = check_messages(body.get("messages"))
     tools = validate_tools(body.get("tools"))
     think = parse_think(body.get("think"))
     keep_alive = parse_keep_alive(body.get("keep_alive"))

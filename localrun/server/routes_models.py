@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from .. import errors
+from ..chat.format import capabilities, describe
 from ..hardware.memory import read_geometry
 from ..store.blobs import BlobStore
 from ..store.model_store import ModelStore
@@ -28,7 +29,6 @@ from ..store.progress import Progress, ProgressFn
 from ..store.records import ModelEntry
 from . import remote
 from .chat import upstream_route
-from .chatformat import capabilities, describe
 from .executors import run_in
 from .http import NDJSONStream, get, read_json
 from .keys import EXECUTORS, PULLS, SERVICE, STORE
@@ -118,12 +118,12 @@ async def show(request: web.Request) -> web.Response:
 
 
 def _capabilities(template: str, path: Path) -> list[str]:
-    """What the model can do, from its template and GGUF header (see ``chatformat.capabilities``)."""
+    """What the model can do, from its template and GGUF header (see :func:`localrun.chat.format.capabilities`)."""
     try:
         geometry = read_geometry(str(path))
     except errors.LocalrunError:
         return ["completion"]
-    return capabilities(describe(template or None), geometry)
+    return capabilities(describe(template or None), embedding=geometry.embedding, fim=geometry.fim is not None)
 
 
 async def _defaults(request: web.Request, name: str, params: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from .. import errors
-from ..chatevents import ChatEvent, ContentDelta, ToolCall, collect, new_id
+from ..chat.events import ChatEvent, ContentDelta, ToolCall, collect, new_id
 from ..engine.types import TokenLogprob
 from . import openai_compat as oc
 from . import remote

@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from .. import errors
-from ..chatevents import ContentDelta, ThinkingDelta
+from ..chat.events import ContentDelta, ThinkingDelta
 from ..engine.types import Truncation
 from .chat import ChatRun, TokenUsage, count_prompt_tokens, hit_length_limit, output_events, start_chat
 from .http import EventStream, read_json

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from .. import errors, trace
+from ..chat.prompt import might_overflow
 from ..engine.types import (
     DoneEvent,
     EmbedInput,
@@ -41,7 +42,7 @@ from .executors import Executors, run_in
 from .http import interactive_hint
 from .metrics import Metrics
 from .options import merge_options
-from .prompts import might_overflow, vet_template
+from .rendering import vet_template
 
 log = logging.getLogger("localrun.requests")
 T = TypeVar("T")
@@ -208,7 +209,6 @@ class Service:
             name=resolved.name,
             model_path=str(resolved.model_path),
             options=load,
-            template=resolved.template,
             digest=resolved.digest,
         )
         trace.mark_request("target")

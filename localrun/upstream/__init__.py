@@ -18,6 +18,6 @@ Several URLs under one NAME form a pool.
 
 Nothing here imports aiohttp: the server's seam (``localrun/server/remote.py``) drives it.
 Replies are the chat events a local model's reply is parsed into (``ContentDelta``, ``ThinkingDelta``,
-``ToolCall`` of ``localrun.chatevents``) ended by an engine ``DoneEvent``, so every API the server speaks
+``ToolCall`` of ``localrun.chat.events``) ended by an engine ``DoneEvent``, so every API the server speaks
 writes an upstream's reply the way it writes a local model's.
 """

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from ..chatevents import ChatEvent, ContentDelta, ThinkingDelta, ToolCall, new_call_id
+from ..chat.events import ChatEvent, ContentDelta, ThinkingDelta, ToolCall, new_call_id
 from ..engine.types import DoneEvent, DoneReason, EmbedResult
 from ..errors import UpstreamError
 from ..jsontypes import JSONMapping

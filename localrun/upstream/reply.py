@@ -18,7 +18,7 @@ from typing import Protocol
 import httpx
 
 from .. import errors
-from ..chatevents import ChatEvent
+from ..chat.events import ChatEvent
 from ..engine.types import DoneEvent
 from .pool import Member, Pool
 

@@ -39,7 +39,7 @@ from pathlib import Path
 import httpx
 
 from .. import errors
-from ..chatevents import ChatEvent
+from ..chat.events import ChatEvent
 from ..engine.types import DoneEvent, EmbedResult
 from . import ollama_api, openai_api, registry, transport
 from .health import CHECK_INTERVAL_S, HealthChecks

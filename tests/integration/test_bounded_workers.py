@@ -13,9 +13,9 @@ import time
 import psutil
 import pytest
 
+from localrun.chat.prompt import render_pair
 from localrun.errors import TemplateLimit
 from localrun.runtime.bounded import BoundedPool, Limits
-from localrun.server.prompts import render_pair
 
 # multi-process: spawns worker pools and waits out CPU, memory and time limits
 pytestmark = pytest.mark.slow

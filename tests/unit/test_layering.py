@@ -1,11 +1,12 @@
 """The arrows between packages point inward: a module never imports a package further out,
 and no modules import each other in a circle.
 
-engine (the only llama_cpp user) < hardware (devices, memory fit, placement) < runtime (resident
-models) < server (aiohttp); upstream (the pools of other daemons) sits beside runtime, under the
-server; the CLI and the TUI reach the daemon only through localrun/client.py. Read from the
-source with ``ast``, so nothing is imported and a lazy import inside a function (or one under
-``TYPE_CHECKING``) counts: a circle hidden that way is still a circle for a reader.
+chat (pure: templates, prompts, reply parsing) and engine (the only llama_cpp user) < hardware
+(devices, memory fit, placement) < runtime (resident models) < server (aiohttp); upstream (the
+pools of other daemons) sits beside runtime, under the server; the CLI and the TUI reach the
+daemon only through localrun/client.py. Read from the source with ``ast``, so nothing is imported
+and a lazy import inside a function (or one under ``TYPE_CHECKING``) counts: a circle hidden
+that way is still a circle for a reader.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ ROOT = Path(localrun.__file__).parent
 
 # package -> what its modules must never import (localrun subpackages and third-party top-level names)
 FORBIDDEN = {
-    "engine": {"localrun.hardware", "localrun.runtime", "localrun.server", "localrun.tui", "localrun.cli",
-               "localrun.client", "localrun.store", "localrun.upstream", "aiohttp", "textual"},
+    "chat": {"localrun.engine", "localrun.hardware", "localrun.runtime", "localrun.server", "localrun.tui",
+             "localrun.cli", "localrun.client", "localrun.store", "localrun.upstream", "aiohttp", "textual",
+             "llama_cpp", "concurrent", "multiprocessing", "subprocess"},
+    "engine": {"localrun.chat", "localrun.hardware", "localrun.runtime", "localrun.server", "localrun.tui",
+               "localrun.cli", "localrun.client", "localrun.store", "localrun.upstream", "aiohttp", "textual"},
     "hardware": {"localrun.runtime", "localrun.server", "localrun.tui", "localrun.cli", "localrun.client",
                  "localrun.upstream", "aiohttp", "textual"},
     "runtime": {"localrun.server", "localrun.tui", "localrun.cli", "localrun.client", "localrun.upstream",

@@ -10,6 +10,7 @@ import jsonschema
 import pytest
 from engine_helpers import collect
 
+from localrun.chat.template import ChatTemplate
 from localrun.engine.engine import Engine
 from localrun.engine.types import DoneReason, GenerateRequest, LoadOptions, SamplingOptions
 
@@ -24,8 +25,7 @@ GEMMA_GO_TEMPLATE = """{{- range .Messages }}<start_of_turn>
 
 @pytest.fixture(scope="module")
 def starter(gemma_gguf: Path) -> Iterator[Engine]:
-    engine = Engine(str(gemma_gguf), LoadOptions(num_ctx=2048, num_parallel=2, num_batch=64),
-                    template=GEMMA_GO_TEMPLATE)
+    engine = Engine(str(gemma_gguf), LoadOptions(num_ctx=2048, num_parallel=2, num_batch=64))
     yield engine
     engine.close()
 
@@ -83,7 +83,7 @@ def test_streamed_text_is_valid_utf8_with_multibyte_characters(starter: Engine) 
 
 def test_chat_template_override_and_no_special_tokens_printed(starter: Engine) -> None:
     messages = [{"role": "user", "content": "Say hello in one short sentence."}]
-    prompt = starter.template.render(messages)
+    prompt = ChatTemplate.from_source(GEMMA_GO_TEMPLATE).render(messages)
     assert prompt == "<start_of_turn>user\nSay hello in one short sentence.<end_of_turn>\n<start_of_turn>model\n"
     tokens = starter.tokenize(prompt)
     assert starter.tokenize("<end_of_turn>", add_special=False) != []

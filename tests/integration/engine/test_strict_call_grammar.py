@@ -18,13 +18,13 @@ import llama_cpp as lc
 import numpy as np
 import pytest
 
+from localrun.chat.format import ToolFormat
+from localrun.chat.tools import strict_calls
 from localrun.engine.engine import Engine
 from localrun.engine.grammar import grammar_for
 from localrun.engine.native import Vocab
 from localrun.engine.sampling import TokenData
 from localrun.errors import GrammarError
-from localrun.server.chatformat import ToolFormat
-from localrun.server.tools import strict_calls
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "strict": True,

@@ -115,14 +115,14 @@ class Handle:
 
 
 class FakeEngine:
-    def __init__(self, model_path: str, options: LoadOptions, *, template: str | None = None,
+    def __init__(self, model_path: str, options: LoadOptions, *,
                  prefix_cache: PrefixCacheLocation | None = None) -> None:
         self.options = options
         self.slots = threading.Semaphore(options.num_parallel)
         self.active = 0
         self.cancelled_total = 0
         self.info = ModelInfo(architecture="fake", n_params=0, n_ctx_train=2048, n_embd=3, n_layer=1, n_vocab=256,
-                              chat_template=None, template=template, bos_text="", eos_text="", size_bytes=0,
+                              chat_template=None, bos_text="", eos_text="", size_bytes=0,
                               num_ctx=options.num_ctx, num_parallel=options.num_parallel)
 
     def submit(self, request: GenerateRequest) -> Handle:

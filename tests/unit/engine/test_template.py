@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localrun.engine.template import ChatTemplate, is_go_template
+from localrun.chat.template import ChatTemplate, is_go_template
 from localrun.errors import TemplateError
 
 CHATML = (

@@ -13,8 +13,8 @@ import time
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from localrun.engine.template import ChatTemplate
-from localrun.engine.template_limits import MAX_STEPS, BoundedSandbox
+from localrun.chat.template import ChatTemplate
+from localrun.chat.template_limits import MAX_STEPS, BoundedSandbox
 from localrun.errors import TemplateError, TemplateLimit
 
 HOSTILE = {

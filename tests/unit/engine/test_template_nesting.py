@@ -13,10 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from localrun.engine.template import ChatTemplate
-from localrun.engine.template_nesting import MAX_NESTING, MAX_TREE_DEPTH
+from localrun.chat import format as chatformat
+from localrun.chat import prompt as prompts
+from localrun.chat.template import ChatTemplate
+from localrun.chat.template_nesting import MAX_NESTING, MAX_TREE_DEPTH
 from localrun.errors import TemplateError, TemplateLimit
-from localrun.server import chatformat, prompts
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 N = MAX_NESTING

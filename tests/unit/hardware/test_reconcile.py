@@ -12,7 +12,7 @@ PLAN = Placement(gpu_layers=10, ram=400, vram=600, total_layers=19, vram_by_devi
 def _report(**placed: int) -> ModelInfo:
     """A load report saying only where llama.cpp put the layers and weights."""
     return ModelInfo(architecture="llama", n_params=0, n_ctx_train=2048, n_embd=8, n_layer=18, n_vocab=32,
-                     chat_template=None, template=None, bos_text="", eos_text="", size_bytes=1000, num_ctx=2048,
+                     chat_template=None, bos_text="", eos_text="", size_bytes=1000, num_ctx=2048,
                      num_parallel=1, **placed)
 
 

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
+from localrun.chat.prompt import render_pair
 from localrun.errors import TemplateLimit
 from localrun.runtime import bounded
 from localrun.runtime.bounded import BoundedPool, Limits
-from localrun.server.prompts import render_pair
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 SORTS = "{% for i in range(1000) %}{{ ((range(100000)|list) * 10)|sort|length }}{% endfor %}"  # ~100 s of CPU

@@ -21,7 +21,7 @@ from localrun.runtime import protocol
 from localrun.runtime.runner import Runner
 
 MESSAGES: list[Any] = [
-    protocol.Load("/m.gguf", LoadOptions(num_ctx=128, rpc_servers=("h:1",)), "{{ x }}", "a:B"),
+    protocol.Load("/m.gguf", LoadOptions(num_ctx=128, rpc_servers=("h:1",)), "a:B"),
     protocol.Generate(3, GenerateRequest("hi", SamplingOptions(stop=("\n",)))),
     protocol.Cancel(3), protocol.Embed(4, ["a", [1, 2]], False), protocol.Tokenize(5, "hé", False),
     protocol.Detokenize(6, [1, 2]), protocol.Stats(7), protocol.Close(), protocol.DebugAbort(),

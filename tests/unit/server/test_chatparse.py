@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from localrun.chatevents import ContentDelta, ThinkingDelta, ToolCall, collect
-from localrun.server.chatformat import ChatFormat, ThinkingTags, ToolFormat, describe
-from localrun.server.chatparse import ChatStreamParser, parse_reply
+from localrun.chat.events import ContentDelta, ThinkingDelta, ToolCall, collect
+from localrun.chat.format import ChatFormat, ThinkingTags, ToolFormat, describe
+from localrun.chat.parse import ChatStreamParser, parse_reply
 
 NAMES = frozenset({"get_weather", "add"})
 HERMES = ChatFormat(tools=ToolFormat.HERMES)

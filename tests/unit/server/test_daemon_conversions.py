@@ -10,7 +10,9 @@ import struct
 import pytest
 
 from localrun import errors
-from localrun.chatevents import Reply, ToolCall
+from localrun.chat.events import Reply, ToolCall
+from localrun.chat.format import ToolFormat
+from localrun.chat.tools import forced_call, forced_call_schema
 from localrun.engine.types import (
     DoneEvent,
     DoneReason,
@@ -25,9 +27,7 @@ from localrun.engine.types import (
 from localrun.runtime import protocol
 from localrun.runtime.scheduler import DEFAULT
 from localrun.server import openai_compat as oc
-from localrun.server.chatformat import ToolFormat
 from localrun.server.options import merge_options, parse_keep_alive
-from localrun.server.tools import forced_call, forced_call_schema
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},

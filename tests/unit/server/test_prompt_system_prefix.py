@@ -3,7 +3,7 @@ is cut) is rendered only when the prompt might not fit the context."""
 
 from __future__ import annotations
 
-from localrun.server.prompts import render_pair
+from localrun.chat.prompt import render_pair
 
 TEMPLATE = "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}"
 MESSAGES = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "hello " * 50}]

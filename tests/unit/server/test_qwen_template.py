@@ -8,7 +8,7 @@ import json
 
 from qwen_template import QWEN25_TEMPLATE
 
-from localrun.server.prompts import TemplateInputs, render
+from localrun.chat.prompt import TemplateInputs, render
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Get the weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]

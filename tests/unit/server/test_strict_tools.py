@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from localrun import errors
+from localrun.chat.format import ChatFormat, ToolFormat
+from localrun.chat.tools import StrictCalls, forced_call, strict_calls, validate_tools
 from localrun.engine.types import SamplingOptions
-from localrun.server.chatformat import ChatFormat, ToolFormat
 from localrun.server.chatturn import ChatTurn
-from localrun.server.tools import StrictCalls, forced_call, strict_calls, validate_tools
 
 PARAMS = {"type": "object", "properties": {"city": {"type": "string", "minLength": 1, "x-ui": "text"}},
           "required": ["city"]}

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from localrun.chatevents import ChatEvent, ContentDelta, ToolCall, collect
+from localrun.chat.events import ChatEvent, ContentDelta, ToolCall, collect
+from localrun.chat.format import ChatFormat, ToolFormat
+from localrun.chat.parse import ChatStreamParser
 from localrun.server.anthropic_stream import stop_reason
-from localrun.server.chatformat import ChatFormat, ToolFormat
-from localrun.server.chatparse import ChatStreamParser
 
 HERMES = ChatFormat(tools=ToolFormat.HERMES)
 NAMES = frozenset({"Bash", "Read", "get_weather"})

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from localrun.chatevents import ContentDelta, ThinkingDelta, ToolCall
+from localrun.chat.events import ContentDelta, ThinkingDelta, ToolCall
 from localrun.engine.types import DoneReason
 from localrun.errors import OptionError, UpstreamError
 from localrun.upstream import ollama_api, openai_api

@@ -14,7 +14,7 @@ import pytest
 from upstream_fakes import Breaks, sse, text_of
 
 from localrun import errors
-from localrun.chatevents import ContentDelta
+from localrun.chat.events import ContentDelta
 from localrun.server import remote
 from localrun.server.metrics import Metrics
 from localrun.server.native_call import NativeCall

@@ -11,7 +11,7 @@ import pytest
 from upstream_fakes import Breaks, sse, text_of
 
 from localrun import errors
-from localrun.chatevents import ContentDelta
+from localrun.chat.events import ContentDelta
 from localrun.upstream.pool import MemberState
 from localrun.upstream.requests import ChatRequest
 from localrun.upstream.router import Route, Upstreams

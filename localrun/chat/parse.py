@@ -46,8 +46,8 @@ import enum
 import json
 from typing import Any
 
-from ..chatevents import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall, collect
-from .chatformat import ChatFormat, ToolFormat
+from .events import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall, collect
+from .format import ChatFormat, ToolFormat
 
 _FENCE = "```"
 

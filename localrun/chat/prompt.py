@@ -1,22 +1,21 @@
 """Turning chat messages into a prompt with the model's template.
 
-The templates themselves (Jinja2 in a sandbox, Ollama's Go-template subset) are the engine's
-(:mod:`localrun.engine.template`, pure Python, no llama_cpp); this module only decides which
-template applies and what goes into it: the Modelfile's MESSAGEs and SYSTEM, the request's
-messages and tools. A model with no template gets the prompt as is (messages joined).
+The templates themselves (Jinja2 in a sandbox, Ollama's Go-template subset) are
+:mod:`localrun.chat.template`; this module checks a conversation's messages and decides what goes
+into the template: the Modelfile's MESSAGEs and SYSTEM, the request's messages and tools. A model
+with no template gets the prompt as is (messages joined). Pure and synchronous: the daemon runs
+:func:`render_pair` in a bounded worker (:mod:`localrun.server.rendering`).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
-from .. import trace
-from ..engine.template import ChatTemplate
 from ..errors import InvalidRequest, TemplateError
-from . import templating
+from ..jsontypes import JSONObject, JSONValue
+from .template import ChatTemplate
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +38,9 @@ def role_names(allowed: tuple[str, ...] = ROLES, *, aliases: bool = True) -> str
     """``allowed`` (and the aliases of its roles) for an error message: "system, developer, user or assistant"."""
     names = [n for r in allowed for n in (r, *(a for a, t in ROLE_ALIASES.items() if aliases and t == r))]
     return ", ".join(names[:-1]) + " or " + names[-1]
-_SAMPLE = [{"role": "user", "content": "Hello"}]
+
+
+_SAMPLE: list[JSONObject] = [{"role": "user", "content": "Hello"}]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,46 +57,30 @@ class TemplateInputs:
     strip_bos: bool = False
     think: bool | None = None
 
+    @classmethod
+    def from_json(cls, obj: JSONObject) -> TemplateInputs:
+        """The inputs from their JSON form (``dataclasses.asdict``, as the pipe to a worker carries them)."""
+        bos, eos, think = obj.get("bos_token"), obj.get("eos_token"), obj.get("think")
+        return cls(bos_token=bos if isinstance(bos, str) else "", eos_token=eos if isinstance(eos, str) else "",
+                   strip_bos=obj.get("strip_bos") is True, think=think if isinstance(think, bool) else None)
+
 
 NO_INPUTS = TemplateInputs()
 
 
-async def render_async(source: str | None, messages: list[dict[str, Any]],
-                       tools: list[dict[str, Any]] | None = None, *,
-                       inputs: TemplateInputs = NO_INPUTS, num_ctx: int | None = None) -> tuple[str, str | None]:
-    """Render the prompt and the system prefix in a bounded worker process (:mod:`.templating`).
-
-    A hostile or buggy template (huge arithmetic, nested loops, huge output) must not freeze or
-    exhaust the daemon that serves every other client: it gets a TemplateError (400) within
-    ``templating.RENDER_TIMEOUT``. Returns (prompt, system prefix or None). With ``num_ctx``, the system prefix
-    (a second render, only ever used to keep the system prompt when truncating) is rendered only
-    when the prompt :func:`might_overflow` that context; otherwise it is None.
-    """
-    if not source:  # no template code to run: the messages joined
-        prompt, prefix = render_pair(source, messages, tools, None, num_ctx)
-    else:
-        prompt, prefix = await templating.run(render_pair, source, messages, tools, asdict(inputs), num_ctx)
-    trace.mark_request("rendered")
-    return str(prompt), prefix if prefix is None else str(prefix)
-
-
-async def vet_template(model: str, source: str) -> bool:
-    """True when a GGUF's own template may be used: it renders one user message within the
-    worker's limits (see :meth:`.templating.TemplateRenderer.vet`; decided once per template text)."""
-    return await templating.renderer().vet(source, model, render_sample) is None
-
-
 def render_sample(source: str) -> str:
-    """Worker side of :func:`vet_template`: render one user message with ``source``."""
+    """Render one user message with ``source``: what vetting a GGUF's template runs in a bounded worker
+    (:func:`localrun.server.rendering.vet_template`)."""
     return render(source, list(_SAMPLE))
 
 
-def render_pair(source: str | None, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-                inputs: dict[str, Any] | None = None, num_ctx: int | None = None) -> list[str | None]:
-    """Worker side of :func:`render_async`: [prompt, system prefix or None] (JSON-friendly, as the
-    pipe to the worker carries JSON: ``inputs`` is a TemplateInputs as a dict). The prefix is
-    rendered only when ``num_ctx`` is None or the prompt might not fit it."""
-    given = TemplateInputs(**inputs) if inputs else NO_INPUTS
+def render_pair(source: str | None, messages: list[JSONObject], tools: list[JSONObject] | None = None,
+                inputs: JSONObject | None = None, num_ctx: int | None = None) -> list[str | None]:
+    """What :func:`localrun.server.rendering.render_async` runs in a bounded worker: [prompt, system
+    prefix or None] (JSON-friendly, as the pipe to the worker carries JSON: ``inputs`` is a
+    TemplateInputs as a dict). The prefix is rendered only when ``num_ctx`` is None or the prompt
+    might not fit it."""
+    given = TemplateInputs.from_json(inputs) if inputs else NO_INPUTS
     prompt = render(source, messages, tools, inputs=given)
     if num_ctx is not None and not might_overflow(prompt, num_ctx):
         return [prompt, None]
@@ -114,7 +99,7 @@ def _compile(source: str) -> ChatTemplate:
     return ChatTemplate.from_source(source)
 
 
-def render(source: str | None, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+def render(source: str | None, messages: list[JSONObject], tools: list[JSONObject] | None = None,
            add_generation_prompt: bool = True, *, inputs: TemplateInputs = NO_INPUTS) -> str:
     """Render ``messages`` with the template ``source`` (None: plain concatenation).
 
@@ -140,13 +125,13 @@ def render(source: str | None, messages: list[dict[str, Any]], tools: list[dict[
     return text + prefill
 
 
-def check_messages(messages: Any) -> list[dict[str, Any]]:
+def check_messages(messages: JSONValue) -> list[JSONObject]:
     """Validate a messages list (Ollama shape); returns normalised copies."""
     if messages is None:
         return []
     if not isinstance(messages, list):
         raise InvalidRequest("'messages' must be a list of {role, content} objects")
-    out: list[dict[str, Any]] = []
+    out: list[JSONObject] = []
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise InvalidRequest(f"messages[{i}] must be an object with 'role' and 'content'")
@@ -160,7 +145,7 @@ def check_messages(messages: Any) -> list[dict[str, Any]]:
             raise InvalidRequest(f"messages[{i}].content must be a string")
         if message.get("images"):
             raise InvalidRequest(f"this model does not support images (messages[{i}].images)")
-        item = {"role": role, "content": content}
+        item: JSONObject = {"role": role, "content": content}
         if message.get("tool_calls"):
             item["tool_calls"] = _check_calls(message["tool_calls"], f"messages[{i}].tool_calls")
         for key in ("tool_name", "name", "tool_call_id", "thinking"):
@@ -170,7 +155,7 @@ def check_messages(messages: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _check_calls(calls: Any, where: str) -> list[dict[str, Any]]:
+def _check_calls(calls: JSONValue, where: str) -> list[JSONValue]:
     """An assistant message's tool calls: a list of ``{"function": {"name", "arguments"}}``."""
     if not isinstance(calls, list):
         raise InvalidRequest(f"{where} must be a list of {{function: {{name, arguments}}}} objects")
@@ -183,8 +168,8 @@ def _check_calls(calls: Any, where: str) -> list[dict[str, Any]]:
     return calls
 
 
-def with_defaults(messages: list[dict[str, Any]], system: str | None,
-                  model_messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def with_defaults(messages: list[JSONObject], system: str | None,
+                  model_messages: list[JSONObject]) -> list[JSONObject]:
     """Prepend the Modelfile's MESSAGEs and SYSTEM (when the request brings no system message)."""
     full = list(model_messages) + list(messages)
     if system and not any(m["role"] == "system" for m in full):
@@ -192,7 +177,7 @@ def with_defaults(messages: list[dict[str, Any]], system: str | None,
     return full
 
 
-def system_prefix(source: str | None, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+def system_prefix(source: str | None, messages: list[JSONObject], tools: list[JSONObject] | None = None,
                   inputs: TemplateInputs = NO_INPUTS) -> str | None:
     """The rendered system message alone, so truncation can keep it (None if there is none)."""
     if not messages or messages[0]["role"] != "system" or not source:

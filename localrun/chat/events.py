@@ -1,6 +1,6 @@
 """A model's chat reply as typed events, shared by the daemon's parser and the upstream clients.
 
-:mod:`localrun.server.chatparse` turns a local model's output text into these events, and
+:mod:`localrun.chat.parse` turns a local model's output text into these events, and
 :mod:`localrun.upstream` decodes another server's stream into the same ones, so every API
 adapter maps one vocabulary onto its wire shape. Pure: no localrun imports but :mod:`localrun.jsontypes`.
 
@@ -16,7 +16,7 @@ import json
 import secrets
 from dataclasses import dataclass, field
 
-from .jsontypes import JSONObject
+from ..jsontypes import JSONObject
 
 
 def new_id(prefix: str, sep: str = "_") -> str:
@@ -56,7 +56,7 @@ ChatEvent = ContentDelta | ThinkingDelta | ToolCall
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """A whole reply, parsed (see :func:`localrun.server.chatparse.parse_reply` and :func:`collect`)."""
+    """A whole reply, parsed (see :func:`localrun.chat.parse.parse_reply` and :func:`collect`)."""
 
     content: str
     thinking: str

@@ -23,9 +23,8 @@ import enum
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..engine.template import ChatTemplate
 from ..errors import InvalidRequest, TemplateError, UnsupportedCapability
-from ..hardware.memory import ModelGeometry
+from .template import ChatTemplate
 
 
 class ToolFormat(enum.Enum):
@@ -150,13 +149,19 @@ def resolve_think(fmt: ChatFormat, think: bool | None, model: str) -> bool:
     return think is not False
 
 
-def capabilities(fmt: ChatFormat, geometry: ModelGeometry) -> list[str]:
-    """What ``/api/show`` lists, in Ollama's order: completion or embedding, tools, insert, thinking."""
-    out = ["embedding" if geometry.embedding else "completion"]
-    if fmt.renders_tools and not geometry.embedding:
+def capabilities(fmt: ChatFormat, *, embedding: bool, fim: bool) -> list[str]:
+    """What ``/api/show`` lists, in Ollama's order: completion or embedding, tools, insert, thinking.
+
+    ``embedding``: the GGUF is an embedding model (it cannot chat); ``fim``: its vocabulary has
+    fill-in-the-middle tokens (``suffix`` works).
+    """
+    if embedding:
+        return ["embedding"]
+    out = ["completion"]
+    if fmt.renders_tools:
         out.append("tools")
-    if geometry.fim is not None and not geometry.embedding:
+    if fim:
         out.append("insert")
-    if fmt.thinking is not None and not geometry.embedding:
+    if fmt.thinking is not None:
         out.append("thinking")
     return out

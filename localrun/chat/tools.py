@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequest
-from .chatformat import ToolFormat
+from ..jsontypes import JSONObject, JSONValue, as_object
+from .format import ToolFormat
 
 # The text around one forced call, per format (the key order of the JSON is the schema's).
 _FRAMES = {
@@ -43,7 +44,7 @@ _FRAMES = {
 class ForcedCall:
     """What a forced call must look like: ``prefix`` + JSON matching ``schema`` + ``suffix``."""
 
-    schema: dict[str, Any]
+    schema: JSONObject
     prefix: str
     suffix: str
 
@@ -58,18 +59,28 @@ class StrictCalls:
     JSON value matching ``schema``, which the engine adds as the rule ``format-value``
     (``engine/grammar.py``: a request's ``grammar`` plus its ``format``)."""
 
-    schema: dict[str, Any]
+    schema: JSONObject
     grammar: str
 
 
-def tool_names(tools: list[dict[str, Any]] | None) -> frozenset[str] | None:
+def tool_names(tools: list[JSONObject] | None) -> frozenset[str] | None:
     """The offered tools' names (None without tools: replies are not parsed for calls)."""
     if not tools:
         return None
-    return frozenset(t["function"]["name"] for t in tools)
+    return frozenset(_name(fn) for fn in _functions(tools))
 
 
-def validate_tools(tools: Any) -> list[dict[str, Any]] | None:
+def _functions(tools: list[JSONObject]) -> list[JSONObject]:
+    """The ``function`` objects of tools that passed :func:`validate_tools`."""
+    return [as_object(tool.get("function")) for tool in tools]
+
+
+def _name(function: JSONObject) -> str:
+    name = function.get("name")
+    return name if isinstance(name, str) else ""
+
+
+def validate_tools(tools: JSONValue) -> list[JSONObject] | None:
     if tools is None:
         return None
     if not isinstance(tools, list):
@@ -83,10 +94,10 @@ def validate_tools(tools: Any) -> list[dict[str, Any]] | None:
             raise InvalidRequest(f"tools[{i}].function.parameters must be a JSON schema object")
         if fn.get("strict") not in (None, True, False):
             raise InvalidRequest(f"tools[{i}].function.strict must be true or false")
-    return tools or None
+    return [tool for tool in tools if isinstance(tool, dict)] or None
 
 
-def check_tool_choice(choice: Any, tools: list[dict[str, Any]] | None) -> None:
+def check_tool_choice(choice: JSONValue, tools: list[JSONObject] | None) -> None:
     """Refuse a ``tool_choice`` that is malformed or forces a call without tools (400)."""
     if choice in (None, "auto", "none"):
         return
@@ -95,13 +106,14 @@ def check_tool_choice(choice: Any, tools: list[dict[str, Any]] | None) -> None:
     if choice == "required":
         return
     fn = choice.get("function") if isinstance(choice, dict) else None
-    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+    name = fn.get("name") if isinstance(fn, dict) else None
+    if not isinstance(name, str):
         raise InvalidRequest("tool_choice must be 'auto', 'none', 'required' or {type: 'function', function: {name}}")
-    if fn["name"] not in (tool_names(tools) or ()):
-        raise InvalidRequest(f"tool_choice names function {fn['name']!r}, which is not in 'tools'")
+    if name not in (tool_names(tools) or ()):
+        raise InvalidRequest(f"tool_choice names function {name!r}, which is not in 'tools'")
 
 
-def forced_call(tools: list[dict[str, Any]], choice: Any, fmt: ToolFormat) -> ForcedCall | None:
+def forced_call(tools: list[JSONObject], choice: JSONValue, fmt: ToolFormat) -> ForcedCall | None:
     """The call ``choice`` forces, in the model's format ``fmt``; None when it forces nothing.
 
     ``choice`` is OpenAI's tool_choice: "auto" / "none" / "required" /
@@ -116,17 +128,17 @@ def forced_call(tools: list[dict[str, Any]], choice: Any, fmt: ToolFormat) -> Fo
     return ForcedCall(schema, prefix, suffix)
 
 
-def forced_call_schema(tools: list[dict[str, Any]], choice: Any,
-                       arguments_key: str = "arguments") -> dict[str, Any] | None:
+def forced_call_schema(tools: list[JSONObject], choice: JSONValue,
+                       arguments_key: str = "arguments") -> JSONObject | None:
     """The JSON schema one forced call object must match; None when ``choice`` forces nothing."""
     if choice in (None, "auto", "none"):
         return None
-    wanted: list[dict[str, Any]]
+    wanted: list[JSONObject]
     if choice == "required":
-        wanted = [t["function"] for t in tools]
+        wanted = _functions(tools)
     elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
-        name = choice["function"].get("name")
-        wanted = [t["function"] for t in tools if t["function"]["name"] == name]
+        name = as_object(choice.get("function")).get("name")
+        wanted = [fn for fn in _functions(tools) if _name(fn) == name]
         if not wanted:
             raise InvalidRequest(f"tool_choice names function {name!r}, which is not in 'tools'")
     else:
@@ -134,22 +146,22 @@ def forced_call_schema(tools: list[dict[str, Any]], choice: Any,
     return _any_call(wanted, arguments_key, strict_only=False)
 
 
-def strict_calls(tools: list[dict[str, Any]], choice: Any, fmt: ToolFormat) -> StrictCalls | None:
+def strict_calls(tools: list[JSONObject], choice: JSONValue, fmt: ToolFormat) -> StrictCalls | None:
     """The grammar that holds the calls the model opens under ``tool_choice`` auto (the module
     docstring); None when no offered tool is strict, ``choice`` is not auto, or ``fmt`` has no
     call opener in text."""
     opener, closer = (part.strip() for part in _FRAMES.get(fmt, ("", "")))
-    functions = [t["function"] for t in tools]
+    functions = _functions(tools)
     if choice not in (None, "auto") or not opener or not any(fn.get("strict") is True for fn in functions):
         return None
     return StrictCalls(_any_call(functions, fmt.arguments_key, strict_only=True),
-                       _calls_grammar(opener, closer, [fn["name"] for fn in functions]))
+                       _calls_grammar(opener, closer, [_name(fn) for fn in functions]))
 
 
-def _any_call(functions: list[dict[str, Any]], arguments_key: str, *, strict_only: bool) -> dict[str, Any]:
+def _any_call(functions: list[JSONObject], arguments_key: str, *, strict_only: bool) -> JSONObject:
     """The schema of one call to any of ``functions``: the name, and arguments matching the
     function's parameters (with ``strict_only``, only a strict function's; the others' are any object)."""
-    variants = [
+    variants: list[JSONValue] = [
         {
             "type": "object",
             "properties": {
@@ -162,7 +174,8 @@ def _any_call(functions: list[dict[str, Any]], arguments_key: str, *, strict_onl
         }
         for fn in functions
     ]
-    return variants[0] if len(variants) == 1 else {"anyOf": variants}
+    first = variants[0]
+    return first if len(variants) == 1 and isinstance(first, dict) else {"anyOf": variants}
 
 
 _WS = " \t\r\n"
@@ -270,7 +283,7 @@ def enforceable(schema: Any) -> Any:
         return [enforceable(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for key, value in schema.items():
         if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
             out[key] = {k: enforceable(v) for k, v in value.items()}

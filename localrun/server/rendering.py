@@ -3,7 +3,7 @@
 A chat template is code from a stranger (a GGUF's metadata, a Modelfile, a request's ``template``)
 and it runs on every chat request. Two layers keep it from freezing or exhausting the daemon:
 
-1. the template engine refuses unbounded work before doing it (:mod:`localrun.engine.template_limits`:
+1. the template engine refuses unbounded work before doing it (:mod:`localrun.chat.template_limits`:
    no compile-time folding, capped arithmetic, repetition and sizes, a step budget per render), so
    a hostile template usually fails in milliseconds with a 400 naming the limit;
 2. rendering happens in a :class:`~localrun.runtime.bounded.BoundedPool` of child processes with a
@@ -21,8 +21,8 @@ busy): 0.09 ms per render in the plain sandbox, 0.13 ms with layer 1, 0.5 ms per
 worker (the prompt and the system prefix, and the pipe both ways), about 2 % of one decoded token
 (~22 ms here). See RELIABILITY.md.
 
-:func:`run` is what :func:`localrun.server.prompts.render_async` calls; :meth:`TemplateRenderer.vet`
-(through :func:`localrun.server.prompts.vet_template`) decides once per template text whether a GGUF's
+:func:`render_async` renders a chat turn's prompt there; :meth:`TemplateRenderer.vet`
+(through :func:`vet_template`) decides once per template text whether a GGUF's
 own template may be used (a template that cannot render one user
 message within the limits is refused: the model loads with a warning and gets the Modelfile's
 TEMPLATE or a plain prompt). The renderer is process-wide (``render_async`` takes no app), created
@@ -38,8 +38,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 from typing import Any
 
+from .. import trace
+from ..chat.prompt import NO_INPUTS, TemplateInputs, render_pair, render_sample
 from ..errors import LocalrunError, TemplateLimit
 from ..runtime.bounded import BoundedPool, Limits, default_size
 
@@ -121,3 +124,28 @@ def close() -> None:
 async def run(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` in the process-wide renderer's bounded workers."""
     return await renderer().run(fn, *args)
+
+
+async def render_async(source: str | None, messages: list[dict[str, Any]],
+                       tools: list[dict[str, Any]] | None = None, *,
+                       inputs: TemplateInputs = NO_INPUTS, num_ctx: int | None = None) -> tuple[str, str | None]:
+    """Render the prompt and the system prefix in a bounded worker process.
+
+    A hostile or buggy template (huge arithmetic, nested loops, huge output) must not freeze or
+    exhaust the daemon that serves every other client: it gets a TemplateError (400) within
+    ``RENDER_TIMEOUT``. Returns (prompt, system prefix or None). With ``num_ctx``, the system prefix
+    (a second render, only ever used to keep the system prompt when truncating) is rendered only
+    when the prompt :func:`~localrun.chat.prompt.might_overflow` that context; otherwise it is None.
+    """
+    if not source:  # no template code to run: the messages joined
+        prompt, prefix = render_pair(source, messages, tools, None, num_ctx)
+    else:
+        prompt, prefix = await run(render_pair, source, messages, tools, asdict(inputs), num_ctx)
+    trace.mark_request("rendered")
+    return str(prompt), prefix if prefix is None else str(prefix)
+
+
+async def vet_template(model: str, source: str) -> bool:
+    """True when a GGUF's own template may be used: it renders one user message within the
+    worker's limits (see :meth:`TemplateRenderer.vet`; decided once per template text)."""
+    return await renderer().vet(source, model, render_sample) is None
