@@ -102,7 +102,7 @@ class ContextOverflow(InvalidRequest):
     """A prompt longer than the request's maximum context, where cutting it was not allowed.
 
     ``prompt_tokens`` and ``max_tokens`` (the request's maximum, ``n_ctx``) are the numbers every
-    API names in its own words (``anthropic_compat`` says "prompt is too long: N tokens > M
+    API names in its own words (``server/anthropic/convert.py`` says "prompt is too long: N tokens > M
     maximum"); None when not known (an error rebuilt from an old runner's message).
     """
 

@@ -29,23 +29,18 @@ from ..runtime.process import RunnerProcess
 from ..runtime.scheduler import Backend, LoadFn, LoadSpec, ProbeFn, ResidentModel, Scheduler
 from ..store.model_store import ModelStore
 from ..upstream.router import Upstreams
-from . import (
-    remote,
-    rendering,
-    routes_anthropic,
-    routes_api,
-    routes_daemon,
-    routes_openai,
-    routes_responses,
-    routes_status,
-    routes_tokens,
-)
+from . import control, remote, rendering, status
+from .anthropic import routes as anthropic_routes
 from .executors import Executors, run_in
 from .http import JSON_BODY_LIMIT
 from .keys import DAEMON, EXECUTORS, METRICS, PULLS, SCHEDULER, SERVICE, SETTINGS, SHUTDOWN, STARTED_AT, STORE
 from .lifecycle import DaemonInfo, Shutdown, drain
 from .metrics import Metrics
 from .middleware import MIDDLEWARES, add_cors_headers
+from .ollama import routes as ollama_routes
+from .ollama import tokens as ollama_tokens
+from .openai import routes as openai_routes
+from .responses import routes as responses_routes
 from .service import Service
 
 log = logging.getLogger(__name__)
@@ -159,19 +154,19 @@ def create_app(
     app[DAEMON] = daemon or DaemonInfo(pid=os.getpid(), started_at=time.time())
     app[SHUTDOWN] = Shutdown()
     app.on_response_prepare.append(add_cors_headers)
-    routes_status.add_routes(app)
-    routes_daemon.add_routes(app)
-    routes_api.add_routes(app)
-    routes_tokens.add_routes(app)
-    routes_openai.add_routes(app)
-    routes_responses.add_routes(app)
-    routes_anthropic.add_routes(app)
+    status.add_routes(app)
+    control.add_routes(app)
+    ollama_routes.add_routes(app)
+    ollama_tokens.add_routes(app)
+    openai_routes.add_routes(app)
+    responses_routes.add_routes(app)
+    anthropic_routes.add_routes(app)
     try:
-        from . import routes_models
+        from .ollama import models as ollama_models
     except ImportError as exc:  # the store is not importable: generation still works
         log.warning("model management routes unavailable: %s", exc)
     else:
-        routes_models.add_routes(app)
+        ollama_models.add_routes(app)
 
     async def on_startup(app: web.Application) -> None:
         loop = asyncio.get_running_loop()

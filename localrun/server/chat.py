@@ -118,7 +118,7 @@ async def start_completions(service: Service, call: NativeCall, fmt: OutputForma
     """Start ``call.n`` completions of each of ``call.prompts`` (prompt-major order), as raw text.
 
     ``suffix`` (fill in the middle) is for upstream models only; a local one builds its infill
-    prompt itself (``routes_api.fill_in_the_middle``).
+    prompt itself (``ollama.routes.fill_in_the_middle``).
     """
     route = upstream_route(service, call.model)
     if route is not None and service.upstreams is not None:

@@ -28,9 +28,11 @@ from typing import Any
 from aiohttp import web
 
 from .. import errors, trace
-from . import anthropic_compat, openai_compat, responses_compat
+from .anthropic import convert as anthropic_convert
 from .http import PRIORITIES, PRIORITY_HEADER, interactive_hint
 from .keys import METRICS, SETTINGS
+from .openai import convert as openai_convert
+from .responses import convert as responses_convert
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +81,10 @@ def error_body(request: web.Request, status: int, message: str, code: str) -> di
 # A prompt over the context in each API's own words, by route: the words its clients look for
 # (Claude Code compacts the conversation on Anthropic's "prompt is too long"); /api keeps the engine's.
 _OVERFLOW_WORDS: dict[str, Callable[[int, int], str]] = {
-    "/v1/chat/completions": openai_compat.context_overflow_message,
-    "/v1/completions": lambda n, m: openai_compat.context_overflow_message(n, m, "prompt"),
-    "/v1/responses": responses_compat.input_too_long,
-    "/v1/messages": anthropic_compat.prompt_too_long,
+    "/v1/chat/completions": openai_convert.context_overflow_message,
+    "/v1/completions": lambda n, m: openai_convert.context_overflow_message(n, m, "prompt"),
+    "/v1/responses": responses_convert.input_too_long,
+    "/v1/messages": anthropic_convert.prompt_too_long,
 }
 
 

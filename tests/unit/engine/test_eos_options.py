@@ -11,7 +11,7 @@ from localrun.engine.sampling import Sampler, assert_valid
 from localrun.engine.types import GenerateRequest, SamplingOptions
 from localrun.errors import InvalidRequest
 from localrun.runtime import protocol
-from localrun.server import openai_compat as oc
+from localrun.server.openai import convert as oc
 from localrun.server.options import merge_options
 
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from localrun.errors import InvalidRequest
-from localrun.server.anthropic_compat import Thinking, messages_to_native
-from localrun.server.anthropic_stream import MessageEncoder, stop_reason
+from localrun.server.anthropic.convert import Thinking, messages_to_native
+from localrun.server.anthropic.stream import MessageEncoder, stop_reason
 from localrun.server.chat import TokenUsage
 
 WEATHER = {"name": "get_weather", "description": "Weather in a city",

@@ -26,7 +26,7 @@ from localrun.engine.types import (
 )
 from localrun.runtime import protocol
 from localrun.runtime.scheduler import DEFAULT
-from localrun.server import openai_compat as oc
+from localrun.server.openai import convert as oc
 from localrun.server.options import merge_options, parse_keep_alive
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {

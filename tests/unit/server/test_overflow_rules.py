@@ -15,11 +15,11 @@ from aiohttp.test_utils import make_mocked_request
 
 from localrun.engine.types import DoneEvent, DoneReason, Truncation
 from localrun.errors import ContextOverflow, InvalidRequest
-from localrun.server import openai_compat as oc
-from localrun.server.anthropic_compat import messages_to_native, prompt_too_long, thread_refusal
+from localrun.server.anthropic.convert import messages_to_native, prompt_too_long, thread_refusal
 from localrun.server.middleware import error_message
-from localrun.server.responses_compat import drop_oldest, responses_to_native
-from localrun.server.routes_api import truncation
+from localrun.server.ollama.routes import truncation
+from localrun.server.openai import convert as oc
+from localrun.server.responses.convert import drop_oldest, responses_to_native
 
 OVERFLOW = ContextOverflow("the prompt is 300 tokens; a request to this model holds at most 256", 300, 256)
 

@@ -9,8 +9,8 @@ import pytest
 
 from localrun.errors import InvalidRequest
 from localrun.server.chat import TokenUsage
-from localrun.server.responses_compat import responses_to_native
-from localrun.server.responses_stream import ResponsesEncoder
+from localrun.server.responses.convert import responses_to_native
+from localrun.server.responses.stream import ResponsesEncoder
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}

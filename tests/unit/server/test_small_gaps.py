@@ -11,7 +11,7 @@ import pytest
 from localrun.engine.detok import TextStream
 from localrun.errors import InvalidRequest
 from localrun.server.chat import with_heartbeat
-from localrun.server.openai_compat import embedding_inputs
+from localrun.server.openai.convert import embedding_inputs
 
 
 @pytest.mark.parametrize(("value", "inputs"), [

@@ -13,7 +13,7 @@ import pytest
 from localrun.chat.events import ChatEvent, ContentDelta, ToolCall, collect
 from localrun.chat.format import ChatFormat, ToolFormat
 from localrun.chat.parse import ChatStreamParser
-from localrun.server.anthropic_stream import stop_reason
+from localrun.server.anthropic.stream import stop_reason
 
 HERMES = ChatFormat(tools=ToolFormat.HERMES)
 NAMES = frozenset({"Bash", "Read", "get_weather"})

@@ -21,11 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..chat.prompt import TURN_ROLES, role_names
-from ..errors import InvalidRequest, ThreadUnsupported
-from .http import get, get_number, get_whole, str_field
-from .native_call import EXTRA_OPTIONS, NativeCall, extra_options
-from .options import parse_keep_alive
+from ...chat.prompt import TURN_ROLES, role_names
+from ...errors import InvalidRequest, ThreadUnsupported
+from ..http import get, get_number, get_whole, str_field
+from ..native_call import EXTRA_OPTIONS, NativeCall, extra_options
+from ..options import parse_keep_alive
 
 _UNSUPPORTED_BLOCKS = {"image": "images", "document": "documents", "search_result": "search results",
                        "container_upload": "container uploads"}

@@ -2,7 +2,7 @@
 
 Requests: :func:`chat_to_native`, :func:`completion_to_native`, :func:`embedding_inputs`.
 Responses: :func:`chat_completion`, :func:`chat_chunk`, :func:`completion`, :func:`usage`...
-No I/O here; ``routes_openai`` does the calling and streaming. Fields a request leaves unset
+No I/O here; :mod:`.routes` does the calling and streaming. Fields a request leaves unset
 keep the model's Modelfile defaults; ``num_ctx``, ``keep_alive``, ``top_k``, ``min_p``,
 ``repeat_penalty`` (and a whole Ollama ``options`` object) may be passed as extra fields, and
 vLLM's ``ignore_eos`` / ``min_tokens`` (end-of-generation tokens do not end the output).
@@ -15,15 +15,15 @@ import json
 import struct
 from typing import Any
 
-from ..chat.events import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
-from ..chat.format import parse_think
-from ..chat.prompt import native_role, role_names
-from ..chat.tools import validate_tools
-from ..engine.types import DoneEvent, DoneReason, EmbedInput, TokenLogprob
-from ..errors import InvalidRequest, OptionError
-from .http import get, get_whole
-from .native_call import NativeCall, extra_options
-from .options import parse_keep_alive, top_logprobs
+from ...chat.events import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
+from ...chat.format import parse_think
+from ...chat.prompt import native_role, role_names
+from ...chat.tools import validate_tools
+from ...engine.types import DoneEvent, DoneReason, EmbedInput, TokenLogprob
+from ...errors import InvalidRequest, OptionError
+from ..http import get, get_whole
+from ..native_call import NativeCall, extra_options
+from ..options import parse_keep_alive, top_logprobs
 
 MAX_N = 16  # replies per request
 MAX_COMPLETION_LOGPROBS = 5  # /v1/completions' legacy ``logprobs``: OpenAI's own bound

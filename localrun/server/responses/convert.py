@@ -31,12 +31,12 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..chat.prompt import TURN_ROLES, native_role, role_names
-from ..errors import InvalidRequest
-from .http import get, get_whole, str_field
-from .native_call import NativeCall
-from .openai_compat import options_from_openai
-from .options import parse_keep_alive
+from ...chat.prompt import TURN_ROLES, native_role, role_names
+from ...errors import InvalidRequest
+from ..http import get, get_whole, str_field
+from ..native_call import NativeCall
+from ..openai.convert import options_from_openai
+from ..options import parse_keep_alive
 
 _PASSED_OPTIONS = ("temperature", "top_p", "seed", "options", "num_ctx", "top_k", "min_p", "typical_p",
                    "repeat_penalty", "repeat_last_n", "num_batch", "num_gpu", "num_thread", "num_keep", "use_mmap",

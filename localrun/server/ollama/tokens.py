@@ -20,10 +20,10 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import errors
-from .http import get, read_json
-from .keys import SERVICE
-from .options import parse_keep_alive
+from ... import errors
+from ..http import get, read_json
+from ..keys import SERVICE
+from ..options import parse_keep_alive
 
 MAX_TOKENIZE_BYTES = 8 * 1024 * 1024
 MAX_DETOKENIZE_TOKENS = 2 * 1024 * 1024

@@ -24,8 +24,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ..chat.events import new_id
-from .chat import TokenUsage
+from ...chat.events import new_id
+from ..chat import TokenUsage
 
 Event = tuple[str, dict[str, Any]]
 

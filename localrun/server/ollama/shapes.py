@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..chat.events import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
-from ..engine.types import DoneEvent
+from ...chat.events import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
+from ...engine.types import DoneEvent
 
 
 def tool_call_json(call: ToolCall) -> dict[str, Any]:

@@ -19,21 +19,21 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import errors
-from ..chat.format import capabilities, describe
-from ..hardware.memory import read_geometry
-from ..store.blobs import BlobStore
-from ..store.model_store import ModelStore
-from ..store.modelfile import quote as _quote
-from ..store.progress import Progress, ProgressFn
-from ..store.records import ModelEntry
-from . import remote
-from .chat import upstream_route
-from .executors import run_in
-from .http import NDJSONStream, get, read_json
-from .keys import EXECUTORS, PULLS, SERVICE, STORE
-from .options import merge_options
-from .routes_status import details
+from ... import errors
+from ...chat.format import capabilities, describe
+from ...hardware.memory import read_geometry
+from ...store.blobs import BlobStore
+from ...store.model_store import ModelStore
+from ...store.modelfile import quote as _quote
+from ...store.progress import Progress, ProgressFn
+from ...store.records import ModelEntry
+from .. import remote
+from ..chat import upstream_route
+from ..executors import run_in
+from ..http import NDJSONStream, get, read_json
+from ..keys import EXECUTORS, PULLS, SERVICE, STORE
+from ..options import merge_options
+from ..status import details
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +220,7 @@ async def pull(request: web.Request) -> web.StreamResponse:
         raise errors.InvalidRequest("'model' is required")
     stream = get(body, "stream", bool, True)
     store = request.app[STORE]
-    from ..store.pull import pull as store_pull  # lazily: the hub client is heavy to import
+    from ...store.pull import pull as store_pull  # lazily: the hub client is heavy to import
     pulls = request.app[PULLS]
 
     def work(progress: ProgressFn) -> object:
@@ -287,7 +287,7 @@ async def create(request: web.Request) -> web.StreamResponse:
     # FROM and ADAPTER name models, hf.co references or uploaded blobs, never server files.
     modelfile = get(body, "modelfile", str) or modelfile_from_request(body)
     stream = get(body, "stream", bool, True)
-    from ..store.pull import hub_hook  # lazily: the hub client is heavy to import
+    from ...store.pull import hub_hook  # lazily: the hub client is heavy to import
 
     hook = hub_hook(store)  # resolves ``FROM hf.co/...`` names
     return await _run_with_progress(
@@ -322,7 +322,7 @@ def _blobs(store: ModelStore) -> BlobStore:
 
 
 def _digest(raw: str) -> str:
-    from ..store.blobs import normalize_digest
+    from ...store.blobs import normalize_digest
 
     try:
         return normalize_digest(raw)

@@ -1,8 +1,8 @@
 """``POST /v1/responses``: OpenAI's Responses API over the shared chat path (stateless), and
 ``POST /v1/responses/input_tokens``: how many tokens its input is.
 
-Thin: :mod:`.responses_compat` converts the request, :func:`.chat.start_chat` runs it, and
-:class:`.responses_stream.ResponsesEncoder` turns the model's output events into the reply:
+Thin: :mod:`.convert` turns the request into a native call, :func:`..chat.start_chat` runs it, and
+:class:`.stream.ResponsesEncoder` turns the model's output events into the reply:
 typed SSE events when ``stream`` is true, else the final ``response`` object.
 
 A prompt is never cut by tokens. Over the context, ``truncation: "disabled"`` (the default) is a 400
@@ -18,15 +18,15 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import errors
-from ..chat.events import ContentDelta, ThinkingDelta
-from ..engine.types import Truncation
-from .chat import ChatRun, TokenUsage, count_prompt_tokens, hit_length_limit, output_events, start_chat
-from .http import EventStream, read_json
-from .keys import SERVICE
-from .responses_compat import ResponsesCall, responses_to_native
-from .responses_stream import Event, ResponsesEncoder
-from .service import Service
+from ... import errors
+from ...chat.events import ContentDelta, ThinkingDelta
+from ...engine.types import Truncation
+from ..chat import ChatRun, TokenUsage, count_prompt_tokens, hit_length_limit, output_events, start_chat
+from ..http import EventStream, read_json
+from ..keys import SERVICE
+from ..service import Service
+from .convert import ResponsesCall, responses_to_native
+from .stream import Event, ResponsesEncoder
 
 log = logging.getLogger("localrun.requests")
 Emit = Callable[[list[Event]], Awaitable[None]]

@@ -1,7 +1,7 @@
 """Anthropic's Messages API: ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``.
 
-Thin: :mod:`.anthropic_compat` converts the request, :func:`.chat.start_chat` runs it, and
-:class:`.anthropic_stream.MessageEncoder` turns the model's output events into the reply:
+Thin: :mod:`.convert` turns the request into a native call, :func:`..chat.start_chat` runs it, and
+:class:`.stream.MessageEncoder` turns the model's output events into the reply:
 Anthropic's SSE events when ``stream`` is true (with a ``ping`` every PING_INTERVAL seconds
 while a long prompt is still being read), else the final ``message``. The ``anthropic-version``
 and ``anthropic-beta`` headers are accepted and not needed; errors come in Anthropic's shape
@@ -16,15 +16,15 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from .. import errors
-from ..chat.events import ContentDelta, ThinkingDelta
-from ..engine.types import Truncation
-from .anthropic_compat import messages_to_native, thread_refusal, tool_use_id
-from .anthropic_stream import Event, MessageEncoder, error_event, ping
-from .chat import ChatRun, TokenUsage, count_prompt_tokens, hit_length_limit, output_events, start_chat, with_heartbeat
-from .http import EventStream, read_json
-from .keys import SERVICE
-from .middleware import anthropic_error_type
+from ... import errors
+from ...chat.events import ContentDelta, ThinkingDelta
+from ...engine.types import Truncation
+from ..chat import ChatRun, TokenUsage, count_prompt_tokens, hit_length_limit, output_events, start_chat, with_heartbeat
+from ..http import EventStream, read_json
+from ..keys import SERVICE
+from ..middleware import anthropic_error_type
+from .convert import messages_to_native, thread_refusal, tool_use_id
+from .stream import Event, MessageEncoder, error_event, ping
 
 PING_INTERVAL = 10.0  # seconds without output before a keep-alive ping (prefill of a long prompt)
 

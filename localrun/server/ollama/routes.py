@@ -19,24 +19,24 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import errors
-from ..chat.events import ChatEvent, ContentDelta, collect
-from ..chat.format import parse_think
-from ..chat.parse import ChatStreamParser
-from ..chat.prompt import check_messages
-from ..chat.tools import validate_tools
-from ..engine.types import EmbedInput, EmbedResult, GenerateRequest, SamplingOptions, TokenLogprob, Truncation
-from ..errors import UnsupportedCapability
-from ..runtime.resident import KeepAlive
-from . import chatturn, remote
-from .chat import close_reply, start_chat, start_completions, upstream_route
-from .http import NDJSONStream, get, now_iso, read_json
-from .keys import SERVICE
-from .native_call import NativeCall
-from .native_shapes import CHAT, GENERATE, Shape
-from .options import parse_keep_alive, top_logprobs
-from .output import LocalOutput, Output
-from .service import Service, Target
+from ... import errors
+from ...chat.events import ChatEvent, ContentDelta, collect
+from ...chat.format import parse_think
+from ...chat.parse import ChatStreamParser
+from ...chat.prompt import check_messages
+from ...chat.tools import validate_tools
+from ...engine.types import EmbedInput, EmbedResult, GenerateRequest, SamplingOptions, TokenLogprob, Truncation
+from ...errors import UnsupportedCapability
+from ...runtime.resident import KeepAlive
+from .. import chatturn, remote
+from ..chat import close_reply, start_chat, start_completions, upstream_route
+from ..http import NDJSONStream, get, now_iso, read_json
+from ..keys import SERVICE
+from ..native_call import NativeCall
+from ..options import parse_keep_alive, top_logprobs
+from ..output import LocalOutput, Output
+from ..service import Service, Target
+from .shapes import CHAT, GENERATE, Shape
 
 
 def check_format(value: Any) -> str | dict[str, Any] | None:

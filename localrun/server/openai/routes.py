@@ -1,6 +1,6 @@
 """OpenAI-compatible routes under /v1: chat/completions, completions, embeddings, models.
 
-Thin: convert with :mod:`.openai_compat`, run through the Service, stream as SSE.
+Thin: convert with :mod:`.convert`, run through the Service, stream as SSE.
 ``n`` > 1 runs n requests side by side (they batch together in the engine); with a seed,
 choice i uses seed + i so the choices differ but stay reproducible. A prompt over the context is a
 400 ``context_length_exceeded`` unless the request says ``truncate: true``; then the reply says how
@@ -16,18 +16,18 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import errors
-from ..chat.events import ChatEvent, ContentDelta, ToolCall, collect, new_id
-from ..engine.types import TokenLogprob
-from . import openai_compat as oc
-from . import remote
-from .chat import ChatRun, start_chat, start_completions, upstream_route
-from .http import SSEStream, read_json
-from .keys import SERVICE, STORE
-from .middleware import error_body
-from .options import parse_keep_alive
-from .output import Output, Piece
-from .routes_api import embed_inputs, resize, truncation
+from ... import errors
+from ...chat.events import ChatEvent, ContentDelta, ToolCall, collect, new_id
+from ...engine.types import TokenLogprob
+from .. import remote
+from ..chat import ChatRun, start_chat, start_completions, upstream_route
+from ..http import SSEStream, read_json
+from ..keys import SERVICE, STORE
+from ..middleware import error_body
+from ..ollama.routes import embed_inputs, resize, truncation
+from ..options import parse_keep_alive
+from ..output import Output, Piece
+from . import convert as oc
 
 
 async def _merge(outputs: list[Output]) -> AsyncIterator[tuple[int, Piece | None]]:

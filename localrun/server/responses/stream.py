@@ -25,8 +25,8 @@ import copy
 import time
 from typing import Any
 
-from ..chat.events import new_id
-from .chat import TokenUsage
+from ...chat.events import new_id
+from ..chat import TokenUsage
 
 Event = tuple[str, dict[str, Any]]
 
