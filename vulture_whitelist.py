@@ -43,7 +43,7 @@ _._print_report
 # Planner outputs shown to users or tests and meant for llama.cpp's tensor_split with several GPUs.
 _.layers_per_device, _.tensor_split
 
-# Test and bench seams (the tests and bench/ scripts are outside vulture's paths).
+# Test and bench seams (the tests and benchmarks/ scripts are outside vulture's paths).
 _.resets, _.protected_size, _.t_submit, _.debug_abort, _.requested, _.parse_reply, _.curated_modelfile
 _.registered  # engine.rpc: what this process registered, read by its tests
 _.restored_tokens  # engine.host_cache: tokens brought back from host RAM, read by the host-tier tests

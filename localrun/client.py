@@ -7,8 +7,7 @@ have the same methods, bodies and docstrings. Streaming calls (``generate``, ``c
 except ``status()`` (a :class:`DaemonStatus`). Errors come back as the :mod:`localrun.errors` class
 the daemon raised (matched by its ``code``), and a daemon that does not answer raises DaemonUnavailable; so does
 one that accepts the connection but does not answer ``/health`` within :data:`PROBE_TIMEOUT_S`.
-:func:`ensure_daemon` starts ``localrun serve`` in the background (detached, logging to a file of
-its own, see :mod:`localrun.daemon_logs`) when none answers.
+Starting a daemon is the CLI's job (:func:`localrun.cli.connect.ensure_daemon`), not the client's.
 
 Tests inject a transport (``transport=httpx.MockTransport(...)`` or an ASGI/WSGI one) instead of
 patching.
@@ -17,18 +16,13 @@ patching.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-from . import config, daemon_logs, errors
+from . import config, errors
 from .jsontypes import JSONObject, JSONValue, as_objects
 
 PROBE_TIMEOUT_S = 3.0  # is_running(): a port held by something that does not answer HTTP is "not running"
@@ -511,47 +505,3 @@ class Client:
 
 
 # --- END GENERATED ---
-
-
-def ensure_daemon(timeout: float = 30.0, *, on_start: Callable[[Path], None] | None = None) -> Client:
-    """A client of a running daemon, starting ``localrun serve`` in the background if none answers.
-
-    Only for a local LOCALRUN_HOST (a remote daemon cannot be started from here). The new daemon
-    logs to a file of its own (``on_start`` is told which, before it starts). Raises
-    DaemonUnavailable quoting that file's last lines when it does not come up in ``timeout``.
-    """
-    client = Client()
-    if client.is_running():
-        return client
-    host = config.host()
-    if not host.is_loopback:
-        raise errors.DaemonUnavailable(f"no localrun daemon answers at {client.base_url}")
-    log_path = daemon_logs.new_background_log(host.port)
-    if on_start is not None:
-        on_start(log_path)
-    with open(log_path, "ab") as log_file:
-        kwargs: dict[str, Any] = {}
-        if os.name == "nt":
-            kwargs["creationflags"] = subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
-        else:
-            kwargs["start_new_session"] = True
-        process = subprocess.Popen(
-            [sys.executable, "-m", "localrun", "serve", "--log-file", str(log_path)],
-            stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, close_fds=True, **kwargs,
-        )
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if client.is_running():
-            return client
-        if process.poll() is not None:
-            break
-        time.sleep(0.1)
-    try:
-        lines = daemon_logs.excerpt(daemon_logs.read_from(log_path))
-    except OSError:
-        lines = []
-    said = "".join(f"\n  {line}" for line in lines) if lines else "\n  (it wrote nothing)"
-    waited = "" if process.poll() is not None else f" within {timeout:g}s"
-    client.close()
-    raise errors.DaemonUnavailable(f"could not start the localrun daemon at {client.base_url}{waited}; "
-                                   f"its log says:{said}\n(full log: {log_path})")

@@ -344,7 +344,7 @@ def prefix_cache_ram() -> int:
 
 def trace_dir() -> Path | None:
     """``LOCALRUN_TRACE``: a folder where the daemon and its runners write timestamps through the
-    serving path (``localrun.trace``; ``bench/trace_report.py`` reads them). Default unset: off."""
+    serving path (``localrun.trace``; ``benchmarks/trace_report.py`` reads them). Default unset: off."""
     raw = _env("LOCALRUN_TRACE")
     return None if raw is None else Path(raw).expanduser()
 

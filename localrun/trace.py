@@ -4,7 +4,7 @@ Off by default; :func:`mark` then returns after one global lookup. When the daem
 starts with the setting, :func:`configure` makes every :func:`mark` append ``(t_ns, stage, key,
 value)`` in memory, written as JSON lines to ``DIR/trace-<pid>.jsonl`` when 20,000 have piled up
 and at exit. ``t_ns`` is ``time.monotonic_ns()`` (CLOCK_MONOTONIC, one clock for every process
-on Linux), so a daemon's marks and its runners' marks line up. ``bench/trace_report.py`` joins the
+on Linux), so a daemon's marks and its runners' marks line up. ``benchmarks/trace_report.py`` joins the
 files and prints where the time goes.
 
 Keys, so the three layers can be joined:

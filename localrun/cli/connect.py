@@ -2,6 +2,8 @@
 
 - :func:`connect`: a client of the daemon at LOCALRUN_HOST, starting one in the background when
   none answers and the host is local (``run``), saying so on stderr;
+- :func:`ensure_daemon`: starts ``localrun serve`` in the background (detached, logging to a file
+  of its own, :mod:`.daemon_logs`) when none answers; the TUI's restart uses it too;
 - :func:`running_daemon`: a client, or None when none answers (store commands then use the store);
 - :func:`require_daemon`: a client, or DaemonUnavailable with the hint to start one (``ps``, ``bench``);
 - each warns on stderr when a ``LOCALRUN_*`` value set in this shell differs from the running
@@ -12,11 +14,18 @@ Settings were validated before any command ran (``main`` calls ``config.load_set
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from .. import config
-from ..client import Client, ensure_daemon
+from ..client import Client
 from ..errors import DaemonUnavailable, LocalrunError
+from . import daemon_logs
 
 # Compared only when set here: the host is how this shell found the daemon, and a key it lacks or
 # has in excess shows up as a 401 or not at all.
@@ -88,3 +97,47 @@ def warn_about_unknown_variables() -> None:
     for name, near in config.unknown_variables():
         hint = f" (did you mean {near}?)" if near else ""
         _err(f"Warning: {name} is not a localrun setting{hint}; it is ignored")
+
+
+def ensure_daemon(timeout: float = 30.0, *, on_start: Callable[[Path], None] | None = None) -> Client:
+    """A client of a running daemon, starting ``localrun serve`` in the background if none answers.
+
+    Only for a local LOCALRUN_HOST (a remote daemon cannot be started from here). The new daemon
+    logs to a file of its own (``on_start`` is told which, before it starts). Raises
+    DaemonUnavailable quoting that file's last lines when it does not come up in ``timeout``.
+    """
+    client = Client()
+    if client.is_running():
+        return client
+    host = config.host()
+    if not host.is_loopback:
+        raise DaemonUnavailable(f"no localrun daemon answers at {client.base_url}")
+    log_path = daemon_logs.new_background_log(host.port)
+    if on_start is not None:
+        on_start(log_path)
+    with open(log_path, "ab") as log_file:
+        kwargs: dict[str, Any] = {}
+        if os.name == "nt":
+            kwargs["creationflags"] = subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
+        else:
+            kwargs["start_new_session"] = True
+        process = subprocess.Popen(
+            [sys.executable, "-m", "localrun", "serve", "--log-file", str(log_path)],
+            stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, close_fds=True, **kwargs,
+        )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if client.is_running():
+            return client
+        if process.poll() is not None:
+            break
+        time.sleep(0.1)
+    try:
+        lines = daemon_logs.excerpt(daemon_logs.read_from(log_path))
+    except OSError:
+        lines = []
+    said = "".join(f"\n  {line}" for line in lines) if lines else "\n  (it wrote nothing)"
+    waited = "" if process.poll() is not None else f" within {timeout:g}s"
+    client.close()
+    raise DaemonUnavailable(f"could not start the localrun daemon at {client.base_url}{waited}; "
+                            f"its log says:{said}\n(full log: {log_path})")

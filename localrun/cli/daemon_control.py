@@ -20,10 +20,11 @@ from pathlib import Path
 
 import psutil
 
-from .. import config, daemon_logs
+from .. import config
 from ..errors import DaemonUnavailable, LocalrunError
 from ..fmt import human_duration, until
 from ..jsontypes import JSONValue
+from . import daemon_logs
 from .connect import not_running, require_daemon, running_daemon, settings_differences
 
 _EXIT_WAIT_S = 30.0  # after the grace: unloading models and closing connections

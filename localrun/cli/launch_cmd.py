@@ -79,7 +79,7 @@ class Agent:
     fallbacks: tuple[str, ...]         # install locations off PATH, relative to the home directory
     install: str                       # the command that installs it
     prompt_tokens: int                 # its first request before the user's words: system prompt and tool
-    # schemas (bench/agents/captures, counted with the gemma3 tokenizer: 19.5k, 9.3k, 2.2k + 5.2k of tools)
+    # schemas (benchmarks/agents/captures, counted with the gemma3 tokenizer: 19.5k, 9.3k, 2.2k + 5.2k of tools)
 
 
 AGENTS: dict[str, Agent] = {

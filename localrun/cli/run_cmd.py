@@ -201,11 +201,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def chat(model: str, args: argparse.Namespace) -> int:
-    from ..client import ensure_daemon
     from ..tui.app import LocalrunApp
     from ..tui.backend import ClientBackend
     from ..tui.conversations import ConversationStore
     from ..tui.session import ChatSession
+    from .connect import ensure_daemon
 
     store = None if args.no_save else ConversationStore()
     session = ChatSession.start(model, system=args.system, options=args.options, store=store, format=args.format,

@@ -16,7 +16,7 @@ Why a process and not only a sandbox: a thread cannot be stopped, and Jinja's co
 sandbox alone is a list of known shapes, and a gigabyte string or a loop bomb it has not thought of
 would still land in the daemon. Why not only a process: a render killed by its limits takes
 seconds and a new worker; layer 1 answers the known shapes at once. The cost, measured with
-``bench/template_bench.py`` on the Qwen2.5 chat template (10 messages, one tool; 2-vCPU AMD EPYC,
+``benchmarks/template_bench.py`` on the Qwen2.5 chat template (10 messages, one tool; 2-vCPU AMD EPYC,
 busy): 0.09 ms per render in the plain sandbox, 0.13 ms with layer 1, 0.5 ms per request through a
 worker (the prompt and the system prefix, and the pipe both ways), about 2 % of one decoded token
 (~22 ms here). See RELIABILITY.md.

@@ -16,9 +16,9 @@ import pytest
 from daemonproc import listener_pid
 
 from localrun import config
+from localrun.cli.connect import ensure_daemon
+from localrun.cli.daemon_logs import background_logs
 from localrun.cli.main import main
-from localrun.client import ensure_daemon
-from localrun.daemon_logs import background_logs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

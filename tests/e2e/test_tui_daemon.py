@@ -19,7 +19,7 @@ from daemonproc import stop_daemon
 from textual.widgets import DataTable, Markdown
 
 from localrun import config
-from localrun.client import ensure_daemon
+from localrun.cli.connect import ensure_daemon
 from localrun.tui.app import LocalrunApp
 from localrun.tui.backend import ClientBackend
 from localrun.tui.chat import ChatScreen

@@ -1,7 +1,7 @@
 """llama-cpp-python's own server (``python -m llama_cpp.server``, OpenAI's ``/v1`` only) behind the daemon.
 
 The server runs the tests' tiny model (random weights: the text is noise, so the tests check the shapes a
-client relies on, not words) through bench/launch_llama_cpp_server.py, which only adds the AMX workaround.
+client relies on, not words) through benchmarks/launch_llama_cpp_server.py, which only adds the AMX workaround.
 The front daemon learns it from ``localrun upstream add``; the official ollama, openai and anthropic
 clients talk to the front, so the Ollama and Anthropic APIs are translated to ``/v1``, streaming included.
 """
@@ -29,7 +29,7 @@ from localrun import config
 pytest.importorskip("uvicorn", reason="needs llama-cpp-python[server]")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-LAUNCHER = Path(__file__).parents[2] / "bench" / "launch_llama_cpp_server.py"
+LAUNCHER = Path(__file__).parents[2] / "benchmarks" / "launch_llama_cpp_server.py"
 
 
 @pytest.fixture

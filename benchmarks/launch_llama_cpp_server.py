@@ -10,7 +10,7 @@ this wraps ``llama_cpp.llama_model_default_params``, which ``Llama.__init__`` ca
 server creates its model. Needs the server extra: uvicorn, fastapi, sse-starlette,
 starlette-context, pydantic-settings.
 
-    python bench/launch_llama_cpp_server.py --model MODEL.gguf --port 8000 --n_threads 2 --n_threads_batch 2
+    python benchmarks/launch_llama_cpp_server.py --model MODEL.gguf --port 8000 --n_threads 2 --n_threads_batch 2
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reproduce BENCHMARKS.md "localrun against llama.cpp's server" in one command:
 #
-#     bench/run_all.sh        (from anywhere; about 60 minutes on 2 cores, QUICK=1 about 15)
+#     benchmarks/run_all.sh        (from anywhere; about 60 minutes on 2 cores, QUICK=1 about 15)
 #
 # For each model (Gemma 3 270M Q4_K_M, the starter; Qwen2.5-Coder 0.5B Instruct Q4_K_M, both from PyPI):
 #   1. the decode ceiling of the kernels (../shared/bench/ceiling.py), while no server runs;
@@ -11,18 +11,18 @@
 #      - llama-server "Ollama default": -np 1 -c 4096                 (what Ollama v0.30+ runs per model)
 #        both --no-repack (the AMX crash, ../shared/ENGINE_NOTES.md) and -t = all cores;
 #      - llama-cpp-python's server, all cores, n_ctx 4096, --interrupt_requests False
-#        (through bench/launch_llama_cpp_server.py, for the same crash);
+#        (through benchmarks/launch_llama_cpp_server.py, for the same crash);
 #   3. scenarios (streaming /v1/completions, prompts built with the model's own tokenizer, exact
 #      output lengths, a fresh prompt seed per run, printed and stored in each JSON):
 #      concurrency 1,4,8,16 (128 tokens in, 64 out); 8 streams with a 1,300-token shared prefix;
 #      one 2,000-token prompt at a time; repeated prompts at 1 and 8 streams (a prompt cache's
 #      TTFT), then localrun and llama-server tuned restarted and the same prompts measured again;
-# then bench/startup.py (start-up, switching, daemon RSS; point 5) and bench/summarize.py, which
+# then benchmarks/startup.py (start-up, switching, daemon RSS; point 5) and benchmarks/summarize.py, which
 # writes $OUT/summary.md: every target of issue #15 as a ratio to llama-server of the same run.
 #
 # Settings (environment): PY (python with localrun installed; default .venv/bin/python, else python3),
 # OUT (results folder), MODELS ("gemma qwen"), REQUESTS (per level, default 32; QUICK=1: 8),
-# LCP (1: also llama-cpp-python's server; 0: only localrun and llama-server), SHARED (the shared folder with bench/ceiling.py and bench/build_llama_server.sh; default ../shared),
+# LCP (1: also llama-cpp-python's server; 0: only localrun and llama-server), SHARED (the shared folder with benchmarks/ceiling.py and benchmarks/build_llama_server.sh; default ../shared),
 # LLAMA_SERVER (binary; default: built or reused by $SHARED/bench/build_llama_server.sh, 15-25 min once).
 # Every server runs in its own process group and is stopped on exit, on error and on Ctrl-C.
 set -euo pipefail
@@ -96,7 +96,7 @@ for MODEL_KEY in $MODELS; do
     DIR=$OUT/$MODEL_KEY
     mkdir -p "$DIR/home"
     LR_PORT=$(free_port); LST_PORT=$(free_port); LSO_PORT=$(free_port); LCP_PORT=$(free_port)
-    MODEL_PATH=$("$PY" bench/models.py "$MODEL_KEY")
+    MODEL_PATH=$("$PY" benchmarks/models.py "$MODEL_KEY")
     echo "== $MODEL_KEY: $MODEL_PATH; results in $DIR" >&2
     if [ "$MODEL_KEY" = gemma ]; then LR_MODEL=gemma3:270m; else
         LR_MODEL=bench-$MODEL_KEY
@@ -115,7 +115,7 @@ for MODEL_KEY in $MODELS; do
         --port "$LSO_PORT" -np 1 -c 4096 >"$DIR/llama_server_np1.log" 2>&1 &
     LSO_PID=$!; PIDS+=("$LSO_PID")
     if [ "$LCP" = 1 ]; then
-        setsid "$PY" bench/launch_llama_cpp_server.py --model "$MODEL_PATH" --host 127.0.0.1 --port "$LCP_PORT" \
+        setsid "$PY" benchmarks/launch_llama_cpp_server.py --model "$MODEL_PATH" --host 127.0.0.1 --port "$LCP_PORT" \
             --n_threads "$THREADS" --n_threads_batch "$THREADS" --n_ctx 4096 --interrupt_requests False \
             >"$DIR/llama_cpp_server.log" 2>&1 &
         LCP_PID=$!; PIDS+=("$LCP_PID")
@@ -152,8 +152,8 @@ for MODEL_KEY in $MODELS; do
 done
 
 echo "== start-up and switching" >&2
-timeout 1200 "$PY" bench/startup.py --model-a "$("$PY" bench/models.py gemma)" --model-b "$("$PY" bench/models.py qwen)" \
+timeout 1200 "$PY" benchmarks/startup.py --model-a "$("$PY" benchmarks/models.py gemma)" --model-b "$("$PY" benchmarks/models.py qwen)" \
     --llama-server "$LLAMA_SERVER" --json "$OUT/startup.json" >&2 || echo "startup.py failed" >&2
 echo "end: $(date -u) $(uptime)" >>"$OUT/machine.txt"
-"$PY" bench/summarize.py "$OUT"
+"$PY" benchmarks/summarize.py "$OUT"
 echo "results in $OUT" >&2

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from . import config
+from .. import config
 
 KEEP = 10  # background logs kept, all ports together
 _PREFIX = "serve-"

@@ -1,13 +1,13 @@
 """Profile the serving path: timestamps through it (LOCALRUN_TRACE) and py-spy, per concurrency level.
 
-    python bench/profile_serving.py --model gemma3:270m --levels 1,8 --requests 16 --out DIR
+    python benchmarks/profile_serving.py --model gemma3:270m --levels 1,8 --requests 16 --out DIR
 
 For each level it starts a daemon (``localrun serve``, the caller's environment plus
 LOCALRUN_TRACE=DIR/cN/trace and a free port), runs ``localrun bench`` at that one level (128 tokens
 in, 64 out) while ``py-spy record --subprocesses --nonblocking`` samples the daemon and its
 runner, stops the daemon (so every process writes its trace) and prints:
 
-- ``bench/trace_report.py``: the first-token path stage by stage, and the steady decode steps;
+- ``benchmarks/trace_report.py``: the first-token path stage by stage, and the steady decode steps;
 - py-spy: per process, the share of samples in each thread, and the functions where the
   samples end (leaf frames; a ctypes call such as llama_decode shows as its Python caller), the top 12.
 

@@ -1,6 +1,6 @@
-"""The tables BENCHMARKS.md quotes, from one ``bench/run_all.sh`` results folder.
+"""The tables BENCHMARKS.md quotes, from one ``benchmarks/run_all.sh`` results folder.
 
-    python bench/summarize.py OUT_DIR   (writes OUT_DIR/summary.md and prints it)
+    python benchmarks/summarize.py OUT_DIR   (writes OUT_DIR/summary.md and prints it)
 
 OUT_DIR holds one folder per model (``gemma``, ``qwen``) with ``ceiling.jsonl`` and the
 ``localrun bench --json`` files of each scenario, and optionally ``startup.json``. Every figure is
@@ -144,7 +144,7 @@ def startup_section(path: Path) -> list[str]:
 
 def main() -> None:
     out = Path(sys.argv[1])
-    lines = [f"## bench/run_all.sh results ({out.name})", ""]
+    lines = [f"## benchmarks/run_all.sh results ({out.name})", ""]
     machine = out / "machine.txt"
     if machine.exists():
         lines += ["```", machine.read_text().strip(), "```", ""]

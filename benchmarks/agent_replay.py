@@ -1,10 +1,10 @@
 """Replay coding agents' captured requests against localrun and llama-server: time to first token.
 
-    python bench/agent_replay.py --model MODEL [--localrun URL] [--llama-server URL --llama-model NAME]
+    python benchmarks/agent_replay.py --model MODEL [--localrun URL] [--llama-server URL --llama-model NAME]
         [--agents claude codex] [--restart-localrun CMD] [--restart-llama CMD] [--max-tokens 16]
-        [--out bench/out/agent_replay]
+        [--out benchmarks/out/agent_replay]
 
-The captures are ``bench/agents/captures/AGENT/turn{1,2}.json`` (``bench/agents/capture.py`` made
+The captures are ``benchmarks/agents/captures/AGENT/turn{1,2}.json`` (``benchmarks/agents/capture.py`` made
 them from Claude Code, Codex and opencode pointed at a stand-in). For each target and agent, in
 this order, with the model loaded first by a one-token request (so no step includes the load):
 
@@ -24,7 +24,7 @@ llama-server); the rest of the body is what the agent sent.
 
 APIs: localrun gets each capture on its own API (Claude Code: ``/v1/messages``, Codex:
 ``/v1/responses``, opencode: ``/v1/chat/completions``); llama-server gets each converted to
-``/v1/chat/completions`` (``bench/agents/to_chat.py``), which every version has, or with
+``/v1/chat/completions`` (``benchmarks/agents/to_chat.py``), which every version has, or with
 ``--llama-api native`` the same paths as localrun (builds with Anthropic Messages support).
 Either target may be left out; with both, the table gives localrun's time over llama-server's.
 
@@ -36,15 +36,15 @@ llama-server built by ``../shared/bench/build_llama_server.sh`` (``BIN`` its out
     localrun serve &                                     # LOCALRUN_HOST=127.0.0.1:11435
     LD_LIBRARY_PATH=$BIN $BIN/llama-server -m MODEL.gguf --jinja -c 65536 -t 2 --no-repack --port 8080 &
     echo $! > /tmp/llama.pid
-    python bench/agent_replay.py --model qwen2.5-coder:7b --llama-server http://127.0.0.1:8080 \\
+    python benchmarks/agent_replay.py --model qwen2.5-coder:7b --llama-server http://127.0.0.1:8080 \\
         --restart-localrun 'localrun daemon stop && (setsid localrun serve >> /tmp/serve.log 2>&1 &)' \\
         --restart-llama 'kill $(cat /tmp/llama.pid); sleep 1; (LD_LIBRARY_PATH=$BIN setsid $BIN/llama-server \\
             -m MODEL.gguf --jinja -c 65536 -t 2 --no-repack --port 8080 & echo $! > /tmp/llama.pid)'
 
 A dry run against the stand-in, with no model:
 
-    python bench/agents/standin.py --port 8999 --out /tmp/req --delay 0.2 &
-    python bench/agent_replay.py --model m --localrun http://127.0.0.1:8999 \\
+    python benchmarks/agents/standin.py --port 8999 --out /tmp/req --delay 0.2 &
+    python benchmarks/agent_replay.py --model m --localrun http://127.0.0.1:8999 \\
         --llama-server http://127.0.0.1:8999 --llama-model m --out /tmp/replay
 
 On a 2-core CPU, Claude Code's first request (about 19k tokens) takes minutes on a 0.5B model.
@@ -66,7 +66,7 @@ import httpx
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "agents"))
-from to_chat import from_anthropic, from_responses  # noqa: E402 - bench/agents is not a package
+from to_chat import from_anthropic, from_responses  # noqa: E402 - benchmarks/agents is not a package
 
 CAPTURES = HERE / "agents" / "captures"
 STEPS = ("first", "next_turn", "second_session", "after_restart")

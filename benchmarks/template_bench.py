@@ -1,6 +1,6 @@
 """Cost of rendering chat templates safely: plain sandbox vs bounded sandbox vs bounded worker process.
 
-Usage: ``python bench/template_bench.py TEMPLATE_FILE [N]`` (a Jinja chat template, e.g. Qwen2.5's
+Usage: ``python benchmarks/template_bench.py TEMPLATE_FILE [N]`` (a Jinja chat template, e.g. Qwen2.5's
 ``tokenizer.chat_template``). Renders a 10-message conversation with one tool N times (default 500)
 each way and prints milliseconds per render and the ratios. Numbers move with the machine's load:
 compare ratios from one run, and name the CPU.

@@ -1,6 +1,6 @@
 """Captured agent requests as OpenAI chat completions bodies, for servers that speak only that API.
 
-``bench/agent_replay.py`` sends these to llama.cpp's ``llama-server`` (``/v1/chat/completions``,
+``benchmarks/agent_replay.py`` sends these to llama.cpp's ``llama-server`` (``/v1/chat/completions``,
 which every version has) in place of Claude Code's Anthropic Messages bodies and Codex's
 Responses bodies. The conversation and the tools are kept; what chat completions has no place for
 is dropped: thinking and reasoning items, cache-control marks, images, server-side tools (Codex's

@@ -1,6 +1,6 @@
 """Where the time goes between a request's arrival and its first token, and in a decode step.
 
-    python bench/trace_report.py DIR [--decode-batch N ...]
+    python benchmarks/trace_report.py DIR [--decode-batch N ...]
 
 DIR holds the ``trace-<pid>.jsonl`` files a daemon started with ``LOCALRUN_TRACE=DIR`` and its
 runners wrote (``localrun/trace.py`` describes the marks). Prints, as Markdown:

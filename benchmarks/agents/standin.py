@@ -1,6 +1,6 @@
 """A stand-in model server that saves what coding agents send it (issue #25 point 5).
 
-    python bench/agents/standin.py --port 8999 --out DIR [--reply TEXT] [--input-tokens N] [--delay S]
+    python benchmarks/agents/standin.py --port 8999 --out DIR [--reply TEXT] [--input-tokens N] [--delay S]
 
 Answers, on 127.0.0.1, the APIs the agents speak, with one short text reply and no tool call,
 so an agent's turn ends after one request:
@@ -13,7 +13,7 @@ so an agent's turn ends after one request:
 
 Every request body is saved, in arrival order, as ``DIR/NNN-<endpoint>.json``
 (``{"method", "path", "headers", "body"}``, the API key headers left out). ``--delay`` waits
-before a reply's first event (a dry run of ``bench/agent_replay.py`` then measures something).
+before a reply's first event (a dry run of ``benchmarks/agent_replay.py`` then measures something).
 Standard library only, so it runs before (or without) the project's virtualenv. Not part of
 localrun.
 """

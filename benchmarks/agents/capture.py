@@ -1,6 +1,6 @@
-"""Capture what coding agents send a model server, for ``bench/agent_replay.py`` (issue #25 point 5).
+"""Capture what coding agents send a model server, for ``benchmarks/agent_replay.py`` (issue #25 point 5).
 
-    python bench/agents/capture.py --bin DIR [--out bench/agents/captures] [--agents claude codex opencode]
+    python benchmarks/agents/capture.py --bin DIR [--out benchmarks/agents/captures] [--agents claude codex opencode]
 
 DIR holds the agents' executables, e.g. after ``cd /tmp/agents && npm install
 @anthropic-ai/claude-code @openai/codex opencode-ai``: ``/tmp/agents/node_modules/.bin``.

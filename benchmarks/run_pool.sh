@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # BENCHMARKS.md "Two localrun peers behind a front daemon": one run, one machine, loopback only.
 #
-#     bench/run_pool.sh            (from the repository root; a few minutes on 2 cores)
+#     benchmarks/run_pool.sh            (from the repository root; a few minutes on 2 cores)
 #
 # Peers A and B are `localrun serve` daemons with Gemma 3 270M (LOCALRUN_NUM_PARALLEL slots each, PEER_THREADS
 # decode threads each); the front daemon has no model of its own and both peers as the upstream pool `peers`

@@ -1,6 +1,6 @@
 """Start-up and switching, localrun beside llama.cpp's server (issue #15 point 5).
 
-    python bench/startup.py --model-a GGUF_A --model-b GGUF_B [--llama-server BIN] [--runs 3] [--json FILE]
+    python benchmarks/startup.py --model-a GGUF_A --model-b GGUF_B [--llama-server BIN] [--runs 3] [--json FILE]
 
 Measures, each ``--runs`` times, with both GGUFs read once first so they sit in the page cache:
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Agent workload, localrun against llama.cpp's server in one run (issue #25 point 5): bench/agent_replay.py
+# Agent workload, localrun against llama.cpp's server in one run (issue #25 point 5): benchmarks/agent_replay.py
 # with a daemon restart and a llama-server restart, both on the same GGUF, same threads.
 #
 #   BIN=$(../shared/bench/build_llama_server.sh) GGUF=path/to/model.gguf MODEL=qwen2.5-coder:0.5b \
-#       bash bench/run_agents.sh [OUT_DIR] [AGENTS...]
+#       bash benchmarks/run_agents.sh [OUT_DIR] [AGENTS...]
 #
 # localrun runs in a temporary HOME (its own store, prefix cache and log) on port 11590, llama-server on 8090
 # with 16 slots in one unified 65,536-token KV cache (-np 16 --kv-unified -c 65536, as the issue measured it).
@@ -25,7 +25,7 @@ start_lr; start_ls
 for _ in $(seq 60); do curl -sf http://127.0.0.1:8090/health >/dev/null && curl -sf "http://$LOCALRUN_HOST/health" >/dev/null && break; sleep 1; done
 lscpu | grep -E "Model name" | tee "$OUT/cpu.txt"
 # shellcheck disable=SC2086
-$PY bench/agent_replay.py --model "$MODEL" --localrun "http://$LOCALRUN_HOST" \
+$PY benchmarks/agent_replay.py --model "$MODEL" --localrun "http://$LOCALRUN_HOST" \
     --llama-server http://127.0.0.1:8090 --llama-model "$(basename "$GGUF")" --agents $AGENTS --out "$OUT" \
     --restart-localrun "$LR daemon stop && (setsid $LR serve >> $OUT/localrun.log 2>&1 &)" \
     --restart-llama "kill \$(cat $OUT/llama.pid); sleep 1; (LD_LIBRARY_PATH=$BIN setsid $BIN/llama-server -m $GGUF --jinja -np 16 --kv-unified -c 65536 -t 2 --no-repack --port 8090 >> $OUT/llama-server.log 2>&1 & echo \$! > $OUT/llama.pid)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Throughput of localrun's engine (no HTTP) beside the decode ceiling of the same kernels.
 
-    .venv/bin/python bench/engine_bench.py [MODEL.gguf] [--ceiling ../shared/bench/ceiling.py]
+    .venv/bin/python benchmarks/engine_bench.py [MODEL.gguf] [--ceiling ../shared/bench/ceiling.py]
                                            [--streams 1,8,16] [--tokens 64] [--prompt 128]
                                            [--shared] [--greedy] [--json]
 

@@ -1,6 +1,6 @@
 """Long contexts must not slow short requests (issue #25 point 1).
 
-    python bench/long_context_idle.py --url http://127.0.0.1:11435 --model qwen2.5-coder:0.5b \
+    python benchmarks/long_context_idle.py --url http://127.0.0.1:11435 --model qwen2.5-coder:0.5b \
         [--long-tokens 20000] [--runs 5] [--json FILE]
 
 Against a running daemon, with the model loaded as a request without options gets it (its
