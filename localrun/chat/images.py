@@ -1,0 +1,199 @@
+"""Images in a chat turn: where they sit in the prompt, and what is checked before anything decodes them.
+
+Every API carries images its own way (Ollama's base64 ``images``, OpenAI's ``image_url`` data URLs,
+Anthropic's ``image`` blocks, Responses' ``input_image``); each adapter turns them into
+:class:`Image` values with :func:`from_base64` / :func:`from_data_url`, and puts
+:data:`IMAGE_MARKER` in the message text where the image goes. The rendered prompt then holds one
+marker per image, in order, and the engine replaces each marker with the image's tokens (libmtmd's
+default media marker: ``engine/vision.py`` checks that the two agree).
+
+An image is hostile input until proven otherwise, so this module decides from the bytes alone,
+without decoding pixels: the format from its magic bytes (PNG, JPEG, GIF, WebP, BMP), its width and
+height from its header, and it refuses (400, naming where the image was) invalid base64, what is
+not an image, a truncated header, more than :data:`MAX_PIXELS` pixels (a decompression bomb of a
+few KB declares 60,000 x 60,000), more than :data:`MAX_IMAGE_BYTES` bytes, and more than
+:data:`MAX_IMAGES` images in one request. Pure Python: no aiohttp, no llama_cpp.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+import struct
+from dataclasses import dataclass
+
+from ..errors import InvalidRequest
+
+IMAGE_MARKER = "<__media__>"
+"""Where an image goes in the prompt text (libmtmd's default media marker)."""
+MAX_IMAGES = 16                  # images in one request (every message together)
+MAX_IMAGE_BYTES = 20 << 20       # encoded bytes of one image (OpenAI's and Anthropic's limit is 20 MB / 5 MB)
+MAX_PIXELS = 50_000_000          # width x height of one image, read from its header before decoding
+MAX_SIDE = 16_384                # pixels on either side
+
+_DATA_URL = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?:;[\w-]+=[^;,]*)*;base64,")
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """One checked image: its encoded bytes (as sent), format and size from its header."""
+
+    data: bytes
+    format: str    # "png", "jpeg", "gif", "webp" or "bmp"
+    width: int
+    height: int
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the bytes: the prefix cache's key for this image's tokens."""
+        return hashlib.sha256(self.data).hexdigest()
+
+    def as_base64(self) -> str:
+        return base64.b64encode(self.data).decode("ascii")
+
+
+def from_base64(value: object, where: str) -> Image:
+    """A base64 string (Ollama's ``images`` item, Anthropic's ``source.data``) checked as an image."""
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{where} must be a base64-encoded image (a string)")
+    if value.startswith("data:"):
+        return from_data_url(value, where)
+    if len(value) > MAX_IMAGE_BYTES * 4 // 3 + 4:
+        raise InvalidRequest(f"{where} is larger than {MAX_IMAGE_BYTES >> 20} MB")
+    try:
+        data = base64.b64decode(value.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest(f"{where} is not valid base64") from None
+    return check(data, where)
+
+
+def from_data_url(url: object, where: str) -> Image:
+    """A ``data:image/...;base64,...`` URL checked as an image. Any other URL is refused: nothing
+    is fetched from the network (the message says so)."""
+    if not isinstance(url, str):
+        raise InvalidRequest(f"{where} must be a data URL (data:image/png;base64,...)")
+    if not url.startswith("data:"):
+        shown = url if len(url) <= 80 else url[:77] + "..."
+        raise InvalidRequest(f"{where}: localrun does not fetch images from the network ({shown!r}); send the "
+                             "image itself as a base64 data URL (data:image/png;base64,...)")
+    head, sep, payload = url.partition(",")
+    match = _DATA_URL.fullmatch(head + sep)
+    if match is None:
+        raise InvalidRequest(f"{where} must be a base64 data URL (data:image/png;base64,...)")
+    mime = match["mime"] or ""
+    if mime and not mime.startswith("image/"):
+        raise InvalidRequest(f"{where} is {mime}, not an image")
+    return from_base64(payload, where)
+
+
+def check(data: bytes, where: str) -> Image:
+    """``data`` as an :class:`Image`, or a 400 saying why it is not one this daemon will decode."""
+    if not data:
+        raise InvalidRequest(f"{where} is empty")
+    if len(data) > MAX_IMAGE_BYTES:
+        raise InvalidRequest(f"{where} is larger than {MAX_IMAGE_BYTES >> 20} MB")
+    kind = _sniff(data)
+    if kind is None:
+        raise InvalidRequest(f"{where} is not an image localrun reads (PNG, JPEG, GIF, WebP or BMP)")
+    size = _SIZES[kind](data)
+    if size is None:
+        raise InvalidRequest(f"{where} is not a valid {kind.upper()} image (its header is cut or malformed)")
+    width, height = size
+    if width <= 0 or height <= 0:
+        raise InvalidRequest(f"{where} has no pixels ({width} x {height})")
+    if width > MAX_SIDE or height > MAX_SIDE or width * height > MAX_PIXELS:
+        raise InvalidRequest(f"{where} is {width} x {height} pixels; localrun reads images of at most "
+                             f"{MAX_SIDE} pixels a side and {MAX_PIXELS // 1_000_000} megapixels")
+    return Image(data, kind, width, height)
+
+
+def check_count(n: int) -> None:
+    """A request's images, all messages together, at most :data:`MAX_IMAGES`."""
+    if n > MAX_IMAGES:
+        raise InvalidRequest(f"the request has {n} images; localrun reads at most {MAX_IMAGES} in one request")
+
+
+def _sniff(data: bytes) -> str | None:
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "jpeg"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    if data.startswith(b"BM"):
+        return "bmp"
+    return None
+
+
+def _png_size(data: bytes) -> tuple[int, int] | None:
+    if len(data) < 33 or data[12:16] != b"IHDR":
+        return None
+    width, height = struct.unpack(">II", data[16:24])
+    return int(width), int(height)
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """Width and height from the first start-of-frame segment (SOF0-SOF15 but DHT, JPG, DAC)."""
+    i = 2
+    while i + 4 <= len(data):
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # no length
+            i += 2
+            continue
+        length = int.from_bytes(data[i + 2:i + 4], "big")
+        if length < 2:
+            return None
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            if i + 9 > len(data):
+                return None
+            height, width = struct.unpack(">HH", data[i + 5:i + 9])
+            return int(width), int(height)
+        if marker == 0xD9:  # end of image before any frame
+            return None
+        i += 2 + length
+    return None
+
+
+def _gif_size(data: bytes) -> tuple[int, int] | None:
+    if len(data) < 13:
+        return None
+    width, height = struct.unpack("<HH", data[6:10])
+    return int(width), int(height)
+
+
+def _webp_size(data: bytes) -> tuple[int, int] | None:
+    chunk = data[12:16]
+    if chunk == b"VP8X" and len(data) >= 30:
+        width = 1 + int.from_bytes(data[24:27], "little")
+        height = 1 + int.from_bytes(data[27:30], "little")
+        return width, height
+    if chunk == b"VP8 " and len(data) >= 30 and data[23:26] == b"\x9d\x01\x2a":
+        width, height = struct.unpack("<HH", data[26:30])
+        return int(width) & 0x3FFF, int(height) & 0x3FFF
+    if chunk == b"VP8L" and len(data) >= 25 and data[20] == 0x2F:
+        bits = int.from_bytes(data[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    return None
+
+
+def _bmp_size(data: bytes) -> tuple[int, int] | None:
+    if len(data) < 26:
+        return None
+    header = int.from_bytes(data[14:18], "little")
+    if header == 12:
+        width, height = struct.unpack("<HH", data[18:22])
+        return int(width), int(height)
+    width, height = struct.unpack("<ii", data[18:26])
+    return int(width), abs(int(height))
+
+
+_SIZES = {"png": _png_size, "jpeg": _jpeg_size, "gif": _gif_size, "webp": _webp_size, "bmp": _bmp_size}
