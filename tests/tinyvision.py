@@ -1,0 +1,126 @@
+"""Generate a tiny random-weight vision model (language model + mmproj) and tiny PNGs for tests.
+
+`write_tiny_vision` writes two GGUFs that libmtmd (llama.cpp's multimodal library) loads and runs:
+
+- the language model: tinymodel's llama (2 layers, dimension 64) with a plain ChatML template;
+- the projector ("mmproj"): a CLIP-style ViT with LLaVA's "mlp" projector, the projector type with
+  the fewest tensors that libmtmd still treats as a real vision model. 32x32 images cut into 8x8
+  patches: every image becomes 16 embeddings of dimension 64 (the language model's n_embd).
+  No special image tokens (LLaVA puts the embeddings where the marker was), causal attention,
+  ordinary 1-D positions (no M-RoPE).
+
+Why these numbers (llama.cpp tools/mtmd/clip.cpp): the "mlp" graph runs the first
+``block_count - 1`` layers (LLaVA takes the features of the second-to-last layer), so two blocks
+are written and one is used; clip.cpp swaps ffn_up/ffn_down of "old" files when ffn_down's first
+dimension equals the hidden size, so the feed-forward size (64) differs from the hidden size (32).
+``mm.2.weight``'s output dimension is what libmtmd checks against the language model's n_embd.
+
+`write_tiny_png` writes a valid RGB PNG (pure zlib/struct, no Pillow) from a seed.
+The same arguments always give the same bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFWriter, LlamaFileType
+from tinymodel import CHATML_TEMPLATE, write_tiny_gguf
+
+N_EMBD = 64            # the language model's n_embd = the projector's output dimension
+IMAGE_SIZE = 32        # clip.vision.image_size: every image is resized to 32x32
+PATCH_SIZE = 8         # clip.vision.patch_size
+IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2   # 16 embeddings per image
+V_EMBD = 32            # vision transformer width
+V_FF = 64              # vision feed-forward size (must differ from V_EMBD, see module docstring)
+V_HEADS = 2
+V_LAYERS = 2
+MM_HIDDEN = 64         # width between mm.0 and mm.2
+
+
+def write_tiny_vision(dir: Path, *, seed: int = 0) -> tuple[Path, Path]:
+    """Write ``dir/tiny-vision.gguf`` (language model) and ``dir/tiny-vision-mmproj.gguf``.
+
+    Returns (model path, mmproj path). Deterministic: the same ``seed`` gives the same bytes.
+    """
+    dir = Path(dir)
+    dir.mkdir(parents=True, exist_ok=True)
+    model = write_tiny_gguf(dir / "tiny-vision.gguf", seed=seed, n_embd=N_EMBD, chat_template=CHATML_TEMPLATE,
+                            name="tiny-vision")
+    mmproj = _write_mmproj(dir / "tiny-vision-mmproj.gguf", seed=seed + 1000)
+    return model, mmproj
+
+
+def _write_mmproj(path: Path, *, seed: int) -> Path:
+    rng = np.random.default_rng(seed)
+
+    def t(shape: tuple[int, ...], scale: float = 0.2) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    w = GGUFWriter(str(path), "clip")
+    w.add_name("tiny-vision-mmproj")
+    w.add_file_type(LlamaFileType.ALL_F32)
+    w.add_string("clip.projector_type", "mlp")
+    w.add_bool("clip.has_vision_encoder", True)
+    w.add_bool("clip.use_gelu", True)
+    w.add_uint32("clip.vision.image_size", IMAGE_SIZE)
+    w.add_uint32("clip.vision.patch_size", PATCH_SIZE)
+    w.add_uint32("clip.vision.embedding_length", V_EMBD)
+    w.add_uint32("clip.vision.feed_forward_length", V_FF)
+    w.add_uint32("clip.vision.block_count", V_LAYERS)
+    w.add_uint32("clip.vision.projection_dim", N_EMBD)
+    w.add_uint32("clip.vision.attention.head_count", V_HEADS)
+    w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+    w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+
+    # numpy shapes are ggml's reversed: (rows, cols) = (ne1, ne0); the conv kernel is (out, in, kh, kw).
+    w.add_tensor("v.patch_embd.weight", t((V_EMBD, 3, PATCH_SIZE, PATCH_SIZE), 0.1))
+    w.add_tensor("v.patch_embd.bias", t((V_EMBD,), 0.1))
+    w.add_tensor("v.position_embd.weight", t((IMAGE_TOKENS, V_EMBD), 0.1))
+    for i in range(V_LAYERS):
+        p = f"v.blk.{i}."
+        for norm in ("ln1", "ln2"):
+            w.add_tensor(p + norm + ".weight", np.ones(V_EMBD, dtype=np.float32))
+            w.add_tensor(p + norm + ".bias", np.zeros(V_EMBD, dtype=np.float32))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            w.add_tensor(p + name + ".weight", t((V_EMBD, V_EMBD)))
+            w.add_tensor(p + name + ".bias", t((V_EMBD,), 0.05))
+        w.add_tensor(p + "ffn_up.weight", t((V_FF, V_EMBD)))
+        w.add_tensor(p + "ffn_up.bias", t((V_FF,), 0.05))
+        w.add_tensor(p + "ffn_down.weight", t((V_EMBD, V_FF)))
+        w.add_tensor(p + "ffn_down.bias", t((V_EMBD,), 0.05))
+    # LLaVA's projector: mm.0 (linear) -> GELU -> mm.2 (linear); large enough outputs that images
+    # move the language model's logits visibly.
+    w.add_tensor("mm.0.weight", t((MM_HIDDEN, V_EMBD), 0.5))
+    w.add_tensor("mm.0.bias", t((MM_HIDDEN,), 0.1))
+    w.add_tensor("mm.2.weight", t((N_EMBD, MM_HIDDEN), 0.5))
+    w.add_tensor("mm.2.bias", t((N_EMBD,), 0.1))
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def tiny_png_bytes(width: int, height: int, seed: int) -> bytes:
+    """A valid 8-bit RGB PNG of random pixels drawn from ``seed`` (same arguments, same bytes)."""
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+    raw = b"".join(b"\x00" + pixels[y].tobytes() for y in range(height))  # filter type 0 per row
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8 bits, RGB, deflate, no interlace
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
+
+
+def write_tiny_png(path: Path, width: int, height: int, seed: int) -> Path:
+    """Write `tiny_png_bytes(width, height, seed)` to ``path`` and return the path."""
+    path = Path(path)
+    path.write_bytes(tiny_png_bytes(width, height, seed))
+    return path
