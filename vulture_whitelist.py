@@ -48,3 +48,4 @@ _.resets, _.protected_size, _.t_submit, _.debug_abort, _.requested, _.parse_repl
 _.registered  # engine.rpc: what this process registered, read by its tests
 _.restored_tokens  # engine.host_cache: tokens brought back from host RAM, read by the host-tier tests
 _.check_cells  # engine.kvcache: asserts llama.cpp still holds every cached path, called by the engine tests
+_.print_timings  # engine.vision: a libmtmd context parameter (ctypes structure field), read by the C side

@@ -8,7 +8,8 @@ marker per image, in order, and the engine replaces each marker with the image's
 default media marker: ``engine/vision.py`` checks that the two agree).
 
 An image is hostile input until proven otherwise, so this module decides from the bytes alone,
-without decoding pixels: the format from its magic bytes (PNG, JPEG, GIF, WebP, BMP), its width and
+without decoding pixels: the format from its magic bytes (PNG, JPEG, GIF, BMP: what libmtmd's
+decoder reads; WebP and the rest would reach its ffmpeg fallback, so they are refused), its width and
 height from its header, and it refuses (400, naming where the image was) invalid base64, what is
 not an image, a truncated header, more than :data:`MAX_PIXELS` pixels (a decompression bomb of a
 few KB declares 60,000 x 60,000), more than :data:`MAX_IMAGE_BYTES` bytes, and more than
@@ -41,7 +42,7 @@ class Image:
     """One checked image: its encoded bytes (as sent), format and size from its header."""
 
     data: bytes
-    format: str    # "png", "jpeg", "gif", "webp" or "bmp"
+    format: str    # "png", "jpeg", "gif" or "bmp"
     width: int
     height: int
 
@@ -96,7 +97,7 @@ def check(data: bytes, where: str) -> Image:
         raise InvalidRequest(f"{where} is larger than {MAX_IMAGE_BYTES >> 20} MB")
     kind = _sniff(data)
     if kind is None:
-        raise InvalidRequest(f"{where} is not an image localrun reads (PNG, JPEG, GIF, WebP or BMP)")
+        raise InvalidRequest(f"{where} is not an image localrun reads (PNG, JPEG, GIF or BMP)")
     size = _SIZES[kind](data)
     if size is None:
         raise InvalidRequest(f"{where} is not a valid {kind.upper()} image (its header is cut or malformed)")
@@ -122,8 +123,6 @@ def _sniff(data: bytes) -> str | None:
         return "jpeg"
     if data[:6] in (b"GIF87a", b"GIF89a"):
         return "gif"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "webp"
     if data.startswith(b"BM"):
         return "bmp"
     return None
@@ -170,21 +169,6 @@ def _gif_size(data: bytes) -> tuple[int, int] | None:
     return int(width), int(height)
 
 
-def _webp_size(data: bytes) -> tuple[int, int] | None:
-    chunk = data[12:16]
-    if chunk == b"VP8X" and len(data) >= 30:
-        width = 1 + int.from_bytes(data[24:27], "little")
-        height = 1 + int.from_bytes(data[27:30], "little")
-        return width, height
-    if chunk == b"VP8 " and len(data) >= 30 and data[23:26] == b"\x9d\x01\x2a":
-        width, height = struct.unpack("<HH", data[26:30])
-        return int(width) & 0x3FFF, int(height) & 0x3FFF
-    if chunk == b"VP8L" and len(data) >= 25 and data[20] == 0x2F:
-        bits = int.from_bytes(data[21:25], "little")
-        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
-    return None
-
-
 def _bmp_size(data: bytes) -> tuple[int, int] | None:
     if len(data) < 26:
         return None
@@ -196,4 +180,4 @@ def _bmp_size(data: bytes) -> tuple[int, int] | None:
     return int(width), abs(int(height))
 
 
-_SIZES = {"png": _png_size, "jpeg": _jpeg_size, "gif": _gif_size, "webp": _webp_size, "bmp": _bmp_size}
+_SIZES = {"png": _png_size, "jpeg": _jpeg_size, "gif": _gif_size, "bmp": _bmp_size}

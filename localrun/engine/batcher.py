@@ -26,6 +26,10 @@ step of its own, as a repeat computes it after a prefix-cache hit, and while it 
 placeholder token rides along, because a batch of exactly one token makes llama.cpp split F16
 attention at cell-index boundaries that move as the cache fills (BENCHMARKS.md, Known limits).
 
+Images (vision.py): a prefilling sequence that reaches an image waits while the vision encoder runs
+on its own thread (the others go on decoding), then the image's embeddings are decoded into its
+cells at the start of a step and its text continues in the batch.
+
 Owned by the engine thread (nothing here is thread-safe); ``RequestHandle.cancel`` only sets
 a flag that the next step reads.
 """
@@ -35,6 +39,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import llama_cpp as lc
 
@@ -49,6 +55,7 @@ from .sampling import GrammarDeadEnd, TokenData, accept_prompt, sample, token_lo
 from .sequence import SeqState, Sequence
 from .stepcost import StepCost
 from .types import DoneEvent, DoneReason, ErrorEvent, TokenEvent, TokenLogprob
+from .vision import ImageSpan, Projector
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +72,12 @@ BURST_MAX = 0.050  # seconds
 
 class Batcher:
     def __init__(self, ctx: lc.llama_context_p, vocab: Vocab, kv: KVCache, *, n_batch: int,
-                 num_parallel: int, speculative: bool = True) -> None:
+                 num_parallel: int, speculative: bool = True, projector: Projector | None = None,
+                 wake: Callable[[], None] = lambda: None) -> None:
         """``speculative``: greedy sequences draft tokens (module docstring) where the KV cache can
-        drop a sequence's tail cells (not in the deterministic mode, not for recurrent models)."""
+        drop a sequence's tail cells (not in the deterministic mode, not for recurrent models).
+        ``projector``: a vision model's mmproj; its encodes run on a thread that calls ``wake``
+        when one is done."""
         self.ctx = ctx
         self.vocab = vocab
         self.kv = kv
@@ -87,6 +97,10 @@ class Batcher:
         self.draft_tokens = 0      # cumulative: draft rows decoded
         self.accepted_tokens = 0   # cumulative: draft tokens greedy sampling confirmed
         self.preemptions = 0       # cumulative: requests paused because the pool was full (admission.py)
+        self.projector = projector
+        self._wake = wake
+        self._encoder = ThreadPoolExecutor(1, thread_name_prefix="vision") if projector is not None else None
+        self.image_tokens = 0      # cumulative: image positions computed (not taken from the cache)
 
     # -- accounting --------------------------------------------------------------------
     def used_cells(self) -> int:
@@ -103,9 +117,10 @@ class Batcher:
         self._admit()
         if self.running:
             self.kv.trim_idle()  # idle cached cells slow every decode: keep few (host_cache.py)
+        decoded_images = self._images()
         participants = self._build()
         if not participants:
-            return False
+            return decoded_images
         trace.mark("step", 0, self.batch.n_tokens)
         if not self._decode(participants):
             return True
@@ -166,8 +181,9 @@ class Batcher:
         if seq.t_start:  # resuming after a preemption: its sampler and drafter carry on
             return
         seq.t_start = seq.t_admit
-        accept_prompt(seq.sampler, seq.tokens[: seq.prompt_len], seq.last_n)
-        if self.speculative and self.kv.can_draft and seq.sampler.fast_greedy is not None:
+        prompt = seq.tokens[: seq.prompt_len]
+        accept_prompt(seq.sampler, [t for t in prompt if t >= 0] if seq.spans else prompt, seq.last_n)
+        if self.speculative and self.kv.can_draft and seq.sampler.fast_greedy is not None and not seq.spans:
             seq.drafter = NgramDrafter()
         self.prompt_tokens += seq.prompt_len
         self.cached_tokens += seq.lease.cached
@@ -249,6 +265,11 @@ class Batcher:
             if budget <= 0:
                 break
             take = min(budget, seq.prefill_end - seq.n_past)
+            span = seq.next_span() if seq.spans else None
+            if span is not None:  # text up to the next image; the image itself is decoded by _images
+                take = min(take, span.start - seq.n_past)
+                if take <= 0:
+                    continue
             if seq.seeded and take > 1 and seq.n_past + take == seq.prefill_end:
                 take -= 1  # the last prompt token in a step of its own (module docstring)
             last = seq.n_past + take == seq.prefill_end and not seq.resume_decode
@@ -262,6 +283,50 @@ class Batcher:
             batch.add(self.kv.scratch_id, 0, [self.vocab.bos if self.vocab.bos >= 0 else 0], want_last_logits=False)
             self._placeholder = True
         return participants
+
+    def _images(self) -> bool:
+        """Images of prefilling sequences (module docstring): start the encode of each one's next
+        image, and decode those encoded whose sequence has reached them. True when one was decoded."""
+        decoded = False
+        for seq in [s for s in self.running if s.state is SeqState.PREFILL and s.spans]:
+            span = seq.next_span()
+            if span is None:
+                continue
+            if not span.pending:
+                self._encode(span)
+            if span.start != seq.n_past or not span.ready.is_set():
+                if span.start < seq.n_past:  # a cache hit never ends inside an image (vision.py)
+                    self._fail(seq, EngineError("the prefix cache ended inside an image"), keep=False)
+                continue
+            if span.error is not None:
+                self._fail(seq, span.error)
+                continue
+            assert self.projector is not None and seq.lease is not None
+            if not self.projector.decode(self.ctx, span, seq.lease.seq_id, self.n_batch):
+                self.kv.evict(span.n_tokens)  # no room in llama.cpp's cache this step: retry at the next
+                continue
+            seq.n_past = span.end
+            self.image_tokens += span.n_tokens
+            self.kv.guard(seq.lease, seq.n_past, now=True)
+            self.kv.register(seq.lease, seq.tokens[: seq.n_past])
+            decoded = True
+        return decoded
+
+    def _encode(self, span: ImageSpan) -> None:
+        assert self._encoder is not None and self.projector is not None
+        span.pending = True
+        projector, wake = self.projector, self._wake
+
+        def run() -> None:
+            projector.encode(span)
+            wake()
+
+        self._encoder.submit(run)
+
+    def close(self) -> None:
+        """Stop the encoder thread (an encode in flight finishes; nobody reads it)."""
+        if self._encoder is not None:
+            self._encoder.shutdown(wait=True, cancel_futures=True)
 
     def _draft(self, decoding: list[Sequence], room: int) -> None:
         """Set each decoding sequence's draft for this step, within ``room`` spare cells: the draft

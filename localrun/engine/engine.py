@@ -25,7 +25,7 @@ from pathlib import Path
 import llama_cpp as lc
 
 from .. import trace
-from ..errors import ContextOverflow, EngineError, InvalidRequest
+from ..errors import ContextOverflow, EngineError, InvalidRequest, UnsupportedCapability
 from . import limits, native, prefix_store
 from .batcher import BURST_GAP, BURST_MAX, Batcher
 from .detok import TextStream
@@ -48,6 +48,7 @@ from .types import (
     PrefixCacheLocation,
     Truncation,
 )
+from .vision import MediaPrompt, Projector
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,7 @@ class Engine:
         self._closed = False
         self.batcher: Batcher | None = None     # set by _setup for generation models
         self.embedder: Embedder | None = None   # set by _setup (None until then, and once freed)
+        self.projector: Projector | None = None  # set by _setup when the options name an mmproj
         try:
             self._setup(model, model_path, options, prefix_cache)
         except BaseException:
@@ -141,8 +143,12 @@ class Engine:
             host = HostCache(options.prefix_cache_ram) if options.prefix_cache_ram > 0 else None
             kv = KVCache(lc.llama_get_memory(self._ctx), n_cells, n_seq_max, enabled=not recurrent,
                          reorder_when_idle=options.batch_invariant, ctx=self._ctx, host=host, guard=n_swa > 0)
+            if options.projector:
+                self.projector = Projector(options.projector, model, n_threads=self.threads,
+                                           use_gpu=bool(options.num_gpu))
             self.batcher = Batcher(self._ctx, self.vocab, kv, n_batch=n_batch,
-                                   num_parallel=options.num_parallel, speculative=options.speculative)
+                                   num_parallel=options.num_parallel, speculative=options.speculative,
+                                   projector=self.projector, wake=self._wake)
             if prefix_cache is not None and kv.enabled:
                 self._prefix_store = PrefixStore(Path(prefix_cache.directory), prefix_cache.model_digest,
                                                  prefix_store.fingerprint(Path(model_path)), spec.kv_type,
@@ -156,7 +162,7 @@ class Engine:
             n_vocab=self.vocab.n_vocab, chat_template=chat_template,
             bos_text=self.vocab.special_text(self.vocab.bos), eos_text=self.vocab.special_text(self.vocab.eos),
             size_bytes=int(lc.llama_model_size(model)), num_ctx=num_ctx, num_parallel=options.num_parallel,
-            context_pool=pool if generation else 0,
+            context_pool=pool if generation else 0, vision=self.projector is not None,
             n_swa=n_swa, generation=generation, prefix_cache=generation and not recurrent,
             gpu_layers=report.gpu_layers, offload_layers=report.total_layers,
             gpu_buffer_bytes=report.gpu_bytes, cpu_buffer_bytes=report.cpu_bytes,
@@ -182,9 +188,10 @@ class Engine:
             raise InvalidRequest("this model only supports embeddings")
         options = request.sampling
         assert_valid(options)
-        tokens = self._prompt_tokens(request)
+        media = self._media_prompt(request) if request.images else None
+        tokens = media.tokens if media is not None else self._prompt_tokens(request)
         num_predict = limits.token_limit(options.num_predict)
-        tokens, truncated = self._fit(tokens, request, num_predict)
+        tokens, truncated = self._fit(tokens, request, num_predict, images=media is not None)
         gbnf = grammar_for(request.format, request.grammar, request.format_frame)
         sampler = build_sampler(options, self.vocab, gbnf, self.num_ctx)
         last_n = limits.penalty_window(options.repeat_last_n, self.num_ctx)
@@ -196,7 +203,8 @@ class Engine:
             seq = Sequence(handle=handle, tokens=tokens, prompt_len=len(tokens), truncated=truncated,
                            sampler=sampler, text=TextStream(options.stop), num_ctx=self.num_ctx,
                            num_predict=num_predict, last_n=last_n, interactive=interactive,
-                           seeded=options.seed is not None and not self.options.batch_invariant)
+                           seeded=options.seed is not None and not self.options.batch_invariant,
+                           spans=media.spans if media is not None else ())
             self._incoming.append(seq)
             self._cond.notify()
         return handle
@@ -262,18 +270,31 @@ class Engine:
             raise InvalidRequest("prompt is empty")
         return tokens
 
+    def _media_prompt(self, request: GenerateRequest) -> MediaPrompt:
+        """A text prompt with images as tokens and image spans (vision.py)."""
+        if self.projector is None:
+            raise UnsupportedCapability("this model does not support images (it has no vision projector)")
+        if not isinstance(request.prompt, str):
+            raise InvalidRequest("a prompt with images must be text (with one image marker per image)")
+        media = self.projector.tokenize(request.prompt, list(request.images), add_special=request.add_special)
+        if media.spans and media.spans[-1].end >= len(media.tokens):
+            raise InvalidRequest("the prompt ends with an image: the model needs text after it to answer")
+        return media
+
     def _check_ids(self, tokens: list[int]) -> None:
         n = self.vocab.n_vocab
         for t in tokens:
             if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < n:
                 raise InvalidRequest(f"token id {t!r} is not in the vocabulary (0..{n - 1})")
 
-    def _fit(self, tokens: list[int], request: GenerateRequest, num_predict: int | None) -> tuple[list[int], int]:
-        """Apply the context limit: FRONT truncation keeps the first num_keep tokens (and BOS)."""
+    def _fit(self, tokens: list[int], request: GenerateRequest, num_predict: int | None, *,
+             images: bool = False) -> tuple[list[int], int]:
+        """Apply the context limit: FRONT truncation keeps the first num_keep tokens (and BOS). A
+        prompt with images is never cut (half an image is no image): it is refused instead."""
         num_ctx = self.num_ctx
         if len(tokens) < num_ctx:
             return tokens, 0
-        if request.truncation is Truncation.REJECT:
+        if request.truncation is Truncation.REJECT or images:
             raise ContextOverflow(f"the prompt is {len(tokens)} tokens; a request to this model holds at most "
                                   f"{num_ctx} (shorten it, raise num_ctx, or allow truncation)",
                                   len(tokens), num_ctx)
@@ -338,7 +359,12 @@ class Engine:
             seen = len(self._incoming)
 
     def _free_native(self) -> None:
+        if self.batcher is not None:
+            self.batcher.close()
         self.batcher = None
+        if self.projector is not None:
+            self.projector.close()
+            self.projector = None
         if self.embedder is not None:
             self.embedder.close()
             self.embedder = None

@@ -84,6 +84,14 @@ def _forward_log(level: int, text: bytes, _user: object) -> None:
 _LOG_CALLBACK = lc.llama_log_callback(_forward_log)  # module-level: ctypes keeps no reference
 
 
+def quiet_mtmd() -> None:
+    """Route libmtmd's log (vision projectors: engine/vision.py) to DEBUG like llama.cpp's."""
+    from llama_cpp import mtmd_cpp
+
+    mtmd_cpp.mtmd_log_set(_LOG_CALLBACK, ctypes.c_void_p())
+    mtmd_cpp.mtmd_helper_log_set(_LOG_CALLBACK, ctypes.c_void_p())
+
+
 def init_backend() -> None:
     """Initialise llama.cpp once per process and route its log lines to DEBUG."""
     global _initialised

@@ -14,6 +14,7 @@ from .drafter import DraftPolicy, NgramDrafter
 from .kvcache import SeqLease
 from .sampling import Sampler
 from .types import Event, is_last
+from .vision import ImageSpan
 
 
 class RequestHandle:
@@ -124,10 +125,15 @@ class Sequence:
     # Paused while generating (admission.py): re-admitted, it computes tokens[:-1] again (mostly from
     # the prefix cache), then decodes tokens[-1] as if it had never stopped.
     resume_decode: bool = False
+    spans: tuple[ImageSpan, ...] = ()            # images: their stand-in ranges of ``tokens`` (vision.py)
 
     @property
     def cached(self) -> int:
         return self.lease.cached if self.lease else 0
+
+    def next_span(self) -> ImageSpan | None:
+        """The first image whose KV is not computed yet (its range ends after ``n_past``)."""
+        return next((s for s in self.spans if s.end > self.n_past), None)
 
     @property
     def prefill_end(self) -> int:

@@ -35,6 +35,7 @@ class LoadOptions:
     # The daemon sizes it from the memory free after the weights (hardware/memory.py plan_context).
     context_pool: int | None = None
     adapter: str | None = None   # path to a LoRA adapter GGUF
+    projector: str | None = None  # path to a vision model's projector (mmproj) GGUF: images (engine/vision.py)
     embedding: bool = False      # load for embeddings (pooling) instead of generation
     # Deterministic mode (as SGLang's): a seeded request gives the same text whatever runs beside it.
     # Off (default): llama.cpp's fastest kernels; a seeded request repeats its text when it runs alone.
@@ -121,6 +122,8 @@ class GenerateRequest:
     # Someone is waiting at a chat prompt (the TUI, `localrun run`): admitted and prefilled before
     # batch work. None: decided by the prompt's length (short prompts count as interactive).
     interactive: bool | None = None
+    # Encoded image files (PNG, JPEG...), one per IMAGE_MARKER in a text prompt, in order (engine/vision.py)
+    images: tuple[bytes, ...] = ()
 
 
 class DoneReason(enum.Enum):
@@ -225,6 +228,7 @@ class ModelInfo:
     n_swa: int = 0                 # sliding-window size, 0 = none
     generation: bool = True        # False: an embeddings-only model
     prefix_cache: bool = True      # False: the model's cache cannot be shared (recurrent models)
+    vision: bool = False           # a projector is loaded: prompts may hold images
     # What llama.cpp reports it placed (its load log), not what was asked for:
     gpu_layers: int = 0            # offloadable layers it put on a GPU
     offload_layers: int = 0        # offloadable layers in all (n_layer + 1 for the output layer)

@@ -40,15 +40,12 @@ def test_a_png_is_read_from_base64_and_from_a_data_url() -> None:
     assert len(image.digest) == 64 and image.as_base64() == b64(png(3, 2))
 
 
-def test_jpeg_gif_webp_and_bmp_headers_give_their_size() -> None:
+def test_jpeg_gif_and_bmp_headers_give_their_size() -> None:
     sof = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00" \
           b"\xff\xc0\x00\x11\x08\x00\x20\x00\x40\x03\x01\x22\x00\x02\x11\x01\x03\x11\x01\xff\xd9"
     assert (images.check(sof, "j").width, images.check(sof, "j").height) == (64, 32)
     gif = b"GIF89a" + struct.pack("<HH", 5, 7) + b"\x00\x00\x00" + b";"
     assert (images.check(gif, "g").width, images.check(gif, "g").height) == (5, 7)
-    webp = b"RIFF" + struct.pack("<I", 30) + b"WEBPVP8X" + struct.pack("<I", 10) + bytes(4) \
-        + (9).to_bytes(3, "little") + (19).to_bytes(3, "little")
-    assert (images.check(webp, "w").width, images.check(webp, "w").height) == (10, 20)
     bmp = b"BM" + bytes(12) + struct.pack("<Iii", 40, 4, -6) + bytes(28)
     assert (images.check(bmp, "b").width, images.check(bmp, "b").height) == (4, 6)
 
@@ -56,6 +53,7 @@ def test_jpeg_gif_webp_and_bmp_headers_give_their_size() -> None:
 @pytest.mark.parametrize(("value", "says"), [
     ("not base64!!", "not valid base64"),
     (b64(b"hello, I am text"), "not an image"),
+    (b64(b"RIFF\x1e\x00\x00\x00WEBPVP8X" + bytes(18)), "PNG, JPEG, GIF or BMP"),  # libmtmd would call ffmpeg
     (b64(png(4, 4, truncate=True)), "header is cut"),
     (b64(bomb_png(60_000, 60_000)), "60000 x 60000 pixels"),
     (b64(b""), "is empty"),

@@ -1,0 +1,152 @@
+"""Images in the engine (issue #28 points 3-4): a tiny random-weight vision model (tests/tinyvision.py)
+gives the very text llama.cpp's own ``llama-mtmd-cli`` gives on the same files, alone and beside text
+requests, and a follow-up about the same image reuses its cells instead of encoding it again."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from engine_helpers import collect
+from tinymodel import CHATML_TEMPLATE
+from tinyvision import IMAGE_TOKENS, tiny_png_bytes, write_tiny_vision
+
+from localrun.chat.images import IMAGE_MARKER as CHAT_MARKER
+from localrun.chat.prompt import render
+from localrun.engine.engine import Engine
+from localrun.engine.types import GenerateRequest, LoadOptions, SamplingOptions, Truncation
+from localrun.engine.vision import IMAGE_MARKER
+from localrun.errors import ContextOverflow, InvalidRequest, UnsupportedCapability
+
+GREEDY = SamplingOptions(temperature=0, num_predict=12)
+CONVERSATION = ("<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nhi there<|im_end|>\n"
+                f"<|im_start|>user\nlook {IMAGE_MARKER} and {IMAGE_MARKER} now<|im_end|>\n<|im_start|>assistant\n")
+
+
+@pytest.fixture(scope="module")
+def vision_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[Path]]:
+    folder = tmp_path_factory.mktemp("vision")
+    model, mmproj = write_tiny_vision(folder)
+    pictures = []
+    for i, (w, h) in enumerate([(40, 30), (20, 50), (64, 64)]):
+        pictures.append(folder / f"img{i}.png")
+        pictures[-1].write_bytes(tiny_png_bytes(w, h, i + 1))
+    return model, mmproj, pictures
+
+
+@pytest.fixture(scope="module")
+def engine(vision_files: tuple[Path, Path, list[Path]]) -> Iterator[Engine]:
+    model, mmproj, _ = vision_files
+    with Engine(str(model), LoadOptions(num_ctx=512, num_parallel=6, num_batch=64, projector=str(mmproj))) as e:
+        yield e
+
+
+def run(engine: Engine, prompt: str, *images: Path, sampling: SamplingOptions = GREEDY) -> tuple[bytes, int, int]:
+    """(the output's bytes, prompt tokens, cached tokens) of one greedy request (bytes: random weights
+    print pieces of UTF-8 characters)."""
+    result = collect(engine.submit(GenerateRequest(prompt, sampling, images=tuple(p.read_bytes() for p in images))))
+    printed = b"".join(engine.vocab.piece(t) for t in result.generated)
+    return printed, result.done.prompt_eval_count, result.done.cached_tokens
+
+
+def chat(text: str) -> str:
+    return render(CHATML_TEMPLATE, [{"role": "user", "content": text}])
+
+
+def mtmd_cli(vision_files: tuple[Path, Path, list[Path]], prompt: str, images: list[Path], *,
+             raw: bool = False) -> bytes:
+    """llama.cpp's own answer: ``llama-mtmd-cli`` greedy on the same files (``raw``: ``prompt`` is the
+    whole prompt, not a user message for the model's chat template)."""
+    binary = os.environ.get("LLAMA_MTMD_CLI") or shutil.which("llama-mtmd-cli") or next(
+        (str(p) for p in Path("/tmp/llama-server").glob("*/vendor/llama.cpp/build/bin/llama-mtmd-cli")), None)
+    if binary is None:
+        pytest.skip("needs llama.cpp's llama-mtmd-cli (../shared/bench/build_llama_server.sh; LLAMA_MTMD_CLI=path)")
+    model, mmproj, _ = vision_files
+    args = [binary, "-m", str(model), "--mmproj", str(mmproj), "-p", prompt, "-n", "12", "--temp", "0",
+            "-t", "2", "--no-warmup"]
+    for image in images:
+        args += ["--image", str(image)]
+    if raw:
+        args += ["--jinja", "--chat-template", "{% for m in messages %}{{ m.content }}{% endfor %}"]
+    env = {**os.environ, "LD_LIBRARY_PATH": str(Path(binary).parent)}
+    for _ in range(5):  # this build's llama-mtmd-cli sometimes exits 0 before loading, having printed nothing
+        out = subprocess.run(args, capture_output=True, stdin=subprocess.DEVNULL, timeout=120, env=env,
+                             check=True).stdout
+        if out:
+            return out.removeprefix(b"\n").removesuffix(b"\n\n")  # the tool's own newlines around the answer
+    raise AssertionError("llama-mtmd-cli printed nothing in five runs")
+
+
+def test_the_marker_is_one_string_for_the_chat_package_and_the_engine() -> None:
+    from llama_cpp import mtmd_cpp
+
+    assert CHAT_MARKER == IMAGE_MARKER == mtmd_cpp.mtmd_default_marker().decode()
+
+
+def test_one_image_gives_llama_cpps_own_text(engine: Engine, vision_files: tuple[Path, Path, list[Path]]) -> None:
+    picture = vision_files[2][0]
+    text, prompt_tokens, _ = run(engine, chat(f"{IMAGE_MARKER}what is this?"), picture)
+    assert text == mtmd_cli(vision_files, "what is this?", [picture])
+    assert prompt_tokens == len(engine.tokenize(chat("what is this?"))) + IMAGE_TOKENS  # usage counts the image
+
+
+def test_two_images_mid_conversation_give_llama_cpps_own_text(
+        engine: Engine, vision_files: tuple[Path, Path, list[Path]]) -> None:
+    pictures = vision_files[2][:2]
+    text, _, _ = run(engine, CONVERSATION, *pictures)
+    assert text == mtmd_cli(vision_files, CONVERSATION, pictures, raw=True)
+    assert text != run(engine, CONVERSATION, *reversed(pictures))[0]  # the images' order matters
+
+
+def test_an_image_request_beside_text_requests_gives_the_same_text(engine: Engine,
+                                                                   vision_files: tuple[Path, Path, list[Path]]) -> None:
+    picture = vision_files[2][2]
+    alone = run(engine, chat(f"{IMAGE_MARKER}describe"), picture, sampling=SamplingOptions(temperature=0,
+                                                                                             num_predict=24))[0]
+    texts = [engine.submit(GenerateRequest(chat(f"story {i}"), SamplingOptions(temperature=0, num_predict=40,
+                                                                               ignore_eos=True)))
+             for i in range(4)]
+    beside = engine.submit(GenerateRequest(chat(f"{IMAGE_MARKER}describe"),
+                                           SamplingOptions(temperature=0, num_predict=24),
+                                           images=(picture.read_bytes(),)))
+    assert b"".join(engine.vocab.piece(t) for t in collect(beside).generated) == alone
+    assert all(collect(t).done.eval_count == 40 for t in texts)
+
+
+def test_a_follow_up_about_the_same_image_reuses_its_cells(engine: Engine,
+                                                          vision_files: tuple[Path, Path, list[Path]]) -> None:
+    picture, other = vision_files[2][0], vision_files[2][1]
+    first = chat(f"{IMAGE_MARKER}first question")
+    answer, prompt_tokens, _ = run(engine, first, picture)
+    follow_up = (first + answer.decode(errors="replace")
+                 + "<|im_end|>\n<|im_start|>user\nand then?<|im_end|>\n<|im_start|>assistant\n")
+    encoded = engine.batcher.image_tokens  # type: ignore[union-attr]
+    _, _, cached = run(engine, follow_up, picture)
+    assert cached >= prompt_tokens - 1  # the first turn, image included, came from the prefix cache
+    assert engine.batcher.image_tokens == encoded  # type: ignore[union-attr]  # not encoded again
+    _, _, cached_other = run(engine, chat(f"{IMAGE_MARKER}first question"), other)
+    assert cached_other <= len(engine.tokenize("<|im_start|>user\n"))  # a different image shares no cells
+
+
+def test_images_are_refused_clearly(engine: Engine, vision_files: tuple[Path, Path, list[Path]],
+                                    tiny_gguf: Path) -> None:
+    picture = vision_files[2][0]
+    with pytest.raises(InvalidRequest, match="2 image places for 1 images"):
+        run(engine, chat(f"{IMAGE_MARKER}{IMAGE_MARKER}"), picture)
+    with pytest.raises(InvalidRequest, match="image 1 could not be decoded"):
+        collect(engine.submit(GenerateRequest(chat(f"{IMAGE_MARKER}x"), GREEDY, images=(b"\x89PNG\r\n\x1a\nbroken",))))
+    with pytest.raises(InvalidRequest, match="ends with an image"):
+        run(engine, f"look {IMAGE_MARKER}", picture)
+    with pytest.raises(ContextOverflow):
+        engine.submit(GenerateRequest(chat(f"{IMAGE_MARKER}" + " word" * 600), GREEDY, truncation=Truncation.FRONT,
+                                      images=(picture.read_bytes(),)))
+    with Engine(str(tiny_gguf), LoadOptions(num_ctx=128, num_parallel=1, num_batch=64)) as text_only:
+        assert not text_only.info.vision
+        with pytest.raises(UnsupportedCapability, match="does not support images"):
+            text_only.submit(GenerateRequest(f"{IMAGE_MARKER} hi", GREEDY, images=(picture.read_bytes(),)))
+    assert engine.info.vision
+    assert run(engine, chat(f"{IMAGE_MARKER}still fine"), picture)[1] > IMAGE_TOKENS  # nothing above broke it
