@@ -31,6 +31,7 @@ from ..engine.types import (
     PrefixCacheLocation,
     is_last,
 )
+from ..jsontypes import JSONValue
 from . import protocol
 
 log = logging.getLogger(__name__)
@@ -86,12 +87,13 @@ class RunnerProcess:
         self._ids = itertools.count(1)
         self._streams: dict[int, RunnerStream] = {}
         self._accept: dict[int, asyncio.Future[None]] = {}
-        self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._calls: dict[int, asyncio.Future[JSONValue]] = {}
         self._write_lock = asyncio.Lock()
         self._closing = False
         self.exited: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._reader_task: asyncio.Task[None] | None = None
-        self._handlers: dict[type[protocol.Message], Callable[[Any], None]] = {  # the one dispatch table
+        # the one dispatch table; each handler takes its own message type (Any: a dict cannot say so)
+        self._handlers: dict[type[protocol.Message], Callable[[Any], None]] = {
             protocol.Batch: self._on_batch,
             protocol.EventMessage: self._on_event,
             protocol.Accepted: self._on_accepted,
@@ -215,18 +217,23 @@ class RunnerProcess:
     def _on_failed(self, message: protocol.Failed) -> None:
         if message.id is None:
             return
-        fut: asyncio.Future[Any] | None = self._calls.pop(message.id, None)
-        if fut is None:  # a refused generate
-            fut = self._accept.pop(message.id, None)
-            self._streams.pop(message.id, None)
-        if fut is not None and not fut.done():
-            fut.set_exception(message.error)
+        call = self._calls.pop(message.id, None)
+        if call is not None:
+            if not call.done():
+                call.set_exception(message.error)
+            return
+        accepted = self._accept.pop(message.id, None)  # a refused generate
+        self._streams.pop(message.id, None)
+        if accepted is not None and not accepted.done():
+            accepted.set_exception(message.error)
 
     def _fail_all(self, reason: str) -> None:
         error = errors.RunnerCrashed(
             f"the runner for model {self.name!r} stopped ({reason}); the next request loads it again"
         )
-        for fut in [*self._accept.values(), *self._calls.values()]:
+        futures: list[asyncio.Future[None] | asyncio.Future[JSONValue]] = [*self._accept.values(),
+                                                                            *self._calls.values()]
+        for fut in futures:
             if not fut.done():
                 fut.set_exception(error)
         self._accept.clear()
@@ -264,10 +271,10 @@ class RunnerProcess:
             raise
         return stream
 
-    async def _call(self, make: Callable[[int], protocol.ToRunner]) -> protocol.JSONValue:
+    async def _call(self, make: Callable[[int], protocol.ToRunner]) -> JSONValue:
         """Send the RPC ``make(id)`` builds and wait for its result (raises the error it failed with)."""
         rid = next(self._ids)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[JSONValue] = asyncio.get_running_loop().create_future()
         self._calls[rid] = fut
         if not self.alive:
             self._calls.pop(rid, None)
@@ -282,7 +289,7 @@ class RunnerProcess:
         return protocol.decode_embed_result(await self._call(lambda rid: protocol.Embed(rid, inputs, truncate)))
 
     async def tokenize(self, text: str, add_special: bool = True) -> list[int]:
-        return [int(t) for t in await self._call(lambda rid: protocol.Tokenize(rid, text, add_special))]
+        return protocol.decode_tokens(await self._call(lambda rid: protocol.Tokenize(rid, text, add_special)))
 
     async def detokenize(self, tokens: list[int]) -> str:
         return str(await self._call(lambda rid: protocol.Detokenize(rid, tokens)))

@@ -28,7 +28,7 @@ import asyncio
 import dataclasses
 import typing
 from collections.abc import Callable
-from typing import IO, Any, ClassVar
+from typing import IO, ClassVar, TypeVar
 
 from .. import errors
 from ..engine.types import (
@@ -42,12 +42,14 @@ from ..engine.types import (
     GenerateRequest,
     LoadOptions,
     ModelInfo,
+    OutputFormat,
     PrefixCacheLocation,
     SamplingOptions,
     TokenEvent,
     TokenLogprob,
     Truncation,
 )
+from ..jsontypes import JSONMapping, JSONObject, JSONValue
 from . import framing
 
 MAX_FRAME = 256 * 1024 * 1024  # a runner's frames: an embedding batch or a long prompt's tokens
@@ -56,23 +58,23 @@ ProtocolError = errors.BadFrame
 """The runner sent something that is not a valid frame or message (one class with the framing's)."""
 
 
-def encode_frame(message: dict[str, Any]) -> bytes:
+def encode_frame(message: JSONObject) -> bytes:
     """``message`` as one frame (FrameTooLarge over :data:`MAX_FRAME`)."""
     return framing.encode(message, MAX_FRAME)
 
 
-def _as_message(message: object) -> dict[str, Any] | None:
+def _as_message(message: JSONValue | None) -> JSONObject | None:
     if message is not None and not isinstance(message, dict):
         raise ProtocolError("runner sent a frame that is not a JSON object")
     return message
 
 
-async def read_frame(reader: asyncio.StreamReader) -> dict[str, Any] | None:
+async def read_frame(reader: asyncio.StreamReader) -> JSONObject | None:
     """Read one frame; None at a clean end of stream. Raises ProtocolError on garbage."""
     return _as_message(await framing.read_async(reader, MAX_FRAME))
 
 
-def read_frame_sync(stream: IO[bytes]) -> dict[str, Any] | None:
+def read_frame_sync(stream: IO[bytes]) -> JSONObject | None:
     """Blocking read of one frame from a binary file; None at end of stream."""
     return _as_message(framing.read_sync(stream, MAX_FRAME))
 
@@ -80,10 +82,10 @@ def read_frame_sync(stream: IO[bytes]) -> dict[str, Any] | None:
 # --- errors -------------------------------------------------------------------------------
 
 
-def encode_error(exc: BaseException) -> dict[str, Any]:
+def encode_error(exc: BaseException) -> JSONObject:
     """An exception as it crosses the pipe: its ``code`` (EngineError's for anything not localrun's)."""
     if isinstance(exc, errors.LocalrunError):
-        out: dict[str, Any] = {"code": exc.code, "message": exc.message}
+        out: JSONObject = {"code": exc.code, "message": exc.message}
         if isinstance(exc, errors.Busy):
             out["retry_after"] = exc.retry_after
         if isinstance(exc, errors.ContextOverflow) and exc.prompt_tokens is not None:
@@ -108,36 +110,43 @@ def decode_error(data: object) -> errors.LocalrunError:
 # --- requests -----------------------------------------------------------------------------
 
 
-def encode_load_options(options: LoadOptions) -> dict[str, Any]:
+def encode_load_options(options: LoadOptions) -> JSONObject:
     return dataclasses.asdict(options)
 
 
-_Record = typing.TypeVar("_Record", LoadOptions, ModelInfo)
+_Record = TypeVar("_Record", LoadOptions, ModelInfo)
+_T = TypeVar("_T")
 
 
-def _decode_record(cls: type[_Record], data: dict[str, Any]) -> _Record:
+def _build(cls: Callable[..., _T], fields: JSONMapping) -> _T:
+    """``cls(**fields)``: a record built from the wire's values as they came (its dataclass checks no
+    types; the engine checks what it uses), hence the constructor taken as ``Callable[..., _T]``."""
+    return cls(**fields)
+
+
+def _decode_record(cls: type[_Record], data: JSONObject) -> _Record:
     """``cls`` from its JSON object (unknown fields, e.g. from a newer peer, are dropped)."""
     names = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {k: v for k, v in data.items() if k in names}
-    if "rpc_servers" in kwargs:  # a JSON list on the wire, a tuple in both records
-        kwargs["rpc_servers"] = tuple(kwargs["rpc_servers"])
-    return cls(**kwargs)
+    fields: dict[str, object] = {k: v for k, v in data.items() if k in names}
+    if "rpc_servers" in data and "rpc_servers" in names:  # a JSON list on the wire, a tuple in both records
+        fields["rpc_servers"] = tuple(_list(data["rpc_servers"]))
+    return _build(cls, fields)
 
 
-def decode_load_options(data: dict[str, Any]) -> LoadOptions:
+def decode_load_options(data: JSONObject) -> LoadOptions:
     return _decode_record(LoadOptions, data)
 
 
-def decode_model_info(data: dict[str, Any]) -> ModelInfo:
+def decode_model_info(data: JSONObject) -> ModelInfo:
     """The runner's load report: the engine's ModelInfo."""
     return _decode_record(ModelInfo, data)
 
 
-def encode_request(request: GenerateRequest) -> dict[str, Any]:
-    sampling = dataclasses.asdict(request.sampling)
+def encode_request(request: GenerateRequest) -> JSONObject:
+    sampling: JSONObject = dataclasses.asdict(request.sampling)
     sampling["stop"] = list(request.sampling.stop)
     return {
-        "prompt": request.prompt,
+        "prompt": list(request.prompt) if isinstance(request.prompt, list) else request.prompt,
         "sampling": sampling,
         "format": request.format,
         "grammar": request.grammar,
@@ -149,25 +158,38 @@ def encode_request(request: GenerateRequest) -> dict[str, Any]:
     }
 
 
-def decode_request(data: dict[str, Any]) -> GenerateRequest:
-    sampling = dict(data.get("sampling") or {})
-    sampling["stop"] = tuple(sampling.get("stop") or ())
+def decode_request(data: JSONObject) -> GenerateRequest:
+    wire = _dict(data.get("sampling") or {})
     names = {f.name for f in dataclasses.fields(SamplingOptions)}
+    sampling: dict[str, object] = {k: v for k, v in wire.items() if k in names}
+    sampling["stop"] = tuple(_list(wire.get("stop") or []))
+    interactive = data.get("interactive")
     return GenerateRequest(
-        prompt=data["prompt"],
-        sampling=SamplingOptions(**{k: v for k, v in sampling.items() if k in names}),
-        format=data.get("format"),
-        grammar=data.get("grammar"),
+        prompt=_prompt(data["prompt"]),
+        sampling=_build(SamplingOptions, sampling),
+        format=_format(data.get("format")),
+        grammar=_optional_str(data.get("grammar")),
         format_frame=_frame(data.get("format_frame")),
         truncation=Truncation(data.get("truncation", "front")),
-        num_keep=int(data.get("num_keep", 0)),
+        num_keep=_int(data.get("num_keep", 0)),
         add_special=bool(data.get("add_special", True)),
-        interactive=None if data.get("interactive") is None else bool(data["interactive"]),
+        interactive=None if interactive is None else bool(interactive),
     )
 
 
-def _frame(value: Any) -> tuple[str, str] | None:
-    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, str) for v in value):
+def _prompt(value: JSONValue) -> str | list[int]:
+    """Text, or token ids (the engine checks their range)."""
+    return value if isinstance(value, str) else [_int(token) for token in _list(value)]
+
+
+def _format(value: JSONValue) -> OutputFormat:
+    if value is None or isinstance(value, (str, dict)):
+        return value
+    raise TypeError(f"expected a format (a string or a schema), got {value!r}")
+
+
+def _frame(value: JSONValue) -> tuple[str, str] | None:
+    if isinstance(value, (list, tuple)) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], str):
         return value[0], value[1]
     return None
 
@@ -175,9 +197,9 @@ def _frame(value: Any) -> tuple[str, str] | None:
 # --- events -------------------------------------------------------------------------------
 
 
-def encode_event(event: Event) -> dict[str, Any]:
+def encode_event(event: Event) -> JSONObject:
     if isinstance(event, TokenEvent):
-        out: dict[str, Any] = {"type": "token", "text": event.text}
+        out: JSONObject = {"type": "token", "text": event.text}
         if event.logprobs:
             out["logprobs"] = [
                 {"token": lp.token, "logprob": lp.logprob, "top": [list(t) for t in lp.top]}
@@ -195,47 +217,53 @@ def encode_event(event: Event) -> dict[str, Any]:
     raise TypeError(f"not an engine event: {event!r}")
 
 
-def decode_event(data: dict[str, Any]) -> Event:
+def decode_event(data: JSONObject) -> Event:
     kind = data.get("type")
     if kind == "token":
-        lps = tuple(
-            TokenLogprob(
-                token=lp["token"],
-                logprob=float(lp["logprob"]),
-                top=tuple((str(t), float(p)) for t, p in lp.get("top", ())),
-            )
-            for lp in data.get("logprobs", ())
-        )
-        return TokenEvent(text=data["text"], logprobs=lps)
+        lps = tuple(_logprob(_dict(lp)) for lp in _list(data.get("logprobs", [])))
+        return TokenEvent(text=_str(data["text"]), logprobs=lps)
     if kind == "done":
         fields = {f.name for f in dataclasses.fields(DoneEvent)}
-        values = {k: v for k, v in data.items() if k in fields}
-        values["done_reason"] = DoneReason(values["done_reason"])
-        values["context"] = tuple(values.get("context", ()))
-        return DoneEvent(**values)
+        values: dict[str, object] = {k: v for k, v in data.items() if k in fields}
+        values["done_reason"] = DoneReason(data["done_reason"])
+        values["context"] = tuple(_list(data.get("context", [])))
+        return _build(DoneEvent, values)
     if kind == "error":
         return ErrorEvent(error=decode_error(data.get("error")))
     raise ProtocolError(f"unknown event type {kind!r}")
 
 
-def encode_embed_result(result: EmbedResult) -> dict[str, Any]:
+def _logprob(data: JSONObject) -> TokenLogprob:
+    top = tuple((str(t), _float(p)) for t, p in map(_list, _list(data.get("top", []))))
+    return TokenLogprob(token=_str(data["token"]), logprob=_float(data["logprob"]), top=top)
+
+
+def encode_embed_result(result: EmbedResult) -> JSONObject:
     return dataclasses.asdict(result)
 
 
-def decode_embed_result(data: dict[str, Any]) -> EmbedResult:
+def decode_embed_result(result: JSONValue) -> EmbedResult:
+    """An embed RPC's result (TypeError, KeyError or ValueError when it is not one)."""
+    data = _dict(result)
     return EmbedResult(
-        embeddings=[list(map(float, e)) for e in data["embeddings"]],
-        prompt_eval_count=int(data["prompt_eval_count"]),
-        truncated=[bool(t) for t in data["truncated"]],
+        embeddings=[[_float(x) for x in _list(e)] for e in _list(data["embeddings"])],
+        prompt_eval_count=_int(data["prompt_eval_count"]),
+        truncated=[bool(t) for t in _list(data["truncated"])],
     )
 
 
-def decode_stats(data: dict[str, Any]) -> EngineStats:
+def decode_tokens(result: JSONValue) -> list[int]:
+    """A tokenize RPC's result: token ids (TypeError when it is not a list of them)."""
+    return [_int(token) for token in _list(result)]
+
+
+def decode_stats(result: JSONValue) -> EngineStats:
+    """A stats RPC's result (TypeError when it is not an object of counts)."""
     names = {f.name for f in dataclasses.fields(EngineStats)}
-    return EngineStats(**{k: int(v) for k, v in data.items() if k in names})
+    return EngineStats(**{k: _int(v) for k, v in _dict(result).items() if k in names})
 
 
-def to_jsonable(value: Any) -> Any:
+def to_jsonable(value: object) -> JSONValue:
     """A best-effort JSON form of an engine object (ModelInfo, EngineStats...)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
@@ -255,9 +283,8 @@ def to_jsonable(value: Any) -> Any:
 # --- messages -----------------------------------------------------------------------------
 # One frozen dataclass per op. Field annotations name their payload type; the codec below
 # looks each one up in _DECODERS (so a new field of a known type needs no new code).
-
-JSONValue = Any
-"""A value exactly as JSON carries it (a model's info, an RPC result before its caller decodes it)."""
+# A JSONValue field (Result.result) is a value exactly as JSON carries it: an RPC result before
+# its caller decodes it.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -395,17 +422,36 @@ def _str(value: object) -> str:
     return value
 
 
-def _optional(decode: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def _optional_str(value: JSONValue) -> str | None:
+    return None if value is None else _str(value)
+
+
+def _float(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"expected a number, got {value!r}")
+    return float(value)
+
+
+def _optional(decode: Callable[[JSONValue], _T]) -> Callable[[JSONValue], _T | None]:
     return lambda value: None if value is None else decode(value)
 
 
-def _dict(value: object) -> dict[str, Any]:
+def _dict(value: JSONValue) -> JSONObject:
     if not isinstance(value, dict):
         raise TypeError(f"expected an object, got {value!r}")
     return value
 
 
-def _batch(value: object) -> tuple[Message, ...]:
+def _list(value: JSONValue) -> list[JSONValue]:
+    """A JSON list (or a tuple: what ``dataclasses.asdict`` leaves, decoded without a trip through JSON)."""
+    if isinstance(value, tuple):
+        return list(value)
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list, got {value!r}")
+    return value
+
+
+def _batch(value: JSONValue) -> tuple[Message, ...]:
     if not isinstance(value, list):
         raise TypeError("a batch holds a list of messages")
     inner = tuple(decode_message(_dict(item)) for item in value)
@@ -414,18 +460,18 @@ def _batch(value: object) -> tuple[Message, ...]:
     return inner
 
 
-_DECODERS: dict[str, Callable[[Any], Any]] = {
+_DECODERS: dict[str, Callable[[JSONValue], object]] = {
     "int": _int,
     "int | None": _optional(_int),
     "str": _str,
-    "str | None": _optional(_str),
+    "str | None": _optional_str,
     "bool": bool,
     "JSONValue": lambda value: value,
-    "list[int]": lambda value: [_int(v) for v in value],
-    "list[EmbedInput]": list,  # the engine checks each input (a string or token ids) and says which is wrong
+    "list[int]": lambda value: [_int(v) for v in _list(value)],
+    "list[EmbedInput]": _list,  # the engine checks each input (a string or token ids) and says which is wrong
     "LoadOptions": lambda value: decode_load_options(_dict(value)),
     "ModelInfo | None": _optional(lambda value: decode_model_info(_dict(value))),
-    "PrefixCacheLocation | None": _optional(lambda value: PrefixCacheLocation(**_dict(value))),
+    "PrefixCacheLocation | None": _optional(lambda value: _build(PrefixCacheLocation, _dict(value))),
     "GenerateRequest": lambda value: decode_request(_dict(value)),
     "Event": lambda value: decode_event(_dict(value)),
     "errors.LocalrunError": decode_error,
@@ -434,7 +480,7 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
 """One decoder per payload type, keyed by the annotation text a message field carries."""
 
 
-def _encode_value(value: object) -> object:
+def _encode_value(value: object) -> JSONValue:
     if isinstance(value, BaseException):
         return encode_error(value)
     if isinstance(value, GenerateRequest):
@@ -445,42 +491,46 @@ def _encode_value(value: object) -> object:
         return encode_load_options(value)
     if isinstance(value, (PrefixCacheLocation, ModelInfo)):
         return dataclasses.asdict(value)
-    if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
-        return [encode_message(item) for item in value]
-    return value
+    if isinstance(value, tuple):  # a batch's messages
+        messages: list[JSONValue] = [encode_message(item) for item in value]
+        return messages
+    if isinstance(value, (str, int, float, list, dict)) or value is None:  # bool is an int
+        return value  # a field's own JSON (an id, a text, token ids, an RPC's result...)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-def encode_message(message: Message) -> dict[str, Any]:
+def encode_message(message: Message) -> JSONObject:
     """A message as the JSON object of its frame: ``{"op": ..., field: payload, ...}``."""
-    out: dict[str, Any] = {"op": message.OP}
+    out: JSONObject = {"op": message.OP}
     for f in dataclasses.fields(message):
         out[f.name] = _encode_value(getattr(message, f.name))
     return out
 
 
-def encode_batch(encoded: list[dict[str, Any]]) -> dict[str, Any]:
+def encode_batch(encoded: list[JSONObject]) -> JSONObject:
     """A :class:`Batch` of messages already encoded one by one (the runner's writer encodes each apart,
     so one that cannot be encoded fails alone)."""
-    return {"op": Batch.OP, "messages": encoded}
+    return {"op": Batch.OP, "messages": list[JSONValue](encoded)}
 
 
-def decode_message(data: dict[str, Any]) -> Message:
+def decode_message(data: JSONObject) -> Message:
     """The message a frame holds; raises ProtocolError for an unknown op or a malformed field."""
     op = data.get("op")
     cls = MESSAGES.get(op) if isinstance(op, str) else None
     if cls is None:
         raise ProtocolError(f"unknown op {op!r}")
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     try:
         for f in dataclasses.fields(cls):
             if f.name in data:
                 values[f.name] = _DECODERS[str(f.type)](data[f.name])
-        return cls(**values)
+        build: Callable[..., Message] = cls  # each value decoded as its field's annotation says
+        return build(**values)
     except (KeyError, TypeError, ValueError) as exc:
         raise ProtocolError(f"malformed {op!r} message: {exc}") from exc
 
 
-def message_id(data: dict[str, Any]) -> int | None:
+def message_id(data: JSONObject) -> int | None:
     """The ``id`` of a raw frame, when it has a usable one (to answer a frame that did not decode)."""
     rid = data.get("id")
     return rid if isinstance(rid, int) and not isinstance(rid, bool) else None

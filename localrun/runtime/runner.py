@@ -38,6 +38,7 @@ from ..engine.types import (
     ModelInfo,
     is_last,
 )
+from ..jsontypes import JSONObject, JSONValue
 from . import protocol
 
 log = logging.getLogger(__name__)
@@ -189,7 +190,7 @@ class Runner:
             self.dispatch(message)
         self.shutdown()
 
-    def dispatch(self, frame: dict[str, object]) -> None:
+    def dispatch(self, frame: JSONObject) -> None:
         """Decode one frame from the daemon and run its op (the one table: ``self._handlers``)."""
         try:
             message = protocol.decode_message(frame)
@@ -239,7 +240,7 @@ class Runner:
 
     def _rpc(self, message: protocol.Embed | protocol.Tokenize | protocol.Detokenize | protocol.Stats) -> None:
         try:
-            result: protocol.JSONValue
+            result: JSONValue
             if isinstance(message, protocol.Embed):
                 result = protocol.encode_embed_result(self.engine.embed(message.input, truncate=message.truncate))
             elif isinstance(message, protocol.Tokenize):
@@ -261,7 +262,7 @@ class Runner:
         self.engine.close()
 
 
-def _as_message(item: protocol.FromRunner | tuple[int, Event]) -> dict[str, object]:
+def _as_message(item: protocol.FromRunner | tuple[int, Event]) -> JSONObject:
     """A queued item encoded: a message as it is, a ``(rid, event)`` pair as an event message."""
     message = protocol.EventMessage(*item) if isinstance(item, tuple) else item
     try:
