@@ -15,10 +15,10 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 
+from ..jsontypes import JSONObject, as_object
 from .stats import Outcome, RequestRecord, TokenSource, Window
 
 now = time.perf_counter
@@ -49,7 +49,7 @@ class LoadPlan:
     warmup_s: float = 0.0
     timeout_s: float = 300.0
     temperature: float = 0.0
-    extras: dict[str, Any] = field(default_factory=dict)  # ignore_eos, min_tokens, stream_options
+    extras: JSONObject = field(default_factory=dict)  # ignore_eos, min_tokens, stream_options
 
 
 @dataclass(slots=True)
@@ -60,8 +60,8 @@ class LevelRun:
     window: Window
 
 
-def build_payload(plan: LoadPlan, model: str, prompt: str, max_tokens: int | None = None) -> dict[str, Any]:
-    payload: dict[str, Any] = {
+def build_payload(plan: LoadPlan, model: str, prompt: str, max_tokens: int | None = None) -> JSONObject:
+    payload: JSONObject = {
         "model": model,
         "max_tokens": max_tokens or plan.output_tokens,
         "stream": True,
@@ -72,20 +72,21 @@ def build_payload(plan: LoadPlan, model: str, prompt: str, max_tokens: int | Non
     else:
         payload["prompt"] = prompt
     payload.update(plan.extras)
-    if isinstance(payload.get("min_tokens"), int):  # vLLM and localrun refuse min_tokens > max_tokens (400)
-        payload["min_tokens"] = min(payload["min_tokens"], payload["max_tokens"])
+    min_tokens, most = payload.get("min_tokens"), payload.get("max_tokens")
+    if isinstance(min_tokens, int) and isinstance(most, (int, float)):  # vLLM and localrun refuse
+        payload["min_tokens"] = min(min_tokens, most)                   # min_tokens > max_tokens (400)
     return payload
 
 
-def _chunk_text(choice: dict[str, Any]) -> str:
+def _chunk_text(choice: JSONObject) -> str:
     if isinstance(choice.get("text"), str):
         return str(choice["text"])
-    delta = choice.get("delta") or {}
+    delta = as_object(choice.get("delta"))
     parts = [delta.get("content"), delta.get("reasoning_content")]
     return "".join(p for p in parts if isinstance(p, str))
 
 
-async def _stream(client: httpx.AsyncClient, target: Endpoint, path: str, payload: dict[str, Any],
+async def _stream(client: httpx.AsyncClient, target: Endpoint, path: str, payload: JSONObject,
                   rec: RequestRecord) -> None:
     """Send one streaming request, filling ``rec``; raises nothing for server-side failures."""
     async with client.stream("POST", target.base_url + path, json=payload, headers=target.headers) as resp:

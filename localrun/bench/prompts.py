@@ -20,9 +20,10 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
+
+from ..jsontypes import JSONObject
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +41,11 @@ class TokenizerInfo:
     exact: bool
     note: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         return {"endpoint": self.endpoint, "exact": self.exact, "note": self.note}
 
 
-def _tokens_from(body: Any) -> int | None:
+def _tokens_from(body: object) -> int | None:
     if isinstance(body, dict):
         if isinstance(body.get("count"), int):
             return int(body["count"])
@@ -62,7 +63,7 @@ async def find_tokenizer(
     ``model`` is sent where the endpoint takes one; None leaves it to the server's default model.
     """
     named = {"model": model} if model else {}
-    shapes: list[tuple[str, Callable[[str], dict[str, Any]]]] = [
+    shapes: list[tuple[str, Callable[[str], JSONObject]]] = [
         ("/api/tokenize", lambda text: {**named, "content": text}),
         ("/extras/tokenize", lambda text: {**named, "input": text}),
         ("/tokenize", lambda text: {"content": text, "add_special": True}),
@@ -70,7 +71,7 @@ async def find_tokenizer(
     for path, make in shapes:
         url = base_url + path
 
-        async def count(text: str, url: str = url, make: Callable[[str], dict[str, Any]] = make) -> int:
+        async def count(text: str, url: str = url, make: Callable[[str], JSONObject] = make) -> int:
             resp = await client.post(url, json=make(text), headers=headers, timeout=30)
             resp.raise_for_status()
             n = _tokens_from(resp.json())

@@ -7,7 +7,6 @@ lengths were obtained (exact with the target's tokenizer, or approximate).
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -116,7 +115,7 @@ def to_markdown(result: BenchResult) -> str:
 
 
 def to_json(result: BenchResult) -> str:
-    def default(obj: Any) -> Any:
+    def default(obj: object) -> object:
         if hasattr(obj, "value"):
             return obj.value
         raise TypeError(f"cannot serialise {type(obj).__name__}")

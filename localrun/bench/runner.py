@@ -18,7 +18,6 @@ import platform
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
 
 import httpx
 
@@ -31,7 +30,7 @@ from .stats import LevelStats, Outcome, RequestRecord, summarize
 
 log = logging.getLogger(__name__)
 
-EXTRA_FIELDS: tuple[tuple[str, Callable[[int], Any]], ...] = (
+EXTRA_FIELDS: tuple[tuple[str, Callable[[int], JSONValue]], ...] = (
     ("ignore_eos", lambda n: True),
     ("min_tokens", lambda n: n),
 )
@@ -228,7 +227,7 @@ async def run_bench(config: BenchConfig, progress: Callable[[str], None] | None 
     say = progress or (lambda _msg: None)
     cpu_count = os.cpu_count()
     result = BenchResult(config, machine={"cpu_count": cpu_count, "platform": platform.platform()})
-    extras: dict[str, Any] = {"stream_options": {"include_usage": True}}
+    extras: JSONObject = {"stream_options": {"include_usage": True}}
     if config.send_extras:
         extras.update({k: f(config.output_tokens) for k, f in EXTRA_FIELDS})
     base_plan = LoadPlan(

@@ -116,7 +116,7 @@ def ensure_daemon(timeout: float = 30.0, *, on_start: Callable[[Path], None] | N
     if on_start is not None:
         on_start(log_path)
     with open(log_path, "ab") as log_file:
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {}  # Popen's platform-only keywords, not JSON (typeshed has no type for them)
         if os.name == "nt":
             kwargs["creationflags"] = subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
         else:

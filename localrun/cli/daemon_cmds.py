@@ -6,11 +6,11 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from ..client import DaemonStatus
 from ..errors import LocalrunError, NotFound
 from ..fmt import human_bytes, human_duration, processor_column, until
+from ..jsontypes import JSONObject, JSONValue, as_number
 from .connect import require_daemon
 
 
@@ -22,18 +22,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     s.set_defaults(func=stop)
 
 
-def ps_table(models: list[dict[str, Any]]) -> str:
+def _text_or_none(value: JSONValue) -> str | None:
+    return None if value is None else str(value)
+
+
+def ps_table(models: list[JSONObject]) -> str:
     """Ollama's columns (CONTEXT: the most tokens one request may hold), plus POOL: the KV cache's
     tokens, which the running requests share, and SLOTS: requests running / sequence slots (both
     sized from memory at load)."""
     rows = [("NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "POOL", "SLOTS", "UNTIL")]
     for m in models:
         digest = str(m.get("digest") or "").removeprefix("sha256:")[:12]
-        size = int(m.get("size") or 0)
+        size = int(as_number(m.get("size")) or 0)
         slots = f"{m.get('active', 0)}/{m['num_parallel']}" if m.get("num_parallel") else "-"
         rows.append((str(m.get("name", "")), digest, human_bytes(size), processor_column(m),
                      str(m.get("context_length", "")), str(m.get("context_pool") or "-"), slots,
-                     until(m.get("expires_at"))))
+                     until(_text_or_none(m.get("expires_at")))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("    ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows)
 
@@ -57,7 +61,7 @@ def ps(args: argparse.Namespace) -> int:
     return 0
 
 
-def upstream_table(members: list[dict[str, Any]]) -> str:
+def upstream_table(members: list[JSONObject]) -> str:
     """One line per upstream member: its state, requests in flight, errors and time to first token."""
     rows = [("UPSTREAM", "MEMBER", "STATE", "IN FLIGHT", "REQUESTS", "ERRORS", "FIRST TOKEN", "MODELS")]
     for m in members:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import config
 from ..errors import ConfigError, InvalidRequest
-from ..jsontypes import as_number
+from ..jsontypes import JSONObject, as_number
 from .connect import connect
 
 if TYPE_CHECKING:
@@ -55,7 +55,15 @@ def _err(message: str) -> None:
 def pull_with_progress(client: Client, model: str) -> None:
     """Pull ``model``, drawing a progress bar on stderr (plain lines when stderr is not a terminal)."""
     from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TaskID,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
 
     console = Console(stderr=True)
     if not console.is_terminal:
@@ -68,7 +76,7 @@ def pull_with_progress(client: Client, model: str) -> None:
         return
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                   TimeRemainingColumn(), console=console, transient=False) as progress:
-        tasks: dict[str, Any] = {}
+        tasks: dict[str, TaskID] = {}
         for chunk in client.pull(model):
             status = str(chunk.get("status") or "")
             key = str(chunk.get("digest") or status)
@@ -120,17 +128,18 @@ def read_prompt(args: argparse.Namespace) -> str | None:
     return " ".join(p for p in parts if p.strip())
 
 
-def parse_options(items: list[str]) -> dict[str, Any]:
+def parse_options(items: list[str]) -> JSONObject:
     """``-o name=value`` pairs as typed parameters (the same names and checks as ``/set parameter``)."""
     from ..tui.commands import parse_parameter
 
-    options: dict[str, Any] = {}
+    options: JSONObject = {}
     for item in items:
         name, sep, raw = item.partition("=")
         if not sep or not name.strip():
             raise ConfigError(f"-o {item!r}: expected NAME=VALUE, e.g. -o temperature=0.2")
         try:
-            options[name.strip().lower()] = parse_parameter(name.strip(), raw.strip())
+            value = parse_parameter(name.strip(), raw.strip())
+            options[name.strip().lower()] = [*value] if isinstance(value, list) else value
         except InvalidRequest as exc:
             raise ConfigError(f"-o {item!r}: {exc}") from None
     return options
@@ -141,7 +150,7 @@ def generate_once(client: Client, model: str, prompt: str, args: argparse.Namesp
 
     from ..tui.backend import ReplyStats
 
-    fields: dict[str, Any] = {}
+    fields: JSONObject = {}
     if args.system:
         fields["system"] = args.system
     if args.format:

@@ -30,7 +30,7 @@ from rich.progress import (
 from .. import config
 from ..errors import InvalidRequest, LocalrunError
 from ..fmt import human_ago, human_bytes
-from ..jsontypes import JSONValue, as_number, as_object
+from ..jsontypes import JSONObject, JSONValue, as_number, as_object
 
 if TYPE_CHECKING:  # imported where used, to keep `localrun --help` fast
     from ..client import Client
@@ -53,10 +53,12 @@ def _daemon() -> Client | None:
     return running_daemon()
 
 
-def _progress(chunk: dict[str, Any]) -> StoreProgress:
+def _progress(chunk: JSONObject) -> StoreProgress:
     from ..store import Progress as StoreProgress
 
-    return StoreProgress(str(chunk.get("status", "")), chunk.get("digest"), chunk.get("total"), chunk.get("completed"))
+    digest, total, completed = chunk.get("digest"), chunk.get("total"), chunk.get("completed")
+    return StoreProgress(str(chunk.get("status", "")), digest if isinstance(digest, str) else None,
+                         total if isinstance(total, int) else None, completed if isinstance(completed, int) else None)
 
 
 def _console(stderr: bool = False) -> Console:
@@ -176,7 +178,7 @@ def format_table(headers: list[str], rows: list[list[str]], gap: int = 4) -> str
 BASE_NOTE = "base model: completion only"
 
 
-def _upstream_row(m: dict[str, Any]) -> list[str]:
+def _upstream_row(m: JSONObject) -> list[str]:
     """A model an upstream serves (``localrun upstream``): no size or date here, where it is served instead."""
     return [str(m["name"]), "-", "-", "-", f"upstream: {m.get('remote_host')}"]
 
@@ -198,7 +200,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _param_text(value: Any) -> str:
+def _param_text(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:

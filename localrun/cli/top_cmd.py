@@ -12,9 +12,9 @@ import argparse
 import asyncio
 import sys
 import time
-from typing import Any
 
 from ..errors import DaemonUnavailable, LocalrunError
+from ..jsontypes import JSONObject, JSONValue, as_number
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(func=top)
 
 
-async def _snapshot() -> tuple[list[dict[str, Any]], dict[str, Any], str | None]:
+async def _snapshot() -> tuple[list[JSONObject], JSONObject, str | None]:
     from ..tui.backend import ClientBackend
 
     backend = ClientBackend()
@@ -44,17 +44,21 @@ async def _snapshot() -> tuple[list[dict[str, Any]], dict[str, Any], str | None]
         await backend.aclose()
 
 
-def snapshot_text(models: list[dict[str, Any]], health: dict[str, Any], metrics: str | None) -> str:
+def _text_or_none(value: JSONValue) -> str | None:
+    return None if value is None else str(value)
+
+
+def snapshot_text(models: list[JSONObject], health: JSONObject, metrics: str | None) -> str:
     from .. import fmt
     from ..tui import stats as st
 
     snap = st.parse_metrics(metrics, time.monotonic()) if metrics else None
     rows = [("NAME", "PROCESSOR", "RAM", "VRAM", "CONTEXT", "ACTIVE", "QUEUED", "UNTIL")]
     for m in models:
-        size, vram = float(m.get("size") or 0), float(m.get("size_vram") or 0)
+        size, vram = as_number(m.get("size")) or 0.0, as_number(m.get("size_vram")) or 0.0
         rows.append((str(m.get("name", "")), fmt.processor_column(m), fmt.human_bytes(max(size - vram, 0)),
                      fmt.human_bytes(vram), str(m.get("context_length", "")), str(m.get("active", "")),
-                     str(m.get("queued", "")), fmt.countdown(m.get("expires_at"))))
+                     str(m.get("queued", "")), fmt.countdown(_text_or_none(m.get("expires_at")))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["    ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows]
     lines.append("")

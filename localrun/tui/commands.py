@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ..errors import InvalidRequest, OptionError
+from ..jsontypes import JSONObject, JSONValue, as_object
 from ..parameters import ParameterValue, kind_of, parse_value
 from .conversations import ChatMessage
 
@@ -259,8 +259,8 @@ def save_modelfile(model: str, system: str | None, options: Mapping[str, object]
     return "\n".join(lines) + "\n"
 
 
-def show_text(topic: str, info: dict[str, Any], session_system: str | None,
-              session_options: dict[str, Any]) -> str:
+def show_text(topic: str, info: JSONObject, session_system: str | None,
+              session_options: JSONObject) -> str:
     """What ``/show TOPIC`` prints, from the daemon's /api/show answer and this session's settings."""
     if topic == "info":
         return info_text(info)
@@ -285,12 +285,12 @@ def show_text(topic: str, info: dict[str, Any], session_system: str | None,
     return "\n".join(lines)
 
 
-def info_text(info: dict[str, Any]) -> str:
-    details = info.get("details") or {}
-    model_info = info.get("model_info") or {}
+def info_text(info: JSONObject) -> str:
+    details = as_object(info.get("details"))
+    model_info = as_object(info.get("model_info"))
     arch = str(model_info.get("general.architecture") or details.get("family") or "")
 
-    def arch_key(suffix: str) -> Any:
+    def arch_key(suffix: str) -> JSONValue:
         return model_info.get(f"{arch}.{suffix}") if arch else None
 
     rows = [
@@ -302,7 +302,7 @@ def info_text(info: dict[str, Any]) -> str:
     ]
     lines = ["Model"] + [f"  {k:<20}{v}" for k, v in rows if v not in ("", None)]
     capabilities = info.get("capabilities")
-    if capabilities:
+    if isinstance(capabilities, list) and capabilities:
         lines += ["", "Capabilities"] + [f"  {c}" for c in capabilities]
     params = str(info.get("parameters") or "").strip()
     if params:

@@ -21,6 +21,7 @@ from textual.widgets.option_list import Option
 
 from ..errors import LocalrunError
 from ..fmt import human_bytes
+from ..jsontypes import JSONObject, as_number
 from . import commands as cmd
 from .conversations import ConversationStore
 from .model_ops import full_name
@@ -41,7 +42,7 @@ class ModelPicker(ModalScreen[str | None]):
         super().__init__(classes="dialog-screen")
         self.current = current
         self.names: list[str] = []
-        self._models: list[dict[str, Any]] = []  # the store's models, once listed
+        self._models: list[JSONObject] = []  # the store's models, once listed
         self._loaded: set[object] = set()
 
     def compose(self) -> ComposeResult:
@@ -81,7 +82,7 @@ class ModelPicker(ModalScreen[str | None]):
                 marks.append("current")
             if name in self._loaded:
                 marks.append("loaded")
-            size = human_bytes(float(model.get("size") or 0))
+            size = human_bytes(as_number(model.get("size")) or 0.0)
             label = Text(f"{name:<32} {size:>9}  {', '.join(marks)}".rstrip())
             option_list.add_option(Option(label, id=name))
         if option_list.option_count:
@@ -120,7 +121,7 @@ class ModelPicker(ModalScreen[str | None]):
 @dataclass(frozen=True, slots=True)
 class SettingsResult:
     system: str | None
-    options: dict[str, Any] = field(default_factory=dict)
+    options: JSONObject = field(default_factory=dict)
 
 
 class SettingsDialog(ModalScreen[SettingsResult | None]):
@@ -128,7 +129,7 @@ class SettingsDialog(ModalScreen[SettingsResult | None]):
 
     BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+s", "save", "Save")]
 
-    def __init__(self, system: str | None, options: dict[str, Any], defaults: dict[str, Any] | None = None) -> None:
+    def __init__(self, system: str | None, options: JSONObject, defaults: JSONObject | None = None) -> None:
         super().__init__(classes="dialog-screen")
         self.system = system or ""
         self.options = dict(options)
@@ -142,7 +143,8 @@ class SettingsDialog(ModalScreen[SettingsResult | None]):
             with Horizontal(id="params"):
                 for name in EDITABLE:
                     value = self.options.get(name)
-                    text = " ".join(value) if isinstance(value, list) else ("" if value is None else str(value))
+                    text = (" ".join(map(str, value)) if isinstance(value, list)
+                            else ("" if value is None else str(value)))
                     with Vertical(classes="param"):
                         yield Label(name)
                         yield Input(text, id=f"param-{name}", placeholder=self.placeholder(name), compact=True)
@@ -173,7 +175,8 @@ class SettingsDialog(ModalScreen[SettingsResult | None]):
         for name in EDITABLE:
             raw = self.query_one(f"#param-{name}", Input).value.strip()
             if raw:
-                options[name] = cmd.parse_parameter(name, raw)
+                value = cmd.parse_parameter(name, raw)
+                options[name] = [*value] if isinstance(value, list) else value
         system = self.query_one("#system", TextArea).text.strip() or None
         return SettingsResult(system, options)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
-from typing import Any
 
 from markdown_it import MarkdownIt
 from markdown_it.rules_core import StateCore
@@ -24,6 +23,8 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Collapsible, Label, Markdown, ProgressBar, Static, TextArea
 from textual.widgets.markdown import MarkdownStream
+
+from ..jsontypes import JSONObject
 
 NEWLINE_KEYS = frozenset({"ctrl+j", "shift+enter", "alt+enter", "ctrl+enter"})
 
@@ -124,7 +125,7 @@ def _hard_breaks(state: StateCore) -> None:
                 child.type = "hardbreak"
 
 
-def tool_call_text(call: dict[str, Any]) -> str:
+def tool_call_text(call: JSONObject) -> str:
     """``get_weather({"city": "Paris"})`` for one call as /api/chat returns it."""
     fn = call.get("function")
     if not isinstance(fn, dict):
@@ -138,7 +139,7 @@ class AssistantMessage(Vertical):
     """A reply: reasoning (collapsed), Markdown body (streamed or given), tool calls, a stats line."""
 
     def __init__(self, text: str = "", *, model: str = "", footer: str = "", thinking: str = "",
-                 tool_calls: list[dict[str, Any]] | None = None) -> None:
+                 tool_calls: list[JSONObject] | None = None) -> None:
         super().__init__(classes="assistant-message")
         self._initial = text
         self._footer = footer
@@ -175,7 +176,7 @@ class AssistantMessage(Vertical):
         self._thinking_section.title = "Thinking…" if self.has_class("streaming") else "Thinking"
         self._thinking_text.update(Text(self._thinking))
 
-    async def add_tool_call(self, call: dict[str, Any]) -> None:
+    async def add_tool_call(self, call: JSONObject) -> None:
         """Show one tool call the model made, under the answer text."""
         self._calls.append(call)
         await self.mount(Static(Text(f"→ tool call: {tool_call_text(call)}"), classes="tool-call"),
