@@ -13,7 +13,8 @@ decoder reads; WebP and the rest would reach its ffmpeg fallback, so they are re
 height from its header, and it refuses (400, naming where the image was) invalid base64, what is
 not an image, a truncated header, more than :data:`MAX_PIXELS` pixels (a decompression bomb of a
 few KB declares 60,000 x 60,000), more than :data:`MAX_IMAGE_BYTES` bytes, and more than
-:data:`MAX_IMAGES` images in one request. Pure Python: no aiohttp, no llama_cpp.
+:data:`MAX_IMAGES` images or :data:`MAX_REQUEST_BYTES` of them in one request. Pure Python: no
+aiohttp, no llama_cpp.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import binascii
 import hashlib
 import re
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import InvalidRequest
@@ -33,6 +35,7 @@ MAX_IMAGES = 16                  # images in one request (every message together
 MAX_IMAGE_BYTES = 20 << 20       # encoded bytes of one image (OpenAI's and Anthropic's limit is 20 MB / 5 MB)
 MAX_PIXELS = 50_000_000          # width x height of one image, read from its header before decoding
 MAX_SIDE = 16_384                # pixels on either side
+MAX_REQUEST_BYTES = 64 << 20    # encoded bytes of all a request's images
 
 _DATA_URL = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?:;[\w-]+=[^;,]*)*;base64,")
 
@@ -110,10 +113,16 @@ def check(data: bytes, where: str) -> Image:
     return Image(data, kind, width, height)
 
 
-def check_count(n: int) -> None:
-    """A request's images, all messages together, at most :data:`MAX_IMAGES`."""
-    if n > MAX_IMAGES:
-        raise InvalidRequest(f"the request has {n} images; localrun reads at most {MAX_IMAGES} in one request")
+def check_request(images: Sequence[Image]) -> None:
+    """A request's images, all messages together: at most :data:`MAX_IMAGES`, and at most
+    :data:`MAX_REQUEST_BYTES` in all (they cross to the model's runner in one message)."""
+    if len(images) > MAX_IMAGES:
+        raise InvalidRequest(f"the request has {len(images)} images; localrun reads at most {MAX_IMAGES} in one "
+                             "request")
+    total = sum(len(image.data) for image in images)
+    if total > MAX_REQUEST_BYTES:
+        raise InvalidRequest(f"the request's images are {total / (1 << 20):.0f} MB in all; localrun reads at most "
+                             f"{MAX_REQUEST_BYTES >> 20} MB of images in one request")
 
 
 def _sniff(data: bytes) -> str | None:

@@ -25,6 +25,7 @@ the pipe as ``{code, message[, retry_after][, prompt_tokens, max_tokens]}`` and 
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import typing
 from collections.abc import Callable
@@ -155,6 +156,7 @@ def encode_request(request: GenerateRequest) -> JSONObject:
         "num_keep": request.num_keep,
         "add_special": request.add_special,
         "interactive": request.interactive,
+        "images": [base64.b64encode(image).decode("ascii") for image in request.images],
     }
 
 
@@ -173,6 +175,7 @@ def decode_request(data: JSONObject) -> GenerateRequest:
         truncation=Truncation(data.get("truncation", "front")),
         num_keep=_int(data.get("num_keep", 0)),
         add_special=bool(data.get("add_special", True)),
+        images=tuple(base64.b64decode(str(image)) for image in _list(data.get("images") or [])),
         interactive=None if interactive is None else bool(interactive),
     )
 

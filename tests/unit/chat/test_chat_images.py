@@ -78,6 +78,10 @@ def test_remote_urls_are_not_fetched_and_other_media_types_are_refused() -> None
 
 
 def test_more_than_the_limit_of_images_is_refused() -> None:
-    images.check_count(images.MAX_IMAGES)
+    one = images.check(png(2, 2), "x")
+    images.check_request([one] * images.MAX_IMAGES)
     with pytest.raises(InvalidRequest, match="at most 16 in one request"):
-        images.check_count(images.MAX_IMAGES + 1)
+        images.check_request([one] * (images.MAX_IMAGES + 1))
+    big = images.Image(b"x" * (19 << 20), "png", 1, 1)
+    with pytest.raises(InvalidRequest, match="at most 64 MB of images"):
+        images.check_request([big] * 4)

@@ -23,6 +23,7 @@ from localrun.runtime.runner import Runner
 MESSAGES: list[Any] = [
     protocol.Load("/m.gguf", LoadOptions(num_ctx=128, rpc_servers=("h:1",)), "a:B"),
     protocol.Generate(3, GenerateRequest("hi", SamplingOptions(stop=("\n",)))),
+    protocol.Generate(4, GenerateRequest("look <__media__> here", images=(b"\x89PNG\r\n\x1a\n\x00\xff", b"BM"))),
     protocol.Cancel(3), protocol.Embed(4, ["a", [1, 2]], False), protocol.Tokenize(5, "hé", False),
     protocol.Detokenize(6, [1, 2]), protocol.Stats(7), protocol.Close(), protocol.DebugAbort(),
     protocol.Loaded(ModelInfo("llama", 1, 2048, 8, 2, 32, None, "{{ x }}", "<s>", "</s>", 10, 256, 2,
