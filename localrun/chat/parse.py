@@ -44,8 +44,8 @@ from __future__ import annotations
 
 import enum
 import json
-from typing import Any
 
+from ..jsontypes import JSONObject, JSONValue
 from .events import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall, collect
 from .format import ChatFormat, ToolFormat
 
@@ -350,10 +350,10 @@ class _JsonScan:
         return (None, len(buf)) if final else None
 
 
-def _calls(body: str, names: frozenset[str]) -> list[tuple[str, dict[str, Any]]] | None:
+def _calls(body: str, names: frozenset[str]) -> list[tuple[str, JSONObject]] | None:
     """The calls in a JSON text, or None when it is not (only) calls to offered tools."""
     try:
-        value = json.loads(body)
+        value: JSONValue = json.loads(body)
     except ValueError:
         return None
     items = value if isinstance(value, list) else [value]
@@ -363,11 +363,11 @@ def _calls(body: str, names: frozenset[str]) -> list[tuple[str, dict[str, Any]]]
     return [c for c in calls if c is not None]
 
 
-def _as_call(obj: Any, names: frozenset[str]) -> tuple[str, dict[str, Any]] | None:
+def _as_call(obj: JSONValue, names: frozenset[str]) -> tuple[str, JSONObject] | None:
     if not isinstance(obj, dict):
         return None
     inner = obj.get("function")
-    fn: dict[str, Any] = inner if isinstance(inner, dict) else obj
+    fn: JSONObject = inner if isinstance(inner, dict) else obj
     name = fn.get("name")
     args = fn.get("arguments", fn.get("parameters", {}))
     if isinstance(args, str):

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
 from ..errors import GrammarError
+from ..jsontypes import JSONObject
 from .regex_bounds import check_pattern
 from .types import OutputFormat
 
@@ -113,7 +113,7 @@ def check_gbnf(grammar: str) -> str:
     return grammar
 
 
-def schema_to_gbnf(schema: dict[str, Any]) -> str:
+def schema_to_gbnf(schema: JSONObject) -> str:
     """Convert a JSON Schema; GrammarError for any feature the output could not be held to."""
     _check(schema, "#", schema)
     try:
@@ -129,7 +129,7 @@ _LOOSE_CHAR = r'char ::= [^"\\] |'
 _JSON_CHAR = r'char ::= [^"\\\x7F\x00-\x1F] |'
 
 
-def _check(node: Any, where: str, root: dict[str, Any], depth: int = 0) -> None:
+def _check(node: object, where: str, root: JSONObject, depth: int = 0) -> None:
     if depth > MAX_DEPTH:
         raise GrammarError(f"JSON schema nests deeper than {MAX_DEPTH} levels (at {where[:200]})")
     if isinstance(node, bool):

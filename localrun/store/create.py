@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..errors import InvalidModelFile, ModelfileError, ModelNotFound
 from ..jsontypes import JSONObject
@@ -54,7 +54,7 @@ class Base:
     """What FROM resolved to: the layers to start from and the config of the weights."""
 
     layers: list[Layer]
-    config: dict[str, Any] = field(default_factory=dict)
+    config: JSONObject = field(default_factory=dict)
     added: set[str] = field(default_factory=set)  # blobs newly stored while resolving (rolled back on failure)
 
 
@@ -196,6 +196,19 @@ class Builder:
         config = self.store.read_config(stored.manifest)
         return Base(list(stored.manifest.layers), config)
 
+    def _projector(self, value: str) -> tuple[Path, GGUFInfo]:
+        """A second FROM: a vision projector (an mmproj GGUF, architecture ``clip``), as Ollama reads it."""
+        source = self.gguf_source("FROM", value)
+        if source is None and self.base_dir is not None:
+            resolve_path(value, self.base_dir, "FROM")  # raises, saying what is wrong with the path
+        if source is None:
+            raise ModelfileError(f"FROM {value}: a second FROM names a vision projector (an mmproj .gguf file "
+                                 "or its uploaded blob, sha256:<hex>)")
+        if source[1].architecture != "clip":
+            raise ModelfileError(f"FROM {value}: a second FROM must be a vision projector (an mmproj GGUF, "
+                                 f"architecture clip); this one is {source[1].architecture!r}")
+        return source
+
     # -- the build -------------------------------------------------------------------
 
     def build(self, name: ModelName, mf: Modelfile, hook: FromHook | None) -> str:
@@ -207,6 +220,7 @@ class Builder:
             if adapter is None:
                 raise ModelfileError(f"ADAPTER {mf.adapter}: an adapter is an uploaded blob, named by its digest "
                                      "(sha256:<hex>)")
+        projector = self._projector(mf.projector) if mf.projector is not None else None
         base = self.resolve_from(mf.from_, hook)
         layers = [x for x in base.layers]
         if not any(x.media_type == mt.MODEL for x in layers):
@@ -214,6 +228,9 @@ class Builder:
         if adapter is not None:
             layers = [x for x in layers if x.media_type != mt.ADAPTER]
             layers.append(self.import_gguf(adapter[0], adapter[1], mt.ADAPTER))
+        if projector is not None:
+            layers = [x for x in layers if x.media_type != mt.PROJECTOR]
+            layers.append(self.import_gguf(projector[0], projector[1], mt.PROJECTOR))
         if mf.template is not None:
             layers = _replace(layers, self.text_layer(mt.TEMPLATE, mf.template.encode()))
         if mf.system is not None:

@@ -15,11 +15,11 @@ embeddings, 128 heads; Llama 4 Scout claims a 10M-token context) and llama.cpp's
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeGuard
 
 from ..errors import InvalidModelFile
+from ..jsontypes import JSONMapping
 from .tokenizer_facts import TokenizerFacts
 
 MAX_LAYERS = 512  # llama.cpp's LLAMA_MAX_LAYERS
@@ -96,7 +96,7 @@ MAX_VOCAB = 1 << 22
 MAX_ARCH_LEN = 64
 
 
-def geometry_of(meta: Mapping[str, Any], file_size: int,
+def geometry_of(meta: JSONMapping, file_size: int,
                 tokenizer: TokenizerFacts = TokenizerFacts()) -> ModelGeometry:
     """Validate the sizing keys of ``meta`` (a GGUF's metadata) into a ModelGeometry.
 
@@ -140,11 +140,11 @@ def geometry_of(meta: Mapping[str, Any], file_size: int,
     )
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _number(meta: Mapping[str, Any], key: str, rule: Range) -> int | None:
+def _number(meta: JSONMapping, key: str, rule: Range) -> int | None:
     """The key's value (the largest element of a per-layer array), None when absent."""
     if key not in meta:
         return None
@@ -163,7 +163,7 @@ def _number(meta: Mapping[str, Any], key: str, rule: Range) -> int | None:
     return int(max(items))
 
 
-def _vocab_size(meta: Mapping[str, Any]) -> int:
+def _vocab_size(meta: JSONMapping) -> int:
     tokens = meta.get("tokenizer.ggml.tokens")
     if tokens is None:
         return 32000
@@ -175,6 +175,6 @@ def _vocab_size(meta: Mapping[str, Any]) -> int:
     return n
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     text = repr(value)
     return f"{type(value).__name__} {text[:40]}"

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidModelFile
-from ..jsontypes import JSONObject
+from ..jsontypes import JSONObject, JSONValue
 from .geometry import ArrayLen, ModelGeometry, geometry_of, is_base_model
 from .tokenizer_facts import read_facts
 
@@ -159,10 +159,11 @@ class _Cursor:
         self.pos += n
 
 
-def _value(cur: _Cursor, vtype: int, key: str, depth: int = 0) -> Any:
+def _value(cur: _Cursor, vtype: int, key: str, depth: int = 0) -> JSONValue:
     what = f"value of {key!r}"
     if vtype in _SCALAR:
-        return cur.unpack(_SCALAR[GGUFValueType(vtype)], what)
+        scalar: int | float | bool = cur.unpack(_SCALAR[GGUFValueType(vtype)], what)  # a number struct read
+        return scalar
     if vtype == GGUFValueType.STRING:
         return cur.string(what)
     if vtype != GGUFValueType.ARRAY:
@@ -194,7 +195,7 @@ def _value(cur: _Cursor, vtype: int, key: str, depth: int = 0) -> Any:
     raise InvalidModelFile(f"unknown array element type {etype} in {what}")
 
 
-def _file_type_name(value: Any) -> str | None:
+def _file_type_name(value: JSONValue) -> str | None:
     if not isinstance(value, int) or isinstance(value, bool):
         return None
     try:
@@ -248,7 +249,7 @@ def _parse(buf: mmap.mmap, size: int) -> GGUFInfo:
     n_kv = cur.unpack("<Q", "header")
     if n_tensors > MAX_TENSORS or n_kv > MAX_KV:
         raise InvalidModelFile(f"impossible header counts: {n_tensors} tensors, {n_kv} metadata keys")
-    meta: dict[str, Any] = {}
+    meta: JSONObject = {}
     tokens_at: int | None = None
     for _ in range(n_kv):
         key = cur.string("metadata key", MAX_KEY)
@@ -315,7 +316,7 @@ def _tensor_info(cur: _Cursor, i: int) -> tuple[str, int, int, int]:
     return name, ttype, n_el, offset
 
 
-def _json_safe(value: Any) -> Any:
+def _json_safe(value: JSONValue) -> JSONValue:
     """Non-finite floats (NaN, inf) are not JSON: /api/show shows them as None."""
     if isinstance(value, float) and not math.isfinite(value):
         return None

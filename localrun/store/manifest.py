@@ -23,9 +23,9 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..errors import InvalidName, StoreError
+from ..jsontypes import JSONObject
 from .names import ModelName
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,7 @@ CONFIG_MEDIA_TYPE = "application/vnd.docker.container.image.v1+json"
 _PREFIX = "application/vnd.ollama.image."
 MODEL = _PREFIX + "model"
 ADAPTER = _PREFIX + "adapter"
+PROJECTOR = _PREFIX + "projector"  # a vision model's mmproj GGUF (Ollama's name)
 TEMPLATE = _PREFIX + "template"
 SYSTEM = _PREFIX + "system"
 PARAMS = _PREFIX + "params"
@@ -48,11 +49,11 @@ class Layer:
     digest: str
     size: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
 
     @classmethod
-    def from_json(cls, data: Any) -> Layer:
+    def from_json(cls, data: object) -> Layer:
         if not isinstance(data, dict):
             raise StoreError("manifest layer is not an object")
         try:

@@ -22,7 +22,6 @@ import json
 import logging
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from ..errors import CorruptBlob, ModelfileError, ModelNotFound, StoreError
 from ..jsontypes import JSONObject, JSONValue, as_objects
@@ -151,6 +150,9 @@ class ModelStore:
         adapter = m.first(mt.ADAPTER)
         if adapter is not None:
             self.blobs.ensure_verified(adapter.digest)
+        projector = m.first(mt.PROJECTOR)
+        if projector is not None:
+            self.blobs.ensure_verified(projector.digest)
         licenses = [self._text(x) or "" for x in m.all(mt.LICENSE)]
         return ResolvedModel(
             name=str(stored.name),
@@ -163,6 +165,7 @@ class ModelStore:
             messages=self._messages(m),
             license="\n\n".join(licenses) if licenses else None,
             metadata=self.read_config(m),
+            projector_path=self.blobs.path(projector.digest) if projector else None,
         )
 
     def show(self, name: str) -> ModelDetails:
@@ -179,6 +182,7 @@ class ModelStore:
             template=resolved.template,
             system=resolved.system,
             adapter=str(resolved.adapter_path) if resolved.adapter_path else None,
+            projector=str(resolved.projector_path) if resolved.projector_path else None,
             licenses=licenses,
             messages=list(resolved.messages),
         )
@@ -354,9 +358,9 @@ class ModelStore:
 
 
 
-def _renderable(params: dict[str, Any]) -> dict[str, Any]:
+def _renderable(params: JSONObject) -> JSONObject:
     """Parameters a Modelfile can express (an adopted Ollama model may carry others)."""
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for key, value in params.items():
         try:
             for item in value if isinstance(value, list) else [value]:
@@ -368,5 +372,5 @@ def _renderable(params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _plain(value: Any) -> str:
+def _plain(value: object) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)

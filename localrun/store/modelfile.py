@@ -4,6 +4,7 @@ Grammar (keywords and parameter names are case-insensitive)::
 
     # comment
     FROM <store name | hf.co/user/repo[:quant] | path/to/model.gguf>
+    FROM <path/to/mmproj.gguf>          (a second FROM: a vision model's projector, as Ollama's)
     PARAMETER <name> <value>            (stop is repeatable)
     TEMPLATE <value>    SYSTEM <value>    ADAPTER <path>    LICENSE <value> (repeatable)
     MESSAGE <system|user|assistant|tool> <value>
@@ -19,9 +20,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..errors import ModelfileError, OptionError
+from ..jsontypes import JSONObject
 from ..parameters import LIST_PARAMS, PARAMETERS, kind_of, parse_value
 
 INSTRUCTIONS = ("FROM", "PARAMETER", "TEMPLATE", "SYSTEM", "ADAPTER", "LICENSE", "MESSAGE")
@@ -41,10 +42,11 @@ class Modelfile:
     """A parsed Modelfile. ``parameters`` holds typed values; ``stop`` is a list of strings."""
 
     from_: str
-    parameters: dict[str, Any] = field(default_factory=dict)
+    parameters: JSONObject = field(default_factory=dict)
     template: str | None = None
     system: str | None = None
     adapter: str | None = None
+    projector: str | None = None  # a second FROM: the vision projector (mmproj) GGUF
     licenses: list[str] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
 
@@ -188,17 +190,24 @@ class _Parser:
     def apply(self, keyword: str, arg: str | None, value: str, lineno: int) -> None:
         r = self.result
         if keyword == "FROM":
-            self._once(keyword, lineno)
             if not value.strip():
                 raise ModelfileError("FROM needs a model name or a path to a .gguf file", lineno)
-            self.from_ = (value.strip(), lineno)
-            r.from_ = value.strip()
+            if self.from_ is None:
+                self.from_ = (value.strip(), lineno)
+                r.from_ = value.strip()
+                return
+            if r.projector is not None:
+                raise ModelfileError("FROM given three times; expected the model and at most one vision "
+                                     "projector (mmproj .gguf)", lineno)
+            r.projector = value.strip()
         elif keyword == "PARAMETER":
             assert arg is not None
             key = arg.lower()
             typed = parse_parameter(key, value, lineno)
             if key in LIST_PARAMS:
-                r.parameters.setdefault(key, []).append(typed)
+                listed = r.parameters.setdefault(key, [])
+                assert isinstance(listed, list)  # a list parameter is only ever set here, as a list
+                listed.append(typed)
             else:
                 r.parameters[key] = typed
         elif keyword == "TEMPLATE":
@@ -245,7 +254,7 @@ def quote(value: str) -> str:
     return f'"{escaped}"'
 
 
-def _format_param(value: Any) -> str:
+def _format_param(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
@@ -263,6 +272,8 @@ def render(mf: Modelfile, header: str | None = None) -> str:
         out.extend(f"# {line}" if line else "#" for line in header.splitlines())
     from_ = mf.from_
     out.append(f"FROM {quote(from_) if from_ != from_.strip() or from_.startswith(chr(34)) else from_}")
+    if mf.projector is not None:
+        out.append(f"FROM {quote(mf.projector) if mf.projector.startswith(chr(34)) else mf.projector}")
     if mf.adapter is not None:
         out.append(f"ADAPTER {quote(mf.adapter) if mf.adapter.startswith(chr(34)) else mf.adapter}")
     if mf.template is not None:
