@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import InvalidRequest
+from ..jsontypes import JSONObject
 
 IMAGE_MARKER = "<__media__>"
 """Where an image goes in the prompt text (libmtmd's default media marker)."""
@@ -111,6 +112,34 @@ def check(data: bytes, where: str) -> Image:
         raise InvalidRequest(f"{where} is {width} x {height} pixels; localrun reads images of at most "
                              f"{MAX_SIDE} pixels a side and {MAX_PIXELS // 1_000_000} megapixels")
     return Image(data, kind, width, height)
+
+
+def attach(text: str, images: Sequence[Image], where: str) -> JSONObject:
+    """A native message's ``content`` and ``images`` for ``text`` with ``images`` before it (as
+    Ollama's ``images`` field means them): one :data:`IMAGE_MARKER` per image, then the text.
+    Text that holds the marker itself is refused (it would take an image's place)."""
+    refuse_marker(text, where)
+    if not images:
+        return {"content": text}
+    return {"content": IMAGE_MARKER * len(images) + text, "images": [image.as_base64() for image in images]}
+
+
+def refuse_marker(text: str, where: str) -> None:
+    """A 400 when a client's ``text`` holds :data:`IMAGE_MARKER` (only localrun places it)."""
+    if IMAGE_MARKER in text:
+        raise InvalidRequest(f"{where} contains {IMAGE_MARKER}, which localrun reserves for images")
+
+
+def of_messages(messages: Sequence[JSONObject]) -> tuple[bytes, ...]:
+    """Every image of ``messages`` (native, after :func:`attach`), in prompt order, checked in all
+    (:func:`check_request`)."""
+    found = [from_base64(p, "an image") for m in messages for p in _list(m.get("images"))]
+    check_request(found)
+    return tuple(image.data for image in found)
+
+
+def _list(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
 
 
 def check_request(images: Sequence[Image]) -> None:

@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from ..errors import InvalidRequest, TemplateError
 from ..jsontypes import JSONObject, JSONValue
+from . import images
 from .template import ChatTemplate
 
 log = logging.getLogger(__name__)
@@ -143,9 +144,11 @@ def check_messages(messages: JSONValue) -> list[JSONObject]:
             content = ""
         if not isinstance(content, str):
             raise InvalidRequest(f"messages[{i}].content must be a string")
-        if message.get("images"):
-            raise InvalidRequest(f"this model does not support images (messages[{i}].images)")
-        item: JSONObject = {"role": role, "content": content}
+        pictures = message.get("images") or []
+        if not isinstance(pictures, list):
+            raise InvalidRequest(f"messages[{i}].images must be a list of base64-encoded images")
+        checked = [images.from_base64(p, f"messages[{i}].images[{j}]") for j, p in enumerate(pictures)]
+        item: JSONObject = {"role": role, **images.attach(content, checked, f"messages[{i}].content")}
         if message.get("tool_calls"):
             item["tool_calls"] = _check_calls(message["tool_calls"], f"messages[{i}].tool_calls")
         for key in ("tool_name", "name", "tool_call_id", "thinking"):
