@@ -160,7 +160,19 @@ def estimate(geometry: ModelGeometry, options: LoadOptions) -> MemoryEstimate:
     batch = max(1, min(options.num_batch, MAX_UBATCH, kv_tokens))  # buffers follow the physical batch
     # Activations for one batch, plus one row of logits per sequence slot, plus allocator slack.
     compute = batch * (g.n_embd + g.n_ff) * 4 * 4 + max(1, options.num_parallel) * g.n_vocab * 4 + 32 * MiB
-    return MemoryEstimate(weights=g.file_size, kv_cache=kv, compute=compute, n_layer=g.n_layer)
+    return MemoryEstimate(weights=g.file_size + projector_bytes(options), kv_cache=kv, compute=compute,
+                          n_layer=g.n_layer)
+
+
+def projector_bytes(options: LoadOptions) -> int:
+    """A vision model's projector (mmproj): its weights, plus what its encoder computes with (counted
+    like its weights once more: a ViT's activations for one image are of the order of its weights)."""
+    if not options.projector:
+        return 0
+    try:
+        return 2 * Path(options.projector).stat().st_size
+    except OSError:
+        return 0  # the load itself says what is wrong with the file
 
 
 def place(est: MemoryEstimate, options: LoadOptions, gpus: list[Device]) -> Placement:

@@ -63,8 +63,14 @@ def _is_weights(filename: str) -> bool:
     return base.endswith(".gguf") and "mmproj" not in base
 
 
+def _is_projector(filename: str) -> bool:
+    base = Path(filename).name.lower()
+    return base.endswith(".gguf") and "mmproj" in base
+
+
 def list_ggufs(repo: str, *, client: httpx.Client | None = None) -> list[HubFile]:
-    """The repo's GGUF weight files with sizes and sha256s; raises ModelNotFound / PullError.
+    """The repo's GGUF files (weights and vision projectors) with sizes and sha256s; raises
+    ModelNotFound / PullError.
 
     The listing is the hub's ``/api/models/{repo}?blobs=true`` (what ``HfApi.model_info`` reads), then
     ``paths-info`` for files it gives no LFS sha256 for; both are read size-capped (:mod:`.hubhttp`) and
@@ -89,7 +95,7 @@ def list_ggufs(repo: str, *, client: httpx.Client | None = None) -> list[HubFile
         if not isinstance(siblings, list):
             raise PullError(f"the hub's listing of {what} is malformed (siblings is not a list)")
         found = {e["rfilename"]: e for e in siblings if isinstance(e, dict) and isinstance(e.get("rfilename"), str)
-                 and _is_weights(e["rfilename"])}
+                 and (_is_weights(e["rfilename"]) or _is_projector(e["rfilename"]))}
         lacking = [name for name, e in found.items() if not _lfs(e).get("sha256")]
         if lacking:  # no LFS metadata in the listing: ask paths-info, which always carries it
             entries = request_json(http, "POST", f"{url}/api/models/{repo}/paths-info/{revision}", what,
@@ -117,6 +123,20 @@ def list_ggufs(repo: str, *, client: httpx.Client | None = None) -> list[HubFile
     return files
 
 
+def pick_projector(files: list[HubFile], weights: HubFile) -> HubFile | None:
+    """The repo's vision projector for ``weights`` (as llama-server's ``-hf`` brings it along): the
+    mmproj of the same quant, else F16, BF16, F32, else the first by name; None when the repo has none."""
+    projectors = sorted((f for f in files if _is_projector(f.filename)), key=lambda f: f.filename)
+    if not projectors:
+        return None
+    order = [quant_of(weights.filename), "F16", "BF16", "F32"]
+    for want in order:
+        found = [f for f in projectors if want and quant_of(f.filename) == want]
+        if found:
+            return found[0]
+    return projectors[0]
+
+
 def _lfs(entry: dict[str, object]) -> dict[str, object]:
     lfs = entry.get("lfs")
     return lfs if isinstance(lfs, dict) else {}
@@ -137,7 +157,8 @@ def _check_sha(sha: object) -> str | None:
 
 
 def pick(files: list[HubFile], quant: str | None, repo: str) -> HubFile:
-    """The file for ``quant`` (case-insensitive); default Q4_K_M, else the only GGUF."""
+    """The weights file for ``quant`` (case-insensitive); default Q4_K_M, else the only GGUF."""
+    files = [f for f in files if _is_weights(f.filename)]
     if not files:
         raise ModelNotFound(f"hf.co/{repo} has no GGUF files")
     want = (quant or DEFAULT_QUANT).upper()

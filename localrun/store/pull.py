@@ -51,17 +51,27 @@ def fetch_hf(store: ModelStore, name: ModelName, progress: ProgressFn | None = N
     )
 
     report(progress, "pulling manifest")
-    file = hf.pick(hf.list_ggufs(name.hf_repo), name.quant, name.hf_repo)
-    existed = store.blobs.has(f"sha256:{file.sha256}")
-    digest = hfdownload.download(store.blobs, file, progress)
-    added = set() if existed else {digest}
+    files = hf.list_ggufs(name.hf_repo)
+    file = hf.pick(files, name.quant, name.hf_repo)
+    projector = hf.pick_projector(files, file)
+    layers: list[Layer] = []
+    added: set[str] = set()
     try:
-        info = read_gguf(store.blobs.path(digest))
+        for hub_file, media_type in ((file, mt.MODEL), (projector, mt.PROJECTOR)):
+            if hub_file is None:
+                continue
+            existed = store.blobs.has(f"sha256:{hub_file.sha256}")
+            digest = hfdownload.download(store.blobs, hub_file, progress)
+            added |= set() if existed else {digest}
+            info = read_gguf(store.blobs.path(digest))
+            if media_type == mt.MODEL:
+                summary = info.summary()
+            layers.append(Layer(media_type, digest, info.file_size))
     except Exception:
         if added:
             store.collect_garbage(added)
         raise
-    return Base([Layer(mt.MODEL, digest, info.file_size)], info.summary(), added)
+    return Base(layers, summary, added)
 
 
 def hub_hook(store: ModelStore) -> FromHook:

@@ -45,6 +45,7 @@ class ResolvedModel:
     messages: list[Message]
     license: str | None
     metadata: JSONObject = field(default_factory=dict)
+    projector_path: Path | None = None  # a vision model's mmproj: the model takes images
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ REPORT_EVERY = 64 << 20  # bytes hashed between two progress reports
 
 @dataclass(frozen=True, slots=True)
 class LocalFile:
-    """One file a Modelfile names: ``what`` is FROM or ADAPTER, ``digest`` is known when the
+    """One file a Modelfile names: ``what`` is FROM, ADAPTER or PROJECTOR (a second FROM), ``digest`` is known when the
     file's name is its digest (else it is hashed before the upload)."""
 
     what: str
@@ -49,8 +49,12 @@ class UploadPlan:
         """The Modelfile with each local file replaced by its digest (``digests`` by FROM/ADAPTER)."""
         mf = dataclasses.replace(self.modelfile,
                                  from_=digests.get("FROM", self.modelfile.from_),
-                                 adapter=digests.get("ADAPTER", self.modelfile.adapter))
+                                 adapter=digests.get("ADAPTER", self.modelfile.adapter),
+                                 projector=digests.get(PROJECTOR, self.modelfile.projector))
         return render(mf)
+
+
+PROJECTOR = "FROM (projector)"  # a second FROM (a vision projector), as error messages name it
 
 
 def plan_upload(text: str, base_dir: Path | None) -> UploadPlan:
@@ -62,7 +66,7 @@ def plan_upload(text: str, base_dir: Path | None) -> UploadPlan:
     """
     mf = parse(text)
     files: list[LocalFile] = []
-    for what, value in (("FROM", mf.from_), ("ADAPTER", mf.adapter)):
+    for what, value in (("FROM", mf.from_), ("ADAPTER", mf.adapter), (PROJECTOR, mf.projector)):
         if value is None:
             continue
         if base_dir is None and not is_path_syntax(value):

@@ -34,6 +34,9 @@ VALID = [
     ("single-line triple quotes and bare multi-word values",
      'FROM x\nSYSTEM """Be brief."""\nTEMPLATE {{ .Prompt }}\n',
      Modelfile(from_="x", system="Be brief.", template="{{ .Prompt }}")),
+    ("a second FROM is the vision projector (Ollama's convention)",
+     'FROM ./gemma-3-4b.gguf\nFROM ./mmproj-gemma-3-4b-f16.gguf\n',
+     Modelfile(from_="./gemma-3-4b.gguf", projector="./mmproj-gemma-3-4b-f16.gguf")),
     ("adapter, licenses, messages",
      'FROM x\nADAPTER ./lora.gguf\nLICENSE MIT\nLICENSE """Apache\n2.0"""\nMESSAGE user Is Toronto in Canada?\n'
      'MESSAGE Assistant yes\nMESSAGE system """multi\nline"""\n',
@@ -63,7 +66,7 @@ MALFORMED = [
     ("empty file", "", None, "no FROM instruction"),
     ("unknown instruction", "FROM x\nFORM y\n", 2, "unknown instruction 'FORM'; expected one of FROM"),
     ("FROM without value", "FROM\n", 1, "FROM needs a value"),
-    ("FROM twice", "FROM a\nFROM b\n", 2, "FROM given twice (first on line 1)"),
+    ("FROM three times", "FROM a\nFROM b.gguf\nFROM c\n", 3, "FROM given three times; expected the model and"),
     ("unknown parameter", "FROM x\n\nPARAMETER temprature 1\n", 3, "unknown parameter 'temprature'; expected one of"),
     ("parameter without value", "FROM x\nPARAMETER top_k\n", 2, "PARAMETER needs a name and a value"),
     ("int parameter not a number", "FROM x\nPARAMETER num_ctx lots\n", 2, "expects a whole number, got 'lots'"),
