@@ -60,6 +60,7 @@ class FakeBackend:
         self.thinking = ""
         self.tool_calls: list[dict[str, Any]] = []
         self.base_models: set[str] = set()
+        self.vision_models: set[str] = set()
 
     def _check(self) -> None:
         if self.down:
@@ -105,7 +106,8 @@ class FakeBackend:
                 "defaults": {"temperature": 0.7, "top_k": 20, "top_p": 0.8, "num_ctx": 4096, "seed": None,
                              "stop": []},
                 "model_info": {"general.architecture": "llama", "llama.context_length": 2048,
-                               "llama.embedding_length": 64}}
+                               "llama.embedding_length": 64},
+                "capabilities": ["completion", *(["vision"] if self._full(model) in self.vision_models else [])]}
 
     async def ps(self) -> list[dict[str, Any]]:
         self._check()

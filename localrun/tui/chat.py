@@ -21,8 +21,8 @@ from textual.widgets import Footer, Static
 
 from ..errors import DaemonUnavailable, LocalrunError, StoreError
 from ..jsontypes import JSONObject, as_object, as_objects
+from . import attachments, model_ops
 from . import commands as cmd
-from . import model_ops
 from .backend import ReplyStats
 from .session import ChatSession
 from .shell import LocalrunShell
@@ -83,6 +83,7 @@ class ChatScreen(SlashCommands, Screen[None]):
         """Fetch the model's real defaults (for F3) and tell once when it is a base model."""
         facts = await model_ops.model_facts(self.app.backend, model)
         self.session.defaults = facts.defaults
+        self.session.vision = facts.vision
         key = model_ops.full_name(model)
         if facts.base_model and key not in self.session.noticed:
             self.session.noticed.add(key)
@@ -118,7 +119,7 @@ class ChatScreen(SlashCommands, Screen[None]):
                                        "Esc stops a reply. Type /? for help."))
         for message in conv.messages:
             if message["role"] == "user":
-                widgets.append(UserMessage(message["content"]))
+                widgets.append(UserMessage(message["content"], message.get("image_names")))
             elif message["role"] == "assistant":
                 footer = "stopped" if message.get("stopped") else ""
                 widgets.append(AssistantMessage(message["content"], model=conv.model, footer=footer,
@@ -144,17 +145,42 @@ class ChatScreen(SlashCommands, Screen[None]):
         if self.streaming:
             self.notify("A reply is still streaming: Esc stops it.", timeout=3)
             return
+        prompt, paths = (text, []) if cmd.is_command(text) and not attachments.starts_with_path(text) \
+            else attachments.take_paths(text)
+        if paths and not self.attach([str(p) for p in paths]):
+            return  # the message stays in the input: nothing is sent without its images
+        if self.session.attached and not self.session.vision and not cmd.is_command(text):
+            self.info(f"{self.session.model} does not take images (it has no vision projector): nothing was "
+                      "sent. Load a vision model (/load MODEL) or /clear to drop the images.", error=True)
+            return
         event.prompt_input.remember(text)
         event.prompt_input.clear()
-        if cmd.is_command(text):
+        if not prompt:  # only images: they go with the next message
+            return
+        if cmd.is_command(text) and not paths:
             self.run_command(text)
         else:
-            self.send(cmd.unquote(text) if text.startswith('"""') else text)
+            self.send(cmd.unquote(prompt) if prompt.startswith('"""') else prompt)
+
+    def attach(self, paths: list[str]) -> bool:
+        """Attach the images at ``paths`` to the next message; False (and why, in the log) when one
+        cannot be read or is no image localrun reads."""
+        try:
+            loaded = [attachments.load(path) for path in paths]
+        except LocalrunError as exc:
+            self.info(str(exc), error=True)
+            return False
+        self.session.attached.extend(loaded)
+        names = ", ".join(a.name for a in self.session.attached)
+        self.info(f"Attached {names}: it goes with your next message.")
+        if not self.session.vision:
+            self.info(f"{self.session.model} does not take images (it has no vision projector).", error=True)
+        return True
 
     def send(self, prompt: str) -> None:
         log = self.query_one("#log", VerticalScroll)
         view = AssistantMessage(model=self.session.model)
-        log.mount_all([UserMessage(prompt), view])
+        log.mount_all([UserMessage(prompt, [a.name for a in self.session.attached]), view])
         log.anchor()
         self.stream_reply(prompt, view)
 

@@ -30,6 +30,7 @@ Available commands:
   /show TOPIC     Model details: info, modelfile, parameters, template, system, license
   /load MODEL     Switch to another model (the conversation continues; /clear starts over)
   /save NAME      Save this session as a new model (FROM + SYSTEM + PARAMETERs + MESSAGEs)
+  /image PATH     Attach an image to your next message (or paste or drop its path into the message)
   /clear          Clear the conversation (the current one stays in the saved list)
   /bye            Exit
   /?, /help       Help for a command (/? set, /? show, /? shortcuts)
@@ -129,8 +130,13 @@ class Help:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class AttachImage:
+    path: str  # an image file for the next message (tui/attachments.py)
+
+
 Command = (SetParameter | ListParameters | SetSystem | SetFormat | SetVerbose | SetHistory | Show | Load | Save
-           | Clear | Bye | Help)
+           | Clear | Bye | Help | AttachImage)
 
 
 def is_command(line: str) -> bool:
@@ -172,6 +178,11 @@ def parse(line: str) -> Command:
         return Show(topic)
     if word == "/set":
         return _parse_set(rest)
+    if word == "/image":
+        if not rest:
+            raise InvalidRequest("Usage:\n  /image PATH   (or paste or drop the file's path into your message)")
+        quoted = len(rest) > 1 and rest[0] == rest[-1] and rest[0] in "\"'"
+        return AttachImage(rest[1:-1] if quoted else rest)
     raise InvalidRequest(f"Unknown command '{head}'. Type /? for help")
 
 

@@ -36,7 +36,8 @@ class ChatMessage(TypedDict):
     """One message of a chat, as saved and as sent to ``/api/chat``.
 
     A reply may also keep its reasoning (``thinking``), the tool calls it made and whether it was
-    ``stopped``; only role, content and tool calls are sent back to the model.
+    ``stopped``; a user message its images (and their file names, for the screen). Role, content, tool
+    calls and images are sent back to the model.
     """
 
     role: str
@@ -44,6 +45,8 @@ class ChatMessage(TypedDict):
     thinking: NotRequired[str]
     tool_calls: NotRequired[list[JSONObject]]
     stopped: NotRequired[bool]
+    images: NotRequired[list[str]]        # a user message's images, base64 (Ollama's ``images``)
+    image_names: NotRequired[list[str]]   # their file names, shown on the message (not sent)
 
 
 @dataclass(slots=True)
@@ -116,6 +119,11 @@ def _message(saved: JSONObject) -> ChatMessage:
         message["tool_calls"] = as_objects(calls)
     if isinstance(stopped, bool):
         message["stopped"] = stopped
+    pictures, names = saved.get("images"), saved.get("image_names")
+    if isinstance(pictures, list) and all(isinstance(p, str) for p in pictures):
+        message["images"] = [str(p) for p in pictures]
+    if isinstance(names, list) and all(isinstance(n, str) for n in names):
+        message["image_names"] = [str(n) for n in names]
     return message
 
 

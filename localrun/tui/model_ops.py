@@ -56,6 +56,7 @@ class ModelFacts:
 
     base_model: bool = False
     defaults: JSONObject = field(default_factory=dict)  # what a request without options gets
+    vision: bool = False  # capabilities list "vision": the model takes images
 
 
 async def model_facts(backend: DaemonApi, model: str) -> ModelFacts:
@@ -63,7 +64,9 @@ async def model_facts(backend: DaemonApi, model: str) -> ModelFacts:
     info = await backend.show(model)
     details, defaults = info.get("details"), info.get("defaults")
     base = isinstance(details, dict) and bool(details.get("base_model"))
-    return ModelFacts(base, dict(defaults) if isinstance(defaults, dict) else {})
+    capabilities = info.get("capabilities")
+    vision = isinstance(capabilities, list) and "vision" in capabilities
+    return ModelFacts(base, dict(defaults) if isinstance(defaults, dict) else {}, vision)
 
 
 def base_model_notice(model: str) -> str:

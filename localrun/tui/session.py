@@ -12,6 +12,7 @@ from typing import TypedDict, Unpack
 
 from ..jsontypes import JSONObject
 from ..parameters import ParameterValue
+from .attachments import Attachment
 from .conversations import ChatMessage, Conversation, ConversationStore
 
 
@@ -35,6 +36,8 @@ class ChatSession:
     saved_ids: set[str] = field(default_factory=set)
     noticed: set[str] = field(default_factory=set)       # models whose base-model notice was shown
     defaults: JSONObject = field(default_factory=dict)  # the current model's real defaults (/api/show)
+    vision: bool = True  # the current model takes images (/api/show capabilities); True until known
+    attached: list[Attachment] = field(default_factory=list)  # images for the next message (/image)
 
     @classmethod
     def start(cls, model: str, *, system: str | None = None, options: JSONObject | None = None,
@@ -56,8 +59,15 @@ class ChatSession:
             out.append({"role": "system", "content": self.conversation.system})
         if self.keep_history:
             out += [_resent(m) for m in self.conversation.messages]
-        out.append({"role": "user", "content": prompt})
+        out.append(_resent(self._user_message(prompt)))
         return out
+
+    def _user_message(self, prompt: str) -> ChatMessage:
+        message: ChatMessage = {"role": "user", "content": prompt}
+        if self.attached:
+            message["images"] = [a.data for a in self.attached]
+            message["image_names"] = [a.name for a in self.attached]
+        return message
 
     def request_fields(self) -> JSONObject:
         """The /api/chat fields besides model and messages: options, format, keep_alive."""
@@ -77,7 +87,8 @@ class ChatSession:
         The reasoning is saved with the reply (shown again when the chat is reopened) but not
         sent back to the model: templates drop earlier turns' reasoning anyway.
         """
-        self.conversation.messages.append({"role": "user", "content": prompt})
+        self.conversation.messages.append(self._user_message(prompt))
+        self.attached = []
         message: ChatMessage = {"role": "assistant", "content": reply}
         if thinking:
             message["thinking"] = thinking
@@ -94,6 +105,7 @@ class ChatSession:
         """Start over with the same model, system prompt and parameters (``/clear``)."""
         c = self.conversation
         self.conversation = Conversation.new(c.model, system=c.system, options=c.options)
+        self.attached = []
 
     def save(self) -> None:
         """Persist the conversation if it has messages (a no-op without a store)."""
@@ -104,8 +116,11 @@ class ChatSession:
 
 
 def _resent(message: ChatMessage) -> ChatMessage:
-    """A saved message as the model gets it again: role, content and tool calls (no reasoning, no mark)."""
+    """A saved message as the model gets it again: role, content, tool calls and images (no reasoning,
+    no mark, no file names)."""
     out = ChatMessage(role=message["role"], content=message["content"])
     if "tool_calls" in message:
         out["tool_calls"] = message["tool_calls"]
+    if "images" in message:
+        out["images"] = message["images"]
     return out

@@ -39,6 +39,8 @@ class SlashCommands:
 
         def action_new_chat(self) -> None: ...
 
+        def attach(self, paths: list[str]) -> bool: ...
+
         async def learn_model(self, model: str) -> None: ...
 
     def run_command(self, line: str) -> None:
@@ -80,6 +82,8 @@ class SlashCommands:
                 self.switch_model(model)
             case cmd.Save(name):
                 self.save_model(name)
+            case cmd.AttachImage(path):
+                self.attach([path])
         self.update_title()
 
     @work(exclusive=True, group="model")

@@ -96,8 +96,9 @@ class PromptInput(TextArea):
 class UserMessage(Static):
     """What the user sent, shown verbatim (no markup, no Markdown)."""
 
-    def __init__(self, text: str) -> None:
-        super().__init__(Text(text), classes="user-message")
+    def __init__(self, text: str, images: list[str] | None = None) -> None:
+        labels = "".join(f"\n[image: {name}]" for name in images or [])
+        super().__init__(Text(text + labels if text else labels.lstrip("\n")), classes="user-message")
 
 
 class InfoMessage(Static):
