@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +41,27 @@ V_LAYERS = 2
 MM_HIDDEN = 64         # width between mm.0 and mm.2
 
 
-def write_tiny_vision(dir: Path, *, seed: int = 0) -> tuple[Path, Path]:
+@dataclass(frozen=True)
+class VisionShape:
+    """The encoder's size: the defaults are the tiny test model; benchmarks use a ViT-S-like one
+    (``BENCH_SHAPE``: 224-pixel images, 256 tokens each) so encoding costs what it does for real."""
+
+    image_size: int = IMAGE_SIZE
+    patch_size: int = PATCH_SIZE
+    v_embd: int = V_EMBD
+    v_ff: int = V_FF
+    v_heads: int = V_HEADS
+    v_layers: int = V_LAYERS
+
+    @property
+    def image_tokens(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+
+BENCH_SHAPE = VisionShape(image_size=224, patch_size=14, v_embd=384, v_ff=1536, v_heads=6, v_layers=12)
+
+
+def write_tiny_vision(dir: Path, *, seed: int = 0, shape: VisionShape = VisionShape()) -> tuple[Path, Path]:
     """Write ``dir/tiny-vision.gguf`` (language model) and ``dir/tiny-vision-mmproj.gguf``.
 
     Returns (model path, mmproj path). Deterministic: the same ``seed`` gives the same bytes.
@@ -49,12 +70,13 @@ def write_tiny_vision(dir: Path, *, seed: int = 0) -> tuple[Path, Path]:
     dir.mkdir(parents=True, exist_ok=True)
     model = write_tiny_gguf(dir / "tiny-vision.gguf", seed=seed, n_embd=N_EMBD, chat_template=CHATML_TEMPLATE,
                             name="tiny-vision")
-    mmproj = _write_mmproj(dir / "tiny-vision-mmproj.gguf", seed=seed + 1000)
+    mmproj = _write_mmproj(dir / "tiny-vision-mmproj.gguf", seed=seed + 1000, shape=shape)
     return model, mmproj
 
 
-def _write_mmproj(path: Path, *, seed: int) -> Path:
+def _write_mmproj(path: Path, *, seed: int, shape: VisionShape) -> Path:
     rng = np.random.default_rng(seed)
+    v_embd, v_ff = shape.v_embd, shape.v_ff
 
     def t(shape: tuple[int, ...], scale: float = 0.2) -> np.ndarray:
         return (rng.standard_normal(shape) * scale).astype(np.float32)
@@ -65,36 +87,36 @@ def _write_mmproj(path: Path, *, seed: int) -> Path:
     w.add_string("clip.projector_type", "mlp")
     w.add_bool("clip.has_vision_encoder", True)
     w.add_bool("clip.use_gelu", True)
-    w.add_uint32("clip.vision.image_size", IMAGE_SIZE)
-    w.add_uint32("clip.vision.patch_size", PATCH_SIZE)
-    w.add_uint32("clip.vision.embedding_length", V_EMBD)
-    w.add_uint32("clip.vision.feed_forward_length", V_FF)
-    w.add_uint32("clip.vision.block_count", V_LAYERS)
+    w.add_uint32("clip.vision.image_size", shape.image_size)
+    w.add_uint32("clip.vision.patch_size", shape.patch_size)
+    w.add_uint32("clip.vision.embedding_length", v_embd)
+    w.add_uint32("clip.vision.feed_forward_length", v_ff)
+    w.add_uint32("clip.vision.block_count", shape.v_layers)
     w.add_uint32("clip.vision.projection_dim", N_EMBD)
-    w.add_uint32("clip.vision.attention.head_count", V_HEADS)
+    w.add_uint32("clip.vision.attention.head_count", shape.v_heads)
     w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
     w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
     w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
 
     # numpy shapes are ggml's reversed: (rows, cols) = (ne1, ne0); the conv kernel is (out, in, kh, kw).
-    w.add_tensor("v.patch_embd.weight", t((V_EMBD, 3, PATCH_SIZE, PATCH_SIZE), 0.1))
-    w.add_tensor("v.patch_embd.bias", t((V_EMBD,), 0.1))
-    w.add_tensor("v.position_embd.weight", t((IMAGE_TOKENS, V_EMBD), 0.1))
-    for i in range(V_LAYERS):
+    w.add_tensor("v.patch_embd.weight", t((v_embd, 3, shape.patch_size, shape.patch_size), 0.1))
+    w.add_tensor("v.patch_embd.bias", t((v_embd,), 0.1))
+    w.add_tensor("v.position_embd.weight", t((shape.image_tokens, v_embd), 0.1))
+    for i in range(shape.v_layers):
         p = f"v.blk.{i}."
         for norm in ("ln1", "ln2"):
-            w.add_tensor(p + norm + ".weight", np.ones(V_EMBD, dtype=np.float32))
-            w.add_tensor(p + norm + ".bias", np.zeros(V_EMBD, dtype=np.float32))
+            w.add_tensor(p + norm + ".weight", np.ones(v_embd, dtype=np.float32))
+            w.add_tensor(p + norm + ".bias", np.zeros(v_embd, dtype=np.float32))
         for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
-            w.add_tensor(p + name + ".weight", t((V_EMBD, V_EMBD)))
-            w.add_tensor(p + name + ".bias", t((V_EMBD,), 0.05))
-        w.add_tensor(p + "ffn_up.weight", t((V_FF, V_EMBD)))
-        w.add_tensor(p + "ffn_up.bias", t((V_FF,), 0.05))
-        w.add_tensor(p + "ffn_down.weight", t((V_EMBD, V_FF)))
-        w.add_tensor(p + "ffn_down.bias", t((V_EMBD,), 0.05))
+            w.add_tensor(p + name + ".weight", t((v_embd, v_embd)))
+            w.add_tensor(p + name + ".bias", t((v_embd,), 0.05))
+        w.add_tensor(p + "ffn_up.weight", t((v_ff, v_embd)))
+        w.add_tensor(p + "ffn_up.bias", t((v_ff,), 0.05))
+        w.add_tensor(p + "ffn_down.weight", t((v_embd, v_ff)))
+        w.add_tensor(p + "ffn_down.bias", t((v_embd,), 0.05))
     # LLaVA's projector: mm.0 (linear) -> GELU -> mm.2 (linear); large enough outputs that images
     # move the language model's logits visibly.
-    w.add_tensor("mm.0.weight", t((MM_HIDDEN, V_EMBD), 0.5))
+    w.add_tensor("mm.0.weight", t((MM_HIDDEN, v_embd), 0.5))
     w.add_tensor("mm.0.bias", t((MM_HIDDEN,), 0.1))
     w.add_tensor("mm.2.weight", t((N_EMBD, MM_HIDDEN), 0.5))
     w.add_tensor("mm.2.bias", t((N_EMBD,), 0.1))

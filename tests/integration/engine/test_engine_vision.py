@@ -1,17 +1,22 @@
 """Images in the engine (issue #28 points 3-4): a tiny random-weight vision model (tests/tinyvision.py)
-gives the very text llama.cpp's own ``llama-mtmd-cli`` gives on the same files, alone and beside text
-requests, and a follow-up about the same image reuses its cells instead of encoding it again."""
+gives the very tokens llama.cpp's own server (``llama-server --mmproj``) gives on the same files, alone
+and beside text requests, and a follow-up about the same image reuses its cells instead of encoding
+it again."""
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from engine_helpers import collect
+from servedaemon import free_port
 from tinymodel import CHATML_TEMPLATE
 from tinyvision import IMAGE_TOKENS, tiny_png_bytes, write_tiny_vision
 
@@ -57,28 +62,52 @@ def chat(text: str) -> str:
     return render(CHATML_TEMPLATE, [{"role": "user", "content": text}])
 
 
-def mtmd_cli(vision_files: tuple[Path, Path, list[Path]], prompt: str, images: list[Path], *,
-             raw: bool = False) -> bytes:
-    """llama.cpp's own answer: ``llama-mtmd-cli`` greedy on the same files (``raw``: ``prompt`` is the
-    whole prompt, not a user message for the model's chat template)."""
-    binary = os.environ.get("LLAMA_MTMD_CLI") or shutil.which("llama-mtmd-cli") or next(
-        (str(p) for p in Path("/tmp/llama-server").glob("*/vendor/llama.cpp/build/bin/llama-mtmd-cli")), None)
+@pytest.fixture(scope="module")
+def llama_server(vision_files: tuple[Path, Path, list[Path]],
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """llama.cpp's own server on the same files (``--mmproj``), with our image marker pinned
+    (``LLAMA_MEDIA_MARKER``; it picks a random one otherwise)."""
+    binary = os.environ.get("LLAMA_SERVER") or shutil.which("llama-server") or next(
+        (str(p) for p in Path("/tmp/llama-server").glob("*/vendor/llama.cpp/build/bin/llama-server")), None)
     if binary is None:
-        pytest.skip("needs llama.cpp's llama-mtmd-cli (../shared/bench/build_llama_server.sh; LLAMA_MTMD_CLI=path)")
+        pytest.skip("needs llama.cpp's llama-server (../shared/bench/build_llama_server.sh; LLAMA_SERVER=path)")
     model, mmproj, _ = vision_files
-    args = [binary, "-m", str(model), "--mmproj", str(mmproj), "-p", prompt, "-n", "12", "--temp", "0",
-            "-t", "2", "--no-warmup"]
-    for image in images:
-        args += ["--image", str(image)]
-    if raw:
-        args += ["--jinja", "--chat-template", "{% for m in messages %}{{ m.content }}{% endfor %}"]
-    env = {**os.environ, "LD_LIBRARY_PATH": str(Path(binary).parent)}
-    for _ in range(5):  # this build's llama-mtmd-cli sometimes exits 0 before loading, having printed nothing
-        out = subprocess.run(args, capture_output=True, stdin=subprocess.DEVNULL, timeout=120, env=env,
-                             check=True).stdout
-        if out:
-            return out.removeprefix(b"\n").removesuffix(b"\n\n")  # the tool's own newlines around the answer
-    raise AssertionError("llama-mtmd-cli printed nothing in five runs")
+    port = free_port()
+    log = (tmp_path_factory.mktemp("llama-server") / "log").open("wb")
+    env = {**os.environ, "LD_LIBRARY_PATH": str(Path(binary).parent), "LLAMA_MEDIA_MARKER": IMAGE_MARKER}
+    server = subprocess.Popen([binary, "-m", str(model), "--mmproj", str(mmproj), "--port", str(port), "-t", "2",
+                               "-c", "1024", "-np", "1", "--no-warmup"], stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        else:
+            pytest.fail("llama-server did not start")
+        yield url
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def llama_cpp_tokens(server: str, prompt: str, images: list[Path], n: int = 12) -> list[int]:
+    """llama.cpp's greedy tokens for the raw ``prompt`` with ``images`` (its /completion, no cache)."""
+    body = {"prompt": {"prompt_string": prompt, "multimodal_data": [base64.b64encode(p.read_bytes()).decode()
+                                                                    for p in images]},
+            "n_predict": n, "temperature": 0, "return_tokens": True, "cache_prompt": False}
+    reply = httpx.post(server + "/completion", json=body, timeout=120)
+    assert reply.status_code == 200, reply.text
+    return [int(t) for t in reply.json()["tokens"]]
+
+
+def tokens(engine: Engine, prompt: str, *images: Path) -> list[int]:
+    request = GenerateRequest(prompt, GREEDY, images=tuple(p.read_bytes() for p in images))
+    return collect(engine.submit(request)).generated
 
 
 def test_the_marker_is_one_string_for_the_chat_package_and_the_engine() -> None:
@@ -87,23 +116,26 @@ def test_the_marker_is_one_string_for_the_chat_package_and_the_engine() -> None:
     assert CHAT_MARKER == IMAGE_MARKER == mtmd_cpp.mtmd_default_marker().decode()
 
 
-def test_one_image_gives_llama_cpps_own_text(engine: Engine, vision_files: tuple[Path, Path, list[Path]]) -> None:
+def test_one_image_gives_llama_cpps_own_tokens(engine: Engine, vision_files: tuple[Path, Path, list[Path]],
+                                               llama_server: str) -> None:
     picture = vision_files[2][0]
-    text, prompt_tokens, _ = run(engine, chat(f"{IMAGE_MARKER}what is this?"), picture)
-    assert text == mtmd_cli(vision_files, "what is this?", [picture])
+    prompt = chat(f"{IMAGE_MARKER}what is this?")
+    assert tokens(engine, prompt, picture) == llama_cpp_tokens(llama_server, prompt, [picture])
+    _, prompt_tokens, _ = run(engine, prompt, picture)
     assert prompt_tokens == len(engine.tokenize(chat("what is this?"))) + IMAGE_TOKENS  # usage counts the image
 
 
-def test_two_images_mid_conversation_give_llama_cpps_own_text(
-        engine: Engine, vision_files: tuple[Path, Path, list[Path]]) -> None:
+def test_two_images_mid_conversation_give_llama_cpps_own_tokens(
+        engine: Engine, vision_files: tuple[Path, Path, list[Path]], llama_server: str) -> None:
     pictures = vision_files[2][:2]
+    assert tokens(engine, CONVERSATION, *pictures) == llama_cpp_tokens(llama_server, CONVERSATION, pictures)
     text, _, _ = run(engine, CONVERSATION, *pictures)
-    assert text == mtmd_cli(vision_files, CONVERSATION, pictures, raw=True)
     assert text != run(engine, CONVERSATION, *reversed(pictures))[0]  # the images' order matters
 
 
-def test_an_image_request_beside_text_requests_gives_the_same_text(engine: Engine,
-                                                                   vision_files: tuple[Path, Path, list[Path]]) -> None:
+def test_an_image_request_beside_text_requests_gives_the_same_text(engine: Engine, vision_files: tuple[Path, Path,
+                                                                                                     list[Path]],
+                                                                   llama_server: str) -> None:
     picture = vision_files[2][2]
     alone = run(engine, chat(f"{IMAGE_MARKER}describe"), picture, sampling=SamplingOptions(temperature=0,
                                                                                              num_predict=24))[0]
@@ -114,6 +146,8 @@ def test_an_image_request_beside_text_requests_gives_the_same_text(engine: Engin
                                            SamplingOptions(temperature=0, num_predict=24),
                                            images=(picture.read_bytes(),)))
     assert b"".join(engine.vocab.piece(t) for t in collect(beside).generated) == alone
+    want = llama_cpp_tokens(llama_server, chat(f"{IMAGE_MARKER}describe"), [picture], n=24)
+    assert b"".join(engine.vocab.piece(t) for t in want) == alone
     assert all(collect(t).done.eval_count == 40 for t in texts)
 
 
