@@ -17,13 +17,13 @@ holds the calls the model opens to their strict tools' schemas (``auto``: :func:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ..chat.format import ChatFormat, describe, require_tools, resolve_think
 from ..chat.parse import ChatStreamParser
 from ..chat.prompt import TemplateInputs, with_defaults
 from ..chat.tools import ForcedCall, StrictCalls, check_tool_choice, forced_call, strict_calls, tool_names
 from ..engine.types import GenerateRequest, OutputFormat, SamplingOptions, Truncation
+from ..jsontypes import JSONObject, JSONValue
 from . import rendering
 from .service import Target
 
@@ -64,8 +64,8 @@ def template_inputs(target: Target, think: bool | None) -> TemplateInputs:
     return TemplateInputs(bos_token=facts.bos, eos_token=facts.eos, strip_bos=facts.add_bos, think=think)
 
 
-async def prepare(target: Target, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
-                  tool_choice: Any = None, think: bool | None = None) -> ChatTurn:
+async def prepare(target: Target, messages: list[JSONObject], *, tools: list[JSONObject] | None = None,
+                  tool_choice: JSONValue = None, think: bool | None = None) -> ChatTurn:
     """Check, render and plan one turn; ``messages`` are native (see :func:`~localrun.chat.prompt.check_messages`).
 
     ``tool_choice`` "none" drops the tools (they are not rendered; nothing is parsed as a call).

@@ -13,6 +13,7 @@ from aiohttp import web
 from .. import trace
 from ..errors import InvalidRequest, OptionError
 from ..fmt import FOREVER_ISO
+from ..jsontypes import JSONMapping
 
 PRIORITY_HEADER = "X-Localrun-Priority"
 """``interactive`` (a person waits: the TUI, ``localrun run``) or ``batch``: how the engine queues the
@@ -25,7 +26,10 @@ JSON_BODY_LIMIT = 64 * 1024 * 1024  # aiohttp's client_max_size: bodies over it 
 
 
 async def read_json(request: web.Request) -> dict[str, Any]:
-    """The request body as a JSON object; malformed or non-object bodies are a 400."""
+    """The request body as a JSON object; malformed or non-object bodies are a 400.
+
+    Typed ``dict[str, Any]`` only until every API's handlers read it as a ``JSONObject`` (which
+    ``dict[str, Any]`` is assignable to: annotate the body, ``body: JSONObject = await read_json(...)``)."""
     raw = await request.read()
     if not raw.strip():
         return {}
@@ -58,6 +62,8 @@ _TYPE_NAMES = {str: "a string", bool: "true or false", int: "a whole number", fl
                list: "a list", dict: "an object"}
 
 
+# get, get_whole and get_number keep ``dict[str, Any]`` (and get its ``Any`` result) while the other APIs'
+# handlers move to JSONObject; a JSONObject body passes to them as it is.
 def get(body: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
     """``body[name]`` checked against ``kind`` (None/missing gives ``default``): the one JSON field
     checker of every API (an int passes for a float; a bool never passes for an int)."""
@@ -116,7 +122,7 @@ class NDJSONStream:
         self.request = request
         self.response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
 
-    async def write(self, obj: dict[str, Any]) -> None:
+    async def write(self, obj: JSONMapping) -> None:
         if not self.response.prepared:
             await self.response.prepare(self.request)
         await self.response.write(json.dumps(obj, ensure_ascii=False).encode() + b"\n")
@@ -136,7 +142,7 @@ class SSEStream:
         self.request = request
         self.response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
 
-    async def write(self, obj: dict[str, Any] | str) -> None:
+    async def write(self, obj: JSONMapping | str) -> None:
         if not self.response.prepared:
             await self.response.prepare(self.request)
         data = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)
@@ -164,7 +170,7 @@ class EventStream:
     def started(self) -> bool:
         return self.response.prepared
 
-    async def write(self, name: str, data: dict[str, Any]) -> None:
+    async def write(self, name: str, data: JSONMapping) -> None:
         if not self.response.prepared:
             await self.response.prepare(self.request)
         payload = json.dumps(data, ensure_ascii=False)
@@ -177,7 +183,7 @@ class EventStream:
         return self.response
 
 
-def str_field(value: Any, key: str) -> str | None:
+def str_field(value: object, key: str) -> str | None:
     """``value[key]`` when ``value`` is an object and that field a string, else None.
 
     For dispatching on a JSON field (a content block's ``type``, a message's ``role``) without

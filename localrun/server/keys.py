@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 
 from ..config import Settings
+from ..jsontypes import JSONObject
 from ..runtime.scheduler import Scheduler
 from ..store.model_store import ModelStore
 from .executors import Executors
@@ -24,4 +23,4 @@ EXECUTORS = web.AppKey("executors", Executors)
 DAEMON = web.AppKey("daemon", DaemonInfo)  # pid, start time, log file (GET /api/status)
 SHUTDOWN = web.AppKey("shutdown", Shutdown)  # set by signals or POST /api/shutdown; serve() waits on it
 # Pulls under way in this daemon: model name -> latest progress report (shown by /api/ps).
-PULLS: web.AppKey[dict[str, dict[str, Any]]] = web.AppKey("pulls")
+PULLS: web.AppKey[dict[str, JSONObject]] = web.AppKey("pulls")

@@ -28,6 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from .. import errors, trace
+from ..jsontypes import JSONObject
 from .anthropic import convert as anthropic_convert
 from .http import PRIORITIES, PRIORITY_HEADER, interactive_hint
 from .keys import METRICS, SETTINGS
@@ -67,9 +68,9 @@ def openai_error_type(status: int) -> str:
     }.get(status, "server_error" if status >= 500 else "invalid_request_error")
 
 
-def error_body(request: web.Request, status: int, message: str, code: str) -> dict[str, Any]:
+def error_body(request: web.Request, status: int, message: str, code: str) -> JSONObject:
     if is_anthropic(request):
-        error: dict[str, Any] = {"type": anthropic_error_type(status), "message": message}
+        error: JSONObject = {"type": anthropic_error_type(status), "message": message}
         if code == errors.ThreadUnsupported.code:  # what the SDKs read to resend the whole conversation
             error["details"] = {"error_code": code}
         return {"type": "error", "error": error}

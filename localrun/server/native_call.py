@@ -9,9 +9,9 @@ upstream one. It names no API: a field here means the same thing whichever API f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..engine.types import OutputFormat
+from ..jsontypes import JSONObject, JSONValue
 from ..runtime.resident import KeepAlive
 from .http import get
 
@@ -25,7 +25,7 @@ class NativeCall:
     """One request in native terms: a chat (``messages``) or raw completions (``prompts``)."""
 
     model: object  # the request's raw "model" (Service.target checks it)
-    options: dict[str, Any]  # Ollama options, each checked against the one range table
+    options: JSONObject  # Ollama options, each checked against the one range table
     keep_alive: KeepAlive
     stream: bool = False
     include_usage: bool = False
@@ -33,9 +33,9 @@ class NativeCall:
     logprobs: bool = False
     top_logprobs: int = 0
     format: OutputFormat = None
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: Any = None
+    messages: list[JSONObject] = field(default_factory=list)
+    tools: list[JSONObject] | None = None
+    tool_choice: JSONValue = None  # as the request has it: checked where the turn is prepared
     think: bool | None = None  # Ollama's think; or reasoning_effort / chat_template_kwargs.enable_thinking
     prompts: list[str] = field(default_factory=list)
     echo: bool = False
@@ -43,10 +43,10 @@ class NativeCall:
     min_tokens: int = 0       # ... until this many tokens were generated
 
 
-def extra_options(body: dict[str, Any], names: tuple[str, ...] = EXTRA_OPTIONS) -> dict[str, Any]:
+def extra_options(body: JSONObject, names: tuple[str, ...] = EXTRA_OPTIONS) -> JSONObject:
     """The Ollama options a request of any API carries besides its own fields: a whole ``options``
     object, with the top-level fields ``names`` over it. Values are checked later, in one place
     (:func:`.options.check_option`)."""
-    options: dict[str, Any] = dict(get(body, "options", dict, {}))
+    options: JSONObject = dict(get(body, "options", dict, {}))
     options.update((name, body[name]) for name in names if body.get(name) is not None)
     return options

@@ -18,6 +18,7 @@ from ..config import parse_duration
 from ..engine import limits
 from ..engine.types import LoadOptions, SamplingOptions
 from ..errors import ConfigError, OptionError
+from ..jsontypes import JSONMapping
 from ..runtime.resident import DEFAULT, KeepAlive
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ MIN_BATCH = 64  # >= the engine's sequence ids (at most 64): a smaller batch can
 IGNORED = frozenset(limits.IGNORED)
 
 
-def check_option(name: str, value: Any) -> Any:
+def check_option(name: str, value: object) -> object:
     """Validate one option's type and range (:mod:`localrun.engine.limits`, the one table); returns the
     normalised value, or the value itself for an option localrun does not apply.
 
@@ -44,7 +45,7 @@ def check_option(name: str, value: Any) -> Any:
     return limits.check(name, value)
 
 
-def top_logprobs(body: Mapping[str, Any]) -> int:
+def top_logprobs(body: JSONMapping) -> int:
     """A request's top-level ``top_logprobs`` (0 when unset), as every API that has it reads it."""
     value = body.get("top_logprobs")
     if value is None:
@@ -53,12 +54,12 @@ def top_logprobs(body: Mapping[str, Any]) -> int:
 
 
 def merge_options(
-    model_params: Mapping[str, Any] | None,
-    request_options: Any,
+    model_params: JSONMapping | None,
+    request_options: object,
     *,
     n_ctx_train: int | None = None,
     base: LoadOptions = _DEFAULT_LOAD,
-) -> tuple[LoadOptions, SamplingOptions, dict[str, Any]]:
+) -> tuple[LoadOptions, SamplingOptions, dict[str, int | None]]:
     """Combine Modelfile parameters and request options over ``base`` (the daemon's settings:
     batch_invariant, kv_cache_type).
 
@@ -72,6 +73,8 @@ def merge_options(
         request_options = {}
     if not isinstance(request_options, Mapping):
         raise OptionError(f"'options' must be an object, got {type(request_options).__name__}")
+    # Checked option values (a tuple for ``stop``: not JSON), spread below as the dataclasses' keyword
+    # arguments, whose types differ per field: no more precise type than Any fits them.
     merged: dict[str, Any] = {}
     for source, strict in ((model_params or {}), False), (request_options, True):
         for name, value in source.items():
@@ -87,7 +90,7 @@ def merge_options(
                     raise
                 log.warning("ignoring bad Modelfile parameter %s=%r", name, value)
                 continue
-            if name == "num_ctx" and n_ctx_train and value > n_ctx_train:
+            if name == "num_ctx" and n_ctx_train and isinstance(value, int) and value > n_ctx_train:
                 if strict:
                     raise OptionError(f"option 'num_ctx' is {value}, above the model's trained context of "
                                       f"{n_ctx_train} tokens")
@@ -108,7 +111,7 @@ def merge_options(
     if sampling_kwargs.get("seed") is not None and sampling_kwargs["seed"] < 0:
         sampling_kwargs["seed"] = None
     sampling = SamplingOptions(**sampling_kwargs)
-    extras = {"num_keep": merged.get("num_keep"), "num_ctx": merged.get("num_ctx")}
+    extras: dict[str, int | None] = {"num_keep": merged.get("num_keep"), "num_ctx": merged.get("num_ctx")}
     return load, sampling, extras
 
 

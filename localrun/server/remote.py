@@ -23,7 +23,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any
@@ -34,6 +34,7 @@ from .. import errors
 from ..chat.events import ContentDelta
 from ..chat.tools import check_tool_choice
 from ..engine.types import DoneEvent, EmbedInput, EmbedResult
+from ..jsontypes import JSONMapping, JSONObject, JSONValue
 from ..upstream.pool import prefix_keys, text_segments
 from ..upstream.reply import UpstreamReply
 from ..upstream.requests import (
@@ -149,7 +150,7 @@ async def _open_all(n: int, start: Callable[[], Awaitable[UpstreamReply]]) -> li
         raise
 
 
-def _sampling(options: Mapping[str, Any] | None) -> Sampling:
+def _sampling(options: JSONMapping | None) -> Sampling:
     """The upstream sampling fields of ``options``, each option first checked against the one range
     table (:func:`.options.check_option`), as a local model's are: the same 400 for the same value."""
     for name, value in (options or {}).items():
@@ -171,8 +172,9 @@ async def chat_outputs(upstreams: Upstreams, metrics: Metrics, route: Route, cal
     """Start ``call.n`` chat replies on the upstream pool of ``route``."""
     _refuse_local_only(call)
     check_tool_choice(call.tool_choice, call.tools)
+    choice = call.tool_choice if isinstance(call.tool_choice, (str, dict)) else None  # checked: a name, an object
     sampling = replace(_sampling(call.options), ignore_eos=call.ignore_eos, min_tokens=call.min_tokens)
-    req = ChatRequest(model=route.model, messages=call.messages, tools=call.tools, tool_choice=call.tool_choice,
+    req = ChatRequest(model=route.model, messages=call.messages, tools=call.tools, tool_choice=choice,
                       format=call.format, think=call.think, sampling=sampling)
     keys = prefix_keys(_segments(route, call))
     started = time.perf_counter_ns()
@@ -218,12 +220,15 @@ async def check_served(upstreams: Upstreams, route: Route) -> None:
         raise errors.ModelNotFound(f"model {route.model!r} is not served by upstream {route.upstream}")
 
 
-_UPSTREAM_DETAILS = {"parent_model": "", "format": "", "family": "", "families": [], "parameter_size": "",
+_UPSTREAM_DETAILS: JSONObject = {"parent_model": "", "format": "", "family": "", "families": [], "parameter_size": "",
                      "quantization_level": ""}
 
 
 async def tag_entries(upstreams: Upstreams) -> list[dict[str, Any]]:
-    """``/api/tags`` rows for upstream models (Ollama's ``remote_model`` / ``remote_host`` fields)."""
+    """``/api/tags`` rows for upstream models (Ollama's ``remote_model`` / ``remote_host`` fields).
+
+    ``dict[str, Any]`` rows (JSON objects) until /v1/models (``openai.routes.models``) narrows the ``name``
+    it reads from them: typed JSONObject, that ``name`` is a JSONValue where it takes a str."""
     await upstreams.refresh()
     return [{"name": m.name, "model": m.name, "modified_at": "1970-01-01T00:00:00Z", "size": 0, "digest": "",
              "details": dict(_UPSTREAM_DETAILS), "remote_model": m.model, "remote_host": m.hosts[0] if m.hosts else "",
@@ -231,18 +236,18 @@ async def tag_entries(upstreams: Upstreams) -> list[dict[str, Any]]:
             for m in upstreams.listed()]
 
 
-async def show(upstreams: Upstreams, route: Route) -> dict[str, Any]:
+async def show(upstreams: Upstreams, route: Route) -> JSONObject:
     """``/api/show`` for an upstream model: where it is served, never how (no key, no key variable)."""
     await check_served(upstreams, route)
     pool = upstreams.pools[route.upstream]
-    hosts = [m.url for m in pool.serving(route.model)]
+    hosts: list[JSONValue] = [m.url for m in pool.serving(route.model)]
     return {"modelfile": "", "parameters": "", "template": "", "system": "", "license": "",
             "details": dict(_UPSTREAM_DETAILS), "model_info": {}, "capabilities": ["completion", "tools"],
             "remote_model": route.model, "remote_host": hosts[0] if hosts else "", "upstream": route.upstream,
             "upstream_hosts": hosts, "modified_at": "1970-01-01T00:00:00Z"}
 
 
-def ps_row(s: MemberSnapshot) -> dict[str, Any]:
+def ps_row(s: MemberSnapshot) -> JSONObject:
     return {"upstream": s.upstream, "url": s.url, "api": s.api, "state": s.state, "in_flight": s.in_flight,
             "requests": s.requests, "errors": s.failures,
             "latency_ms": round(s.latency_ms, 1) if s.latency_ms is not None else None,

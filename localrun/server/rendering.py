@@ -39,17 +39,19 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from typing import Any
+from typing import TypeVarTuple
 
 from .. import trace
 from ..chat.prompt import NO_INPUTS, TemplateInputs, render_pair, render_sample
 from ..errors import LocalrunError, TemplateLimit
+from ..jsontypes import JSONObject, JSONValue
 from ..runtime.bounded import BoundedPool, Limits, default_size
 
 log = logging.getLogger(__name__)
 
 RENDER_TIMEOUT = 10.0  # seconds; templates are user-supplied code (Modelfile TEMPLATE, request template)
 LIMITS = Limits(cpu_seconds=5, memory_bytes=1 << 30, wall_seconds=RENDER_TIMEOUT)
+Args = TypeVarTuple("Args")
 
 
 class TemplateRenderer:
@@ -61,7 +63,7 @@ class TemplateRenderer:
         self._verdicts: OrderedDict[str, str | None] = OrderedDict()
         self._lock = threading.Lock()
 
-    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def run(self, fn: Callable[[*Args], object], *args: *Args) -> JSONValue:
         """``fn(*args)`` in a bounded worker (see :meth:`BoundedPool.run`), awaited off the event loop."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, self.pool.run, fn, *args)
 
@@ -121,13 +123,13 @@ def close() -> None:
         current.close()
 
 
-async def run(fn: Callable[..., Any], *args: Any) -> Any:
+async def run(fn: Callable[[*Args], object], *args: *Args) -> JSONValue:
     """``fn(*args)`` in the process-wide renderer's bounded workers."""
     return await renderer().run(fn, *args)
 
 
-async def render_async(source: str | None, messages: list[dict[str, Any]],
-                       tools: list[dict[str, Any]] | None = None, *,
+async def render_async(source: str | None, messages: list[JSONObject],
+                       tools: list[JSONObject] | None = None, *,
                        inputs: TemplateInputs = NO_INPUTS, num_ctx: int | None = None) -> tuple[str, str | None]:
     """Render the prompt and the system prefix in a bounded worker process.
 
@@ -137,10 +139,14 @@ async def render_async(source: str | None, messages: list[dict[str, Any]],
     (a second render, only ever used to keep the system prompt when truncating) is rendered only
     when the prompt :func:`~localrun.chat.prompt.might_overflow` that context; otherwise it is None.
     """
+    prompt: JSONValue
+    prefix: JSONValue
     if not source:  # no template code to run: the messages joined
         prompt, prefix = render_pair(source, messages, tools, None, num_ctx)
     else:
-        prompt, prefix = await run(render_pair, source, messages, tools, asdict(inputs), num_ctx)
+        rendered = await run(render_pair, source, messages, tools, asdict(inputs), num_ctx)
+        assert isinstance(rendered, list), "render_pair returns [prompt, prefix]"
+        prompt, prefix = rendered
     trace.mark_request("rendered")
     return str(prompt), prefix if prefix is None else str(prefix)
 

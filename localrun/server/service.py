@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from .. import errors, trace
 from ..chat.prompt import might_overflow
@@ -34,6 +34,7 @@ from ..engine.types import (
 from ..fmt import human_bytes
 from ..hardware import memory
 from ..hardware.memory import ContextPlan, ModelGeometry
+from ..jsontypes import JSONObject
 from ..runtime.resident import Backend, EventStream, Phase, ProbeFn
 from ..runtime.scheduler import DEFAULT, KeepAlive, Lease, LoadSpec, Scheduler
 from ..store.records import ResolvedModel
@@ -77,7 +78,7 @@ class Target:
         return self.resolved.system
 
     @property
-    def messages(self) -> list[dict[str, Any]]:
+    def messages(self) -> list[JSONObject]:
         return [dict(m) if isinstance(m, Mapping) else {"role": m.role, "content": m.content}
                 for m in self.resolved.messages]
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from aiohttp import web
 
 from .. import __version__
 from ..hardware.memory import ModelGeometry
+from ..jsontypes import JSONObject, JSONValue
 from ..runtime.scheduler import ResidentModel, Scheduler
 from . import remote
 from .http import iso
@@ -22,7 +22,7 @@ _QUANTS = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q
            19: "IQ2_XXS", 20: "IQ2_XS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 28: "IQ4_XS", 32: "BF16"}
 
 
-def details(geometry: ModelGeometry | None) -> dict[str, Any]:
+def details(geometry: ModelGeometry | None) -> JSONObject:
     """Ollama's ``details`` object from GGUF metadata."""
     if geometry is None:
         return {"format": "gguf"}
@@ -57,7 +57,7 @@ async def health(request: web.Request) -> web.Response:
     })
 
 
-def ps_entry(scheduler: Scheduler, model: ResidentModel) -> dict[str, Any]:
+def ps_entry(scheduler: Scheduler, model: ResidentModel) -> JSONObject:
     from ..hardware.memory import read_geometry
 
     try:
@@ -93,8 +93,9 @@ def ps_entry(scheduler: Scheduler, model: ResidentModel) -> dict[str, Any]:
 async def ps(request: web.Request) -> web.Response:
     scheduler = request.app[SCHEDULER]
     models = sorted(scheduler.models.values(), key=lambda m: m.name)
-    pulls = sorted(request.app[PULLS].values(), key=lambda p: str(p["model"]))  # a localrun extension
-    out: dict[str, Any] = {"models": [ps_entry(scheduler, m) for m in models], "pulls": pulls}
+    # a localrun extension (a list[JSONValue], as JSONObject's values are)
+    pulls: list[JSONValue] = [p for p in sorted(request.app[PULLS].values(), key=lambda p: str(p["model"]))]
+    out: JSONObject = {"models": [ps_entry(scheduler, m) for m in models], "pulls": pulls}
     upstreams = request.app[SERVICE].upstreams
     if upstreams is not None:  # a localrun extension: each upstream member's state
         out["upstreams"] = [remote.ps_row(s) for s in upstreams.snapshot()]

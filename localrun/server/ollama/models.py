@@ -15,13 +15,13 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
 from ... import errors
 from ...chat.format import capabilities, describe
 from ...hardware.memory import read_geometry
+from ...jsontypes import JSONMapping, JSONObject
 from ...store.blobs import BlobStore
 from ...store.model_store import ModelStore
 from ...store.modelfile import quote as _quote
@@ -43,14 +43,14 @@ def _iso(modified: float) -> str:
     return dt.datetime.fromtimestamp(modified, dt.UTC).isoformat()
 
 
-def _details_for(path: Path | str | None) -> dict[str, Any]:
+def _details_for(path: Path | str | None) -> JSONObject:
     try:
         return details(read_geometry(str(path))) if path else {"format": "gguf"}
     except errors.LocalrunError:
         return {"format": "gguf"}
 
 
-def tag_entry(item: ModelEntry, store: ModelStore) -> dict[str, Any]:
+def tag_entry(item: ModelEntry, store: ModelStore) -> JSONObject:
     """One /api/tags row; the details come from the GGUF header the name resolves to."""
     try:
         path: Path | None = store.resolve(item.name).model_path
@@ -69,7 +69,7 @@ def tag_entry(item: ModelEntry, store: ModelStore) -> dict[str, Any]:
 async def tags(request: web.Request) -> web.Response:
     store = request.app[STORE]
 
-    def listing() -> list[dict[str, Any]]:  # resolving may hash changed weights: never on the loop
+    def listing() -> list[JSONObject]:  # resolving may hash changed weights: never on the loop
         return [tag_entry(i, store) for i in store.list()]
 
     models = await run_in(request.app[EXECUTORS].store, listing)
@@ -79,7 +79,7 @@ async def tags(request: web.Request) -> web.Response:
     return web.json_response({"models": models})
 
 
-def _parameters_text(params: dict[str, Any]) -> str:
+def _parameters_text(params: JSONMapping) -> str:
     lines = []
     for key, value in params.items():
         for v in value if isinstance(value, (list, tuple)) else [value]:
@@ -90,7 +90,7 @@ def _parameters_text(params: dict[str, Any]) -> str:
 
 async def show(request: web.Request) -> web.Response:
     """Ollama's show: modelfile, parameters (text), template, system, license, details, model_info."""
-    body = await read_json(request)
+    body: JSONObject = await read_json(request)
     name = get(body, "model", str) or get(body, "name", str)
     if not name:
         raise errors.InvalidRequest("'model' is required")
@@ -100,7 +100,7 @@ async def show(request: web.Request) -> web.Response:
         return web.json_response(await remote.show(service.upstreams, route))
     info = await asyncio.to_thread(request.app[STORE].show, name)
     template = info.template or ""
-    out: dict[str, Any] = {
+    out: JSONObject = {
         "modelfile": info.modelfile,
         "parameters": _parameters_text(info.parameters),
         "template": template,
@@ -108,7 +108,7 @@ async def show(request: web.Request) -> web.Response:
         "license": "\n".join(info.licenses),
         "details": info.details or _details_for(info.model_path),
         "model_info": info.model_info,
-        "capabilities": _capabilities(template, info.model_path),
+        "capabilities": [*_capabilities(template, info.model_path)],  # a list[JSONValue]
         "defaults": await _defaults(request, name, info.parameters),
         "modified_at": _iso(info.modified),
     }
@@ -126,7 +126,7 @@ def _capabilities(template: str, path: Path) -> list[str]:
     return capabilities(describe(template or None), embedding=geometry.embedding, fim=geometry.fim is not None)
 
 
-async def _defaults(request: web.Request, name: str, params: dict[str, Any]) -> dict[str, Any]:
+async def _defaults(request: web.Request, name: str, params: JSONMapping) -> JSONObject:
     """What a request without options gets (Modelfile PARAMETERs over the engine's defaults, the
     context planned from memory: ``Service.target``), and the KV pool requests share.
 
@@ -159,7 +159,7 @@ async def _run_with_progress(request: web.Request, stream: bool,
     hashing or download done for nobody stops (the store rolls back; a partial download is kept).
     """
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+    queue: asyncio.Queue[JSONObject | None] = asyncio.Queue()
     gone = threading.Event()
 
     def progress(p: Progress) -> None:
@@ -183,7 +183,7 @@ async def _run_with_progress(request: web.Request, stream: bool,
 
 
 async def _respond_with_progress(request: web.Request, stream: bool, task: asyncio.Future[object],
-                                 queue: asyncio.Queue[dict[str, Any] | None]) -> web.StreamResponse:
+                                 queue: asyncio.Queue[JSONObject | None]) -> web.StreamResponse:
     if not stream:
         await asyncio.shield(task)  # raises the store's error as a proper HTTP error
         return web.json_response({"status": "success"})
@@ -214,7 +214,7 @@ async def _respond_with_progress(request: web.Request, stream: bool, task: async
 
 
 async def pull(request: web.Request) -> web.StreamResponse:
-    body = await read_json(request)
+    body: JSONObject = await read_json(request)
     name = get(body, "model", str) or get(body, "name", str)
     if not name:
         raise errors.InvalidRequest("'model' is required")
@@ -237,7 +237,7 @@ async def pull(request: web.Request) -> web.StreamResponse:
     return await _run_with_progress(request, stream, work)
 
 
-def modelfile_from_request(body: dict[str, Any]) -> str:
+def modelfile_from_request(body: JSONObject) -> str:
     """Ollama's structured create request (from, files, parameters...) as Modelfile text.
 
     ``files`` and ``adapters`` map file names to blob digests (uploaded to /api/blobs first);
@@ -261,12 +261,16 @@ def modelfile_from_request(body: dict[str, Any]) -> str:
         for v in value if isinstance(value, list) else [value]:
             lines.append(f"PARAMETER {key} "
                          f"{json.dumps(v) if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else v}")
-    if get(body, "template", str):
-        lines.append(f"TEMPLATE {_quote(body['template'])}")
-    if get(body, "system", str):
-        lines.append(f"SYSTEM {_quote(body['system'])}")
+    template, system = get(body, "template", str), get(body, "system", str)
+    if template:
+        lines.append(f"TEMPLATE {_quote(template)}")
+    if system:
+        lines.append(f"SYSTEM {_quote(system)}")
     license_ = body.get("license")
-    for text in ([license_] if isinstance(license_, str) else license_ or []):
+    licenses = [license_] if isinstance(license_, str) else license_ or []
+    if not isinstance(licenses, (list, dict)):  # a number or true: no text (iterating it was a 500)
+        raise errors.InvalidRequest("'license' must be a string or a list of strings")
+    for text in licenses:
         lines.append(f"LICENSE {_quote(str(text))}")
     for m in get(body, "messages", list, []) or []:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
@@ -276,7 +280,7 @@ def modelfile_from_request(body: dict[str, Any]) -> str:
 
 
 async def create(request: web.Request) -> web.StreamResponse:
-    body = await read_json(request)
+    body: JSONObject = await read_json(request)
     name = get(body, "model", str) or get(body, "name", str)
     if not name:
         raise errors.InvalidRequest("'model' is required")
@@ -297,7 +301,7 @@ async def create(request: web.Request) -> web.StreamResponse:
 
 
 async def copy(request: web.Request) -> web.Response:
-    body = await read_json(request)
+    body: JSONObject = await read_json(request)
     source, destination = get(body, "source", str), get(body, "destination", str)
     if not source or not destination:
         raise errors.InvalidRequest("'source' and 'destination' are required")
@@ -306,7 +310,7 @@ async def copy(request: web.Request) -> web.Response:
 
 
 async def delete(request: web.Request) -> web.Response:
-    body = await read_json(request)
+    body: JSONObject = await read_json(request)
     name = get(body, "model", str) or get(body, "name", str)
     if not name:
         raise errors.InvalidRequest("'model' is required")

@@ -15,7 +15,6 @@ import dataclasses
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from aiohttp import web
 
@@ -25,8 +24,17 @@ from ...chat.format import parse_think
 from ...chat.parse import ChatStreamParser
 from ...chat.prompt import check_messages
 from ...chat.tools import validate_tools
-from ...engine.types import EmbedInput, EmbedResult, GenerateRequest, SamplingOptions, TokenLogprob, Truncation
+from ...engine.types import (
+    EmbedInput,
+    EmbedResult,
+    GenerateRequest,
+    OutputFormat,
+    SamplingOptions,
+    TokenLogprob,
+    Truncation,
+)
 from ...errors import UnsupportedCapability
+from ...jsontypes import JSONObject, JSONValue
 from ...runtime.resident import KeepAlive
 from .. import chatturn, remote
 from ..chat import close_reply, start_chat, start_completions, upstream_route
@@ -39,15 +47,15 @@ from ..service import Service, Target
 from .shapes import CHAT, GENERATE, Shape
 
 
-def check_format(value: Any) -> str | dict[str, Any] | None:
+def check_format(value: JSONValue) -> OutputFormat:
     if value in (None, ""):
         return None
-    if value == "json" or isinstance(value, dict):
-        return value  # type: ignore[no-any-return]
+    if (isinstance(value, str) and value == "json") or isinstance(value, dict):
+        return value
     raise errors.InvalidRequest("'format' must be \"json\" or a JSON schema object")
 
 
-def truncation(body: dict[str, Any], *, default: bool = True) -> Truncation:
+def truncation(body: JSONObject, *, default: bool = True) -> Truncation:
     """localrun's ``truncate``: true cuts the oldest tokens of a prompt longer than the context (the system
     prompt is kept, and the reply says how many went), false refuses it (400 ``context_length_exceeded``).
 
@@ -57,10 +65,10 @@ def truncation(body: dict[str, Any], *, default: bool = True) -> Truncation:
     return Truncation.FRONT if get(body, "truncate", bool, default) else Truncation.REJECT
 
 
-def done_fields(out_: Output) -> dict[str, Any]:
+def done_fields(out_: Output) -> JSONObject:
     done = out_.done
     assert done is not None
-    out: dict[str, Any] = {
+    out: JSONObject = {
         "done": True,
         "done_reason": done.done_reason.value,
         "total_duration": out_.total_duration_ns,
@@ -76,7 +84,7 @@ def done_fields(out_: Output) -> dict[str, Any]:
     return out
 
 
-def logprobs_json(logprobs: tuple[TokenLogprob, ...]) -> list[dict[str, Any]]:
+def logprobs_json(logprobs: tuple[TokenLogprob, ...]) -> list[JSONObject]:
     return [
         {"token": lp.token, "logprob": lp.logprob,
          "top_logprobs": [{"token": t, "logprob": p} for t, p in lp.top]}
@@ -84,7 +92,7 @@ def logprobs_json(logprobs: tuple[TokenLogprob, ...]) -> list[dict[str, Any]]:
     ]
 
 
-def sampling_with_logprobs(target: Target, body: dict[str, Any]) -> SamplingOptions:
+def sampling_with_logprobs(target: Target, body: JSONObject) -> SamplingOptions:
     from dataclasses import replace
 
     logprobs = get(body, "logprobs", bool, False)
@@ -94,7 +102,7 @@ def sampling_with_logprobs(target: Target, body: dict[str, Any]) -> SamplingOpti
     return target.sampling
 
 
-async def _load_or_unload(request: web.Request, body: dict[str, Any], keep_alive: KeepAlive,
+async def _load_or_unload(request: web.Request, body: JSONObject, keep_alive: KeepAlive,
                           chat: bool) -> web.Response:
     """An empty prompt loads the model; with keep_alive 0 it unloads it (an upstream's: only checked)."""
     service = request.app[SERVICE]
@@ -109,8 +117,8 @@ async def _load_or_unload(request: web.Request, body: dict[str, Any], keep_alive
             await service.unload(target.name)
         else:
             await service.load_only(target)
-    out: dict[str, Any] = {"model": name, "created_at": now_iso(), "done": True,
-                           "done_reason": "unload" if keep_alive == 0 else "load"}
+    out: JSONObject = {"model": name, "created_at": now_iso(), "done": True,
+                      "done_reason": "unload" if keep_alive == 0 else "load"}
     if chat:
         out["message"] = {"role": "assistant", "content": ""}
     else:
@@ -119,7 +127,7 @@ async def _load_or_unload(request: web.Request, body: dict[str, Any], keep_alive
 
 
 async def generate(request: web.Request) -> web.StreamResponse:
-    body = await read_json(request)
+    body: JSONObject = await read_json(request)
     prompt = get(body, "prompt", str, "")
     images = get(body, "images", list, [])
     suffix = get(body, "suffix", str, "")
@@ -141,7 +149,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         await close_reply(out)
 
 
-async def _generate_local(service: Service, body: dict[str, Any], prompt: str, suffix: str, think: bool | None,
+async def _generate_local(service: Service, body: JSONObject, prompt: str, suffix: str, think: bool | None,
                           keep_alive: KeepAlive) -> Output:
     target = await service.target(body.get("model"), body.get("options"), keep_alive)
     context = get(body, "context", list, None)
@@ -154,7 +162,7 @@ async def _generate_local(service: Service, body: dict[str, Any], prompt: str, s
     elif get(body, "raw", bool, False):
         text = prompt
     else:
-        messages = [{"role": "user", "content": prompt}]
+        messages: list[JSONObject] = [{"role": "user", "content": prompt}]
         system = get(body, "system", str, None) or target.system
         if system:
             messages.insert(0, {"role": "system", "content": system})
@@ -171,7 +179,7 @@ async def _generate_local(service: Service, body: dict[str, Any], prompt: str, s
     return LocalOutput(gen, parser)
 
 
-async def _generate_upstream(service: Service, body: dict[str, Any], prompt: str, suffix: str, think: bool | None,
+async def _generate_upstream(service: Service, body: JSONObject, prompt: str, suffix: str, think: bool | None,
                              keep_alive: KeepAlive, stream: bool) -> Output:
     """/api/generate on an upstream: a chat turn (its template applies), or a raw prompt (``raw``, ``suffix``)."""
     for name in ("context", "template"):
@@ -200,7 +208,7 @@ def fill_in_the_middle(target: Target, prompt: str, suffix: str) -> str:
 
 
 async def chat(request: web.Request) -> web.StreamResponse:
-    body = await read_json(request)
+    body: JSONObject = await read_json(request)
     messages = check_messages(body.get("messages"))
     tools = validate_tools(body.get("tools"))
     think = parse_think(body.get("think"))
@@ -224,7 +232,7 @@ async def _respond(request: web.Request, output: Output, stream: bool, shape: Sh
     """Stream chunks (or collect them) and finish with the done chunk."""
     model = output.model
 
-    def head() -> dict[str, Any]:
+    def head() -> JSONObject:
         return {"model": model, "created_at": now_iso()}
 
     if stream:
@@ -244,7 +252,7 @@ async def _respond(request: web.Request, output: Output, stream: bool, shape: Sh
             await out.write({"error": exc.message, "code": exc.code})
         return await out.finish()
     events: list[ChatEvent] = []
-    logprobs_all: list[dict[str, Any]] = []
+    logprobs_all: list[JSONValue] = []
     async for piece in output.pieces():
         events.extend(piece.events)
         if piece.logprobs:
@@ -255,13 +263,15 @@ async def _respond(request: web.Request, output: Output, stream: bool, shape: Sh
     return web.json_response(result)
 
 
-def _inputs(value: Any, name: str) -> list[str]:
+def _inputs(value: JSONValue, name: str) -> list[str]:
     if isinstance(value, str):
         return [value] if value else []
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        if any(not v for v in value):
-            raise errors.InvalidRequest(f"'{name}' must not contain empty strings")
-        return list(value)
+    if isinstance(value, list):
+        texts = [v for v in value if isinstance(v, str)]
+        if len(texts) == len(value):  # strings only
+            if any(not v for v in texts):
+                raise errors.InvalidRequest(f"'{name}' must not contain empty strings")
+            return texts
     raise errors.InvalidRequest(f"'{name}' must be a string or a list of strings")
 
 
@@ -295,7 +305,7 @@ async def embed_inputs(service: Service, model: object, options: object, keep_al
 
 
 async def embed(request: web.Request) -> web.Response:
-    body = await read_json(request)
+    body: JSONObject = await read_json(request)
     inputs = _inputs(body.get("input", ""), "input")
     truncate = get(body, "truncate", bool, True)
     dimensions = get(body, "dimensions", int, None)
@@ -315,7 +325,7 @@ async def embed(request: web.Request) -> web.Response:
 
 async def embeddings(request: web.Request) -> web.Response:
     """The older endpoint: one ``prompt`` in, one ``embedding`` out."""
-    body = await read_json(request)
+    body: JSONObject = await read_json(request)
     prompt = get(body, "prompt", str, "")
     keep_alive = parse_keep_alive(body.get("keep_alive"))
     _, result, _, _ = await embed_inputs(request.app[SERVICE], body.get("model"), body.get("options"), keep_alive,

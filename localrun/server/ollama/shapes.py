@@ -10,19 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ...chat.events import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
 from ...engine.types import DoneEvent
+from ...jsontypes import JSONObject
 
 
-def tool_call_json(call: ToolCall) -> dict[str, Any]:
+def tool_call_json(call: ToolCall) -> JSONObject:
     """One call as Ollama writes it: ``{"id", "function": {"index", "name", "arguments": {...}}}``."""
     return {"id": call.id, "function": {"index": call.index, "name": call.name, "arguments": call.arguments}}
 
 
-def message(content: str, thinking: str = "", calls: Sequence[ToolCall] = ()) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": "assistant", "content": content}
+def message(content: str, thinking: str = "", calls: Sequence[ToolCall] = ()) -> JSONObject:
+    out: JSONObject = {"role": "assistant", "content": content}
     if thinking:
         out["thinking"] = thinking
     if calls:
@@ -30,7 +30,7 @@ def message(content: str, thinking: str = "", calls: Sequence[ToolCall] = ()) ->
     return out
 
 
-def _event_message(event: ChatEvent) -> dict[str, Any]:
+def _event_message(event: ChatEvent) -> JSONObject:
     if isinstance(event, ContentDelta):
         return message(event.text)
     if isinstance(event, ThinkingDelta):
@@ -44,7 +44,7 @@ class Shape:
 
     chat: bool
 
-    def piece(self, event: ChatEvent) -> dict[str, Any]:
+    def piece(self, event: ChatEvent) -> JSONObject:
         """The fields of the streamed chunk for ``event``."""
         if self.chat:
             return {"message": _event_message(event)}
@@ -52,13 +52,13 @@ class Shape:
             return {"response": "", "thinking": event.text}
         return {"response": event.text if isinstance(event, ContentDelta) else ""}
 
-    def final(self, done: DoneEvent | None, reply: Reply | None) -> dict[str, Any]:
+    def final(self, done: DoneEvent | None, reply: Reply | None) -> JSONObject:
         """The fields of the last chunk; ``reply`` is the whole reply (None when it was streamed)."""
         if self.chat:
             if reply is None:
                 return {"message": message("")}
             return {"message": message(reply.content, reply.thinking, reply.tool_calls)}
-        out: dict[str, Any] = {"response": reply.content if reply else ""}
+        out: JSONObject = {"response": reply.content if reply else ""}
         if reply is not None and reply.thinking:
             out["thinking"] = reply.thinking
         out["context"] = list(done.context) if done is not None else []

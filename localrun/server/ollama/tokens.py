@@ -16,11 +16,10 @@ special tokens (BOS, EOS, control tokens print nothing). Both load the model lik
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 
 from ... import errors
+from ...jsontypes import JSONMapping, JSONObject
 from ..http import get, read_json
 from ..keys import SERVICE
 from ..options import parse_keep_alive
@@ -29,7 +28,7 @@ MAX_TOKENIZE_BYTES = 8 * 1024 * 1024
 MAX_DETOKENIZE_TOKENS = 2 * 1024 * 1024
 
 
-def _content(body: dict[str, Any]) -> str:
+def _content(body: JSONMapping) -> str:
     value = body.get("content")
     if not isinstance(value, str):
         got = "nothing" if value is None else type(value).__name__
@@ -41,7 +40,7 @@ def _content(body: dict[str, Any]) -> str:
     return value
 
 
-def _token_ids(body: dict[str, Any]) -> list[int]:
+def _token_ids(body: JSONMapping) -> list[int]:
     value = body.get("tokens")
     if not isinstance(value, list):
         got = "nothing" if value is None else type(value).__name__
@@ -58,7 +57,7 @@ def _token_ids(body: dict[str, Any]) -> list[int]:
 
 
 async def tokenize(request: web.Request) -> web.Response:
-    body = await read_json(request)
+    body: JSONObject = await read_json(request)
     text = _content(body)
     add_special = get(body, "add_special", bool, True)
     keep_alive = parse_keep_alive(body.get("keep_alive"))
@@ -69,7 +68,7 @@ async def tokenize(request: web.Request) -> web.Response:
 
 
 async def detokenize(request: web.Request) -> web.Response:
-    body = await read_json(request)
+    body: JSONObject = await read_json(request)
     tokens = _token_ids(body)
     keep_alive = parse_keep_alive(body.get("keep_alive"))
     service = request.app[SERVICE]
