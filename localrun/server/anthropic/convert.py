@@ -19,10 +19,10 @@ count_tokens ignores it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ...chat.prompt import TURN_ROLES, role_names
 from ...errors import InvalidRequest, ThreadUnsupported
+from ...jsontypes import JSONMapping, JSONObject, JSONValue, as_object
 from ..http import get, get_number, get_whole, str_field
 from ..native_call import EXTRA_OPTIONS, NativeCall, extra_options
 from ..options import parse_keep_alive
@@ -56,7 +56,7 @@ class MessagesCall:
     thread: str | None = None
 
 
-def messages_to_native(body: dict[str, Any], *, count_only: bool = False) -> MessagesCall:
+def messages_to_native(body: JSONObject, *, count_only: bool = False) -> MessagesCall:
     """Validate a ``/v1/messages`` body (or a count_tokens body) and convert it; InvalidRequest on bad input."""
     max_tokens = get_whole(body, "max_tokens", 1)
     if max_tokens is None and not count_only:
@@ -72,8 +72,9 @@ def messages_to_native(body: dict[str, Any], *, count_only: bool = False) -> Mes
     stops = body.get("stop_sequences")
     if stops is not None and (not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops)):
         raise InvalidRequest("stop_sequences: must be a list of non-empty strings")
-    if stops:
-        options["stop"] = list(stops)
+    sequences = tuple(s for s in stops or () if isinstance(s, str))  # all of them
+    if sequences:
+        options["stop"] = list(sequences)
     if max_tokens is not None:
         options["num_predict"] = max_tokens
     get(body, "metadata", dict)
@@ -86,13 +87,13 @@ def messages_to_native(body: dict[str, Any], *, count_only: bool = False) -> Mes
     if think.budget_tokens is not None and max_tokens is not None and think.budget_tokens >= max_tokens:
         raise InvalidRequest("thinking.budget_tokens: must be less than max_tokens")
     call.think = think.enabled
-    return MessagesCall(call, tuple(stops or ()), think, thread_type(body.get("thread")))
+    return MessagesCall(call, sequences, think, thread_type(body.get("thread")))
 
 
 _THREAD_TYPES = ("create", "continue")
 
 
-def thread_type(value: Any) -> str | None:
+def thread_type(value: JSONValue) -> str | None:
     """The ``type`` of a message ``thread`` (Anthropic's server-side conversations), None without one."""
     if value is None:
         return None
@@ -121,7 +122,7 @@ def prompt_too_long(prompt_tokens: int, max_tokens: int) -> str:
     return f"prompt is too long: {prompt_tokens} tokens > {max_tokens} maximum"
 
 
-def system_messages(value: Any, where: str = "system") -> list[dict[str, Any]]:
+def system_messages(value: JSONValue, where: str = "system") -> list[JSONObject]:
     """A system prompt (a string or text blocks) as one native system message; none when empty."""
     if value is None or value == "":
         return []
@@ -130,18 +131,19 @@ def system_messages(value: Any, where: str = "system") -> list[dict[str, Any]]:
     if isinstance(value, list):
         texts = []
         for i, block in enumerate(value):
-            if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
+            text = block.get("text") if isinstance(block, dict) else None
+            if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(text, str):
                 raise InvalidRequest(f"{where}.{i}: system blocks must be text blocks {{type: 'text', text}}")
-            texts.append(block["text"])
+            texts.append(text)
         return [{"role": "system", "content": "\n\n".join(texts)}] if texts else []
     raise InvalidRequest(f"{where}: must be a string or a list of text blocks")
 
 
-def conversation(value: Any) -> list[dict[str, Any]]:
+def conversation(value: JSONValue) -> list[JSONObject]:
     """``messages`` -> native chat messages; tool results become ``tool`` messages before the user's text."""
     if not isinstance(value, list) or not value:
         raise InvalidRequest("messages: must be a non-empty list of {role, content} turns")
-    out: list[dict[str, Any]] = []
+    out: list[JSONObject] = []
     names: dict[str, str] = {}  # tool_use id -> tool name, for the results that answer them
     for i, message in enumerate(value):
         where = f"messages.{i}"
@@ -163,15 +165,16 @@ def conversation(value: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _blocks(role: str, blocks: list[Any], where: str, names: dict[str, str]) -> list[dict[str, Any]]:
+def _blocks(role: str, blocks: list[JSONValue], where: str, names: dict[str, str]) -> list[JSONObject]:
     texts: list[str] = []
-    calls: list[dict[str, Any]] = []
-    results: list[dict[str, Any]] = []
-    for j, block in enumerate(blocks):
+    calls: list[JSONValue] = []  # the message's tool_calls, each an object
+    results: list[JSONObject] = []
+    for j, item in enumerate(blocks):
         at = f"{where}.content.{j}"
-        kind = str_field(block, "type")
-        if kind == "text" and isinstance(block.get("text"), str):
-            texts.append(block["text"])
+        block = as_object(item)  # not an object: no type, refused below
+        kind, text = str_field(block, "type"), block.get("text")
+        if kind == "text" and isinstance(text, str):
+            texts.append(text)
         elif kind == "tool_use" and role == "assistant":
             call_id, name, args = block.get("id"), block.get("name"), block.get("input", {})
             if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
@@ -193,24 +196,25 @@ def _blocks(role: str, blocks: list[Any], where: str, names: dict[str, str]) -> 
             raise InvalidRequest(f"{at}: unsupported content block {kind!r} (text, tool_use, tool_result)")
     out = list(results)
     if texts or calls or not results:
-        message: dict[str, Any] = {"role": role, "content": "".join(texts)}
+        message: JSONObject = {"role": role, "content": "".join(texts)}
         if calls:
             message["tool_calls"] = calls
         out.append(message)
     return out
 
 
-def _tool_result(block: dict[str, Any], at: str, names: dict[str, str]) -> dict[str, Any]:
+def _tool_result(block: JSONMapping, at: str, names: dict[str, str]) -> JSONObject:
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str) or not call_id:
         raise InvalidRequest(f"{at}: tool_result blocks need the 'tool_use_id' they answer")
     content = block.get("content", "")
     if isinstance(content, list):
         parts = []
-        for k, part in enumerate(content):
-            kind = str_field(part, "type")
-            if kind == "text" and isinstance(part.get("text"), str):
-                parts.append(part["text"])
+        for k, item in enumerate(content):
+            part = as_object(item)  # not an object: no type, refused below
+            kind, text = str_field(part, "type"), part.get("text")
+            if kind == "text" and isinstance(text, str):
+                parts.append(text)
             elif kind in _UNSUPPORTED_BLOCKS:
                 raise InvalidRequest(f"{at}.content.{k}: this model does not support {_UNSUPPORTED_BLOCKS[kind]}")
             else:
@@ -220,19 +224,19 @@ def _tool_result(block: dict[str, Any], at: str, names: dict[str, str]) -> dict[
         raise InvalidRequest(f"{at}.content: must be a string or a list of text blocks")
     if block.get("is_error") is True:
         content = f"Error: {content}"
-    message = {"role": "tool", "content": content, "tool_call_id": call_id}
+    message: JSONObject = {"role": "tool", "content": content, "tool_call_id": call_id}
     if call_id in names:
         message["tool_name"] = names[call_id]
     return message
 
 
-def tools_to_native(value: Any) -> list[dict[str, Any]] | None:
+def tools_to_native(value: JSONValue) -> list[JSONObject] | None:
     """Client tools (``name``, ``description``, ``input_schema``) -> chat-completions function tools."""
     if value is None:
         return None
     if not isinstance(value, list):
         raise InvalidRequest("tools: must be a list of {name, description, input_schema} objects")
-    out = []
+    out: list[JSONObject] = []
     for i, tool in enumerate(value):
         if not isinstance(tool, dict):
             raise InvalidRequest(f"tools.{i}: must be an object")
@@ -247,7 +251,7 @@ def tools_to_native(value: Any) -> list[dict[str, Any]] | None:
             raise InvalidRequest(f"tools.{i}.input_schema: must be a JSON schema object")
         if description is not None and not isinstance(description, str):
             raise InvalidRequest(f"tools.{i}.description: must be a string")
-        fn: dict[str, Any] = {"name": name, "parameters": schema}
+        fn: JSONObject = {"name": name, "parameters": schema}
         if description:
             fn["description"] = description
         if tool.get("strict") is True:  # its input holds the schema, under any tool_choice (tools.py)
@@ -256,7 +260,7 @@ def tools_to_native(value: Any) -> list[dict[str, Any]] | None:
     return out or None
 
 
-def tool_choice(value: Any) -> Any:
+def tool_choice(value: JSONValue) -> JSONValue:
     """Anthropic's ``tool_choice`` -> the chat-completions form (``any`` is ``required``)."""
     if value is None:
         return None
@@ -267,12 +271,13 @@ def tool_choice(value: Any) -> Any:
         return kind
     if kind == "any":
         return "required"
-    if kind == "tool" and isinstance(value.get("name"), str) and value["name"]:
-        return {"type": "function", "function": {"name": value["name"]}}
+    name = as_object(value).get("name")  # value is an object when it has a type
+    if kind == "tool" and isinstance(name, str) and name:
+        return {"type": "function", "function": {"name": name}}
     raise InvalidRequest("tool_choice: must be {type: 'auto' | 'any' | 'none'} or {type: 'tool', name}")
 
 
-def thinking(value: Any) -> Thinking:
+def thinking(value: JSONValue) -> Thinking:
     if value is None:
         return Thinking(None)
     kind = str_field(value, "type")
@@ -281,7 +286,7 @@ def thinking(value: Any) -> Thinking:
     if kind in ("adaptive", "between_tools"):
         return Thinking(None)
     if kind == "enabled":
-        budget = value.get("budget_tokens")
+        budget = as_object(value).get("budget_tokens")  # value is an object: it has a type
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_THINKING_BUDGET:
             raise InvalidRequest(f"thinking.budget_tokens: must be a whole number of at least {MIN_THINKING_BUDGET}")
         return Thinking(True, budget)
@@ -289,7 +294,7 @@ def thinking(value: Any) -> Thinking:
                          "{type: 'between_tools'} or {type: 'disabled'}")
 
 
-def output_format(value: Any) -> dict[str, Any] | None:
+def output_format(value: JSONValue) -> JSONObject | None:
     """``output_config``: its ``format`` (``{"type": "json_schema", "schema"}``) as the native format."""
     if value is None:
         return None
@@ -300,9 +305,9 @@ def output_format(value: Any) -> dict[str, Any] | None:
     fmt = value.get("format")
     if fmt is None:
         return None
-    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+    schema = fmt.get("schema") if isinstance(fmt, dict) else None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(schema, dict):
         raise InvalidRequest("output_config.format: must be {type: 'json_schema', schema: {...}}")
-    schema: dict[str, Any] = fmt["schema"]
     return schema
 
 

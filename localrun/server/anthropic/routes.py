@@ -19,6 +19,7 @@ from aiohttp import web
 from ... import errors
 from ...chat.events import ContentDelta, ThinkingDelta
 from ...engine.types import Truncation
+from ...jsontypes import JSONObject
 from ..chat import ChatRun, TokenUsage, count_prompt_tokens, hit_length_limit, output_events, start_chat, with_heartbeat
 from ..http import EventStream, read_json
 from ..keys import SERVICE
@@ -50,7 +51,7 @@ async def _drive(run: ChatRun, encoder: MessageEncoder, stops: tuple[str, ...], 
 
 
 async def messages(request: web.Request) -> web.StreamResponse:
-    body = await read_json(request)
+    body: JSONObject = await read_json(request)
     converted = messages_to_native(body)
     if converted.thread is not None:
         raise thread_refusal(converted.thread)
@@ -84,7 +85,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
 
 async def count_tokens(request: web.Request) -> web.Response:
     """``{"input_tokens": N}``: the size of the prompt the request would send, tools and system included."""
-    body = await read_json(request)
+    body: JSONObject = await read_json(request)
     converted = messages_to_native(body, count_only=True)
     return web.json_response({"input_tokens": await count_prompt_tokens(request.app[SERVICE], converted.call)})
 

@@ -22,12 +22,12 @@ A non-streamed reply is the encoder's final :attr:`MessageEncoder.message`.
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 from ...chat.events import new_id
+from ...jsontypes import JSONObject, JSONValue
 from ..chat import TokenUsage
 
-Event = tuple[str, dict[str, Any]]
+Event = tuple[str, JSONObject]
 
 
 
@@ -43,7 +43,7 @@ def stop_reason(tool_calls: bool, hit_limit: bool, stop_string: str | None,
     return "end_turn", None
 
 
-def usage_json(usage: TokenUsage) -> dict[str, int]:
+def usage_json(usage: TokenUsage) -> JSONObject:
     return {"input_tokens": usage.prompt - usage.cached, "output_tokens": usage.output,
             "cache_creation_input_tokens": 0, "cache_read_input_tokens": usage.cached}
 
@@ -52,21 +52,22 @@ class MessageEncoder:
     """Builds one ``message`` and its stream events. Not thread-safe; one per request."""
 
     def __init__(self, model: str) -> None:
-        self.message: dict[str, Any] = {
-            "id": new_id("msg"), "type": "message", "role": "assistant", "model": model, "content": [],
+        self._content: list[JSONValue] = []  # the message's content blocks, each an object
+        self.message: JSONObject = {
+            "id": new_id("msg"), "type": "message", "role": "assistant", "model": model, "content": self._content,
             "stop_reason": None, "stop_sequence": None,
             "usage": usage_json(TokenUsage(0, 0, 0)),
         }
-        self._open: dict[str, Any] | None = None  # the text or thinking block being written, if any
+        self._open: JSONObject | None = None  # the text or thinking block being written, if any
         self.tool_calls = 0
 
     @property
     def _index(self) -> int:
-        return len(self.message["content"]) - 1
+        return len(self._content) - 1
 
     def start(self, prompt_tokens: int) -> list[Event]:
         """``message_start`` (with the prompt's size as known before generation) and a ``ping``."""
-        self.message["usage"]["input_tokens"] = prompt_tokens
+        self.message["usage"] = usage_json(TokenUsage(prompt=prompt_tokens, cached=0, output=0))
         return [("message_start", {"type": "message_start", "message": copy.deepcopy(self.message)}),
                 ping()]
 
@@ -78,7 +79,7 @@ class MessageEncoder:
         """Reasoning text, in a ``thinking`` block (its ``signature`` stays empty: nothing is signed here)."""
         return self._stream(delta, "thinking", {"type": "thinking", "thinking": "", "signature": ""}, "thinking_delta")
 
-    def _stream(self, delta: str, field: str, empty: dict[str, Any], delta_type: str) -> list[Event]:
+    def _stream(self, delta: str, field: str, empty: JSONObject, delta_type: str) -> list[Event]:
         if not delta:
             return []
         events: list[Event] = []
@@ -86,9 +87,10 @@ class MessageEncoder:
             events += self._close_text()
         if self._open is None:
             self._open = dict(empty)
-            self.message["content"].append(self._open)
+            self._content.append(self._open)
             events.append(_block_start(self._index, self._open))
-        self._open[field] += delta
+        written = self._open[field]  # a string: empty holds one
+        self._open[field] = (written if isinstance(written, str) else "") + delta
         events.append(("content_block_delta", {"type": "content_block_delta", "index": self._index,
                                                "delta": {"type": delta_type, field: delta}}))
         return events
@@ -99,13 +101,14 @@ class MessageEncoder:
         self._open = None
         return [_block_stop(self._index)]
 
-    def tool_use(self, call_id: str, name: str, input_json: str, arguments: dict[str, Any]) -> list[Event]:
+    def tool_use(self, call_id: str, name: str, input_json: str, arguments: JSONObject) -> list[Event]:
         """One complete tool call: its block, its input as one ``input_json_delta``, its stop."""
         events = self._close_text()
-        self.message["content"].append({"type": "tool_use", "id": call_id, "name": name, "input": {}})
+        block: JSONObject = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
+        self._content.append(block)
         index = self._index
-        events.append(_block_start(index, self.message["content"][index]))
-        self.message["content"][index]["input"] = arguments
+        events.append(_block_start(index, block))
+        block["input"] = arguments
         events.append(("content_block_delta", {"type": "content_block_delta", "index": index,
                                                "delta": {"type": "input_json_delta", "partial_json": input_json}}))
         events.append(_block_stop(index))
@@ -117,10 +120,10 @@ class MessageEncoder:
         events = self._close_text()
         reason, sequence = stop_reason(self.tool_calls > 0, hit_limit, stop_string, stop_sequences)
         self.message["stop_reason"], self.message["stop_sequence"] = reason, sequence
-        self.message["usage"] = usage_json(usage)
+        usage_ = self.message["usage"] = usage_json(usage)
         events.append(("message_delta", {"type": "message_delta",
                                          "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                                         "usage": dict(self.message["usage"])}))
+                                         "usage": dict(usage_)}))
         events.append(("message_stop", {"type": "message_stop"}))
         return events
 
@@ -134,7 +137,7 @@ def error_event(error_type: str, message: str) -> Event:
     return "error", {"type": "error", "error": {"type": error_type, "message": message}}
 
 
-def _block_start(index: int, block: dict[str, Any]) -> Event:
+def _block_start(index: int, block: JSONObject) -> Event:
     return "content_block_start", {"type": "content_block_start", "index": index, "content_block": dict(block)}
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import struct
-from typing import Any
 
 from ...chat.events import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
 from ...chat.format import parse_think
@@ -21,6 +20,7 @@ from ...chat.prompt import native_role, role_names
 from ...chat.tools import validate_tools
 from ...engine.types import DoneEvent, DoneReason, EmbedInput, TokenLogprob
 from ...errors import InvalidRequest, OptionError
+from ...jsontypes import JSONObject, JSONValue
 from ..http import get, get_whole
 from ..native_call import NativeCall, extra_options
 from ..options import parse_keep_alive, top_logprobs
@@ -28,7 +28,7 @@ from ..options import parse_keep_alive, top_logprobs
 MAX_N = 16  # replies per request
 MAX_COMPLETION_LOGPROBS = 5  # /v1/completions' legacy ``logprobs``: OpenAI's own bound
 
-def options_from_openai(body: dict[str, Any]) -> dict[str, Any]:
+def options_from_openai(body: JSONObject) -> JSONObject:
     """Sampling fields and localrun's extra fields -> an Ollama options dict."""
     options = extra_options(body)  # disjoint from the fields below: their order does not matter
     for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
@@ -52,7 +52,7 @@ def options_from_openai(body: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-def response_format(value: Any) -> str | dict[str, Any] | None:
+def response_format(value: JSONValue) -> str | JSONObject | None:
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -71,7 +71,7 @@ def response_format(value: Any) -> str | dict[str, Any] | None:
     raise InvalidRequest(f"response_format.type must be text, json_object or json_schema, got {kind!r}")
 
 
-def _text_content(content: Any, where: str) -> str:
+def _text_content(content: JSONValue, where: str) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
@@ -81,8 +81,9 @@ def _text_content(content: Any, where: str) -> str:
         for part in content:
             if not isinstance(part, dict):
                 raise InvalidRequest(f"{where}: content parts must be objects")
-            if part.get("type") == "text" and isinstance(part.get("text"), str):
-                parts.append(part["text"])
+            text = part.get("text")
+            if part.get("type") == "text" and isinstance(text, str):
+                parts.append(text)
             elif part.get("type") in ("image_url", "input_image", "input_audio"):
                 raise InvalidRequest(f"{where}: this model does not support {part['type']} content")
             else:
@@ -91,17 +92,17 @@ def _text_content(content: Any, where: str) -> str:
     raise InvalidRequest(f"{where}: content must be a string or a list of content parts")
 
 
-def messages_from_openai(messages: Any) -> list[dict[str, Any]]:
+def messages_from_openai(messages: JSONValue) -> list[JSONObject]:
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("'messages' must be a non-empty list")
-    out: list[dict[str, Any]] = []
+    out: list[JSONObject] = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
             raise InvalidRequest(f"messages[{i}] must be an object")
         role = native_role(m.get("role"))
         if role is None:
             raise InvalidRequest(f"messages[{i}].role must be {role_names()}")
-        item: dict[str, Any] = {"role": role, "content": _text_content(m.get("content"), f"messages[{i}]")}
+        item: JSONObject = {"role": role, "content": _text_content(m.get("content"), f"messages[{i}]")}
         calls = m.get("tool_calls")
         if calls:
             if not isinstance(calls, list):
@@ -116,9 +117,9 @@ def messages_from_openai(messages: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _native_call(call: Any, where: str) -> dict[str, Any]:
+def _native_call(call: JSONValue, where: str) -> JSONObject:
     fn = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+    if not isinstance(call, dict) or not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
         raise InvalidRequest(f"{where} must be {{type: 'function', function: {{name, arguments}}}}")
     args = fn.get("arguments") or {}
     if isinstance(args, str):
@@ -126,13 +127,14 @@ def _native_call(call: Any, where: str) -> dict[str, Any]:
             args = json.loads(args) if args.strip() else {}
         except json.JSONDecodeError:
             raise InvalidRequest(f"{where}.function.arguments is not valid JSON") from None
-    out: dict[str, Any] = {"function": {"name": fn["name"], "arguments": args}}
-    if isinstance(call.get("id"), str) and call["id"]:
-        out["id"] = call["id"]  # kept: an upstream pairs the tool results with it
+    out: JSONObject = {"function": {"name": fn["name"], "arguments": args}}
+    call_id = call.get("id")
+    if isinstance(call_id, str) and call_id:
+        out["id"] = call_id  # kept: an upstream pairs the tool results with it
     return out
 
 
-def _common(body: dict[str, Any]) -> NativeCall:
+def _common(body: JSONObject) -> NativeCall:
     n = get_whole(body, "n", 1, MAX_N)
     stream = bool(get(body, "stream", bool))
     stream_options = body.get("stream_options")
@@ -148,7 +150,7 @@ def _common(body: dict[str, Any]) -> NativeCall:
     )
 
 
-def _eos_controls(body: dict[str, Any], max_tokens: Any) -> tuple[bool, int]:
+def _eos_controls(body: JSONObject, max_tokens: JSONValue) -> tuple[bool, int]:
     """vLLM's ``ignore_eos`` and ``min_tokens`` (benchmarks use them to pin the output length)."""
     ignore_eos = bool(get(body, "ignore_eos", bool))
     min_tokens = get_whole(body, "min_tokens", 0) or 0
@@ -157,7 +159,7 @@ def _eos_controls(body: dict[str, Any], max_tokens: Any) -> tuple[bool, int]:
     return ignore_eos, min_tokens
 
 
-def chat_to_native(body: dict[str, Any]) -> NativeCall:
+def chat_to_native(body: JSONObject) -> NativeCall:
     call = _common(body)
     call.messages = messages_from_openai(body.get("messages"))
     call.tools = validate_tools(body.get("tools"))
@@ -169,7 +171,7 @@ def chat_to_native(body: dict[str, Any]) -> NativeCall:
     return call
 
 
-def think_from_openai(body: dict[str, Any]) -> bool | None:
+def think_from_openai(body: JSONObject) -> bool | None:
     """Whether to think: Ollama's ``think``, OpenAI's ``reasoning_effort`` ("none" = no), or
     ``chat_template_kwargs.enable_thinking`` (vLLM's and llama.cpp's server's way); None when unset."""
     if body.get("think") is not None:
@@ -190,13 +192,13 @@ def think_from_openai(body: dict[str, Any]) -> bool | None:
     return None
 
 
-def completion_to_native(body: dict[str, Any]) -> NativeCall:
+def completion_to_native(body: JSONObject) -> NativeCall:
     call = _common(body)
     prompt = body.get("prompt")
     if isinstance(prompt, str):
         call.prompts = [prompt]
     elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-        call.prompts = list(prompt)
+        call.prompts = [p for p in prompt if isinstance(p, str)]  # all of them
     else:
         raise InvalidRequest("'prompt' must be a string or a list of strings")
     if body.get("suffix"):
@@ -208,16 +210,18 @@ def completion_to_native(body: dict[str, Any]) -> NativeCall:
     return call
 
 
-def _token_ids(value: list[Any], where: str) -> list[int]:
+def _token_ids(value: list[JSONValue], where: str) -> list[int]:
     if not value:
         raise InvalidRequest(f"{where} must not be an empty list of token ids")
+    ids: list[int] = []
     for t in value:
         if isinstance(t, bool) or not isinstance(t, int) or t < 0:
             raise InvalidRequest(f"{where} must hold token ids (whole numbers from 0), got {t!r}")
-    return value
+        ids.append(t)
+    return ids
 
 
-def embedding_inputs(value: Any) -> list[EmbedInput]:
+def embedding_inputs(value: JSONValue) -> list[EmbedInput]:
     """OpenAI's ``input``: a string, a list of strings, a token-id list, or a list of token-id lists.
 
     Token ids are embedded exactly as given (no BOS added); whether each id is in the model's
@@ -226,12 +230,14 @@ def embedding_inputs(value: Any) -> list[EmbedInput]:
     if isinstance(value, str):
         return [value]
     if isinstance(value, list) and value:
-        if all(isinstance(v, str) for v in value):
-            return list(value)
+        texts: list[EmbedInput] = [v for v in value if isinstance(v, str)]
+        if len(texts) == len(value):
+            return texts
         if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             return [_token_ids(value, "'input'")]
-        if all(isinstance(v, list) for v in value):
-            return [_token_ids(v, f"input[{i}]") for i, v in enumerate(value)]
+        lists = [v for v in value if isinstance(v, list)]
+        if len(lists) == len(value):
+            return [_token_ids(v, f"input[{i}]") for i, v in enumerate(lists)]
     raise InvalidRequest("'input' must be a non-empty string, a list of strings, a list of token ids or a list "
                          "of token-id lists")
 
@@ -248,10 +254,10 @@ def finish_reason(reason: DoneReason | None, tool_calls: bool) -> str:
     return "tool_calls" if tool_calls else "stop"
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int, truncated_tokens: int = 0) -> dict[str, Any]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int, truncated_tokens: int = 0) -> JSONObject:
     """OpenAI's ``usage``; ``prompt_truncated_count`` (localrun's, as on /api) when ``truncate: true`` cut the
     prompt's oldest tokens to fit the context: ``prompt_tokens`` counts what was kept."""
-    out: dict[str, Any] = {
+    out: JSONObject = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
@@ -270,20 +276,20 @@ def context_overflow_message(prompt_tokens: int, max_tokens: int, what: str = "m
             "\"truncate\": true to cut the oldest tokens).")
 
 
-def truncation_note(done: DoneEvent | None) -> dict[str, Any]:
+def truncation_note(done: DoneEvent | None) -> JSONObject:
     """The field a streamed choice's last chunk carries when ``truncate: true`` cut its prompt (else none):
     ``prompt_truncated_count``, the oldest prompt tokens left out, so a stream without usage says it too."""
     return {"prompt_truncated_count": done.truncated_tokens} if done is not None and done.truncated_tokens else {}
 
 
-def tool_call_json(call: ToolCall, stream: bool = False) -> dict[str, Any]:
+def tool_call_json(call: ToolCall, stream: bool = False) -> JSONObject:
     """One call as OpenAI writes it (arguments as JSON text); streamed deltas carry ``index``."""
-    item: dict[str, Any] = {"id": call.id, "type": "function",
-                            "function": {"name": call.name, "arguments": call.arguments_json()}}
+    item: JSONObject = {"id": call.id, "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments_json()}}
     return {"index": call.index, **item} if stream else item
 
 
-def chat_delta(event: ChatEvent) -> dict[str, Any]:
+def chat_delta(event: ChatEvent) -> JSONObject:
     """The ``delta`` of a streamed chunk for one parsed event (reasoning as ``reasoning_content``)."""
     if isinstance(event, ContentDelta):
         return {"content": event.text}
@@ -292,7 +298,7 @@ def chat_delta(event: ChatEvent) -> dict[str, Any]:
     return {"tool_calls": [tool_call_json(event, stream=True)]}
 
 
-def chat_logprobs(lps: list[TokenLogprob]) -> dict[str, Any]:
+def chat_logprobs(lps: list[TokenLogprob]) -> JSONObject:
     return {"content": [
         {"token": lp.token, "logprob": lp.logprob, "bytes": list(lp.token.encode()),
          "top_logprobs": [{"token": t, "logprob": p, "bytes": list(t.encode())} for t, p in lp.top]}
@@ -300,8 +306,9 @@ def chat_logprobs(lps: list[TokenLogprob]) -> dict[str, Any]:
     ]}
 
 
-def completion_logprobs(lps: list[TokenLogprob], offset: int = 0) -> dict[str, Any]:
-    offsets, pos = [], offset
+def completion_logprobs(lps: list[TokenLogprob], offset: int = 0) -> JSONObject:
+    offsets: list[JSONValue] = []
+    pos = offset
     for lp in lps:
         offsets.append(pos)
         pos += len(lp.token)
@@ -313,11 +320,11 @@ def completion_logprobs(lps: list[TokenLogprob], offset: int = 0) -> dict[str, A
     }
 
 
-def chat_message(reply: Reply) -> dict[str, Any]:
+def chat_message(reply: Reply) -> JSONObject:
     """The ``message`` of a non-streamed choice: content (None when there are only calls),
     ``reasoning_content`` when the model thought, ``tool_calls``."""
     calls = reply.tool_calls
-    message: dict[str, Any] = {"role": "assistant", "content": reply.content if reply.content or not calls else None}
+    message: JSONObject = {"role": "assistant", "content": reply.content if reply.content or not calls else None}
     if reply.thinking:
         message["reasoning_content"] = reply.thinking
     if calls:
@@ -325,38 +332,38 @@ def chat_message(reply: Reply) -> dict[str, Any]:
     return message
 
 
-def chat_completion(rid: str, model: str, created: int, choices: list[dict[str, Any]],
-                    usage_: dict[str, Any]) -> dict[str, Any]:
+def chat_completion(rid: str, model: str, created: int, choices: list[JSONValue],
+                    usage_: JSONObject) -> JSONObject:
     return {"id": rid, "object": "chat.completion", "created": created, "model": model,
             "system_fingerprint": "fp_localrun", "choices": choices, "usage": usage_}
 
 
-def chat_chunk(rid: str, model: str, created: int, index: int, delta: dict[str, Any],
-               finish: str | None = None, logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+def chat_chunk(rid: str, model: str, created: int, index: int, delta: JSONObject,
+               finish: str | None = None, logprobs: JSONObject | None = None) -> JSONObject:
     return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
             "system_fingerprint": "fp_localrun",
             "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
 
 
-def usage_chunk(rid: str, model: str, created: int, obj: str, usage_: dict[str, Any]) -> dict[str, Any]:
+def usage_chunk(rid: str, model: str, created: int, obj: str, usage_: JSONObject) -> JSONObject:
     return {"id": rid, "object": obj, "created": created, "model": model,
             "system_fingerprint": "fp_localrun", "choices": [], "usage": usage_}
 
 
-def completion(rid: str, model: str, created: int, choices: list[dict[str, Any]],
-               usage_: dict[str, Any] | None) -> dict[str, Any]:
-    out = {"id": rid, "object": "text_completion", "created": created, "model": model,
+def completion(rid: str, model: str, created: int, choices: list[JSONValue],
+               usage_: JSONObject | None) -> JSONObject:
+    out: JSONObject = {"id": rid, "object": "text_completion", "created": created, "model": model,
            "system_fingerprint": "fp_localrun", "choices": choices}
     if usage_ is not None:
         out["usage"] = usage_
     return out
 
 
-def embedding_vector(vector: list[float], encoding: str) -> Any:
+def embedding_vector(vector: list[float], encoding: str) -> str | list[float]:
     if encoding == "base64":
         return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
     return vector
 
 
-def model_object(name: str, created: int) -> dict[str, Any]:
+def model_object(name: str, created: int) -> JSONObject:
     return {"id": name, "object": "model", "created": created, "owned_by": "library"}

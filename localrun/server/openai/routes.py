@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 from aiohttp import web
 
 from ... import errors
 from ...chat.events import ChatEvent, ContentDelta, ToolCall, collect, new_id
 from ...engine.types import TokenLogprob
+from ...jsontypes import JSONObject, JSONValue
 from .. import remote
 from ..chat import ChatRun, start_chat, start_completions, upstream_route
 from ..http import SSEStream, read_json
@@ -75,7 +75,7 @@ async def _collect(outputs: list[Output]) -> tuple[list[list[ChatEvent]], list[s
     return events, ["".join(t) for t in texts], lps
 
 
-def _usage(outputs: list[Output], prompt_groups: int = 1) -> dict[str, Any]:
+def _usage(outputs: list[Output], prompt_groups: int = 1) -> JSONObject:
     """Usage of every reply: each prompt's tokens once (its ``n`` replies share it), every output token."""
     per_prompt = max(1, len(outputs) // max(1, prompt_groups))
     firsts = [o.done for i, o in enumerate(outputs) if i % per_prompt == 0 and o.done is not None]
@@ -88,7 +88,7 @@ async def _stream_error(sse: SSEStream, request: web.Request, exc: errors.Localr
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    body = await read_json(request)
+    body: JSONObject = await read_json(request)
     call = oc.chat_to_native(body)
     run = await start_chat(request.app[SERVICE], call, "/v1/chat/completions", truncation(body, default=False))
     rid, created = new_id("chatcmpl", "-"), int(time.time())
@@ -96,7 +96,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         if call.stream:
             return await _chat_stream(request, run, rid, created, call.include_usage)
         events, _, lps = await _collect(run.outputs)
-        choices = []
+        choices: list[JSONValue] = []
         for i, out in enumerate(run.outputs):
             reply = collect(events[i])
             done = out.done
@@ -117,7 +117,7 @@ async def _chat_stream(request: web.Request, run: ChatRun, rid: str, created: in
     outputs, model = run.outputs, run.model
     called = [False for _ in outputs]
 
-    async def send(i: int, events: tuple[ChatEvent, ...], logprobs: dict[str, Any] | None = None) -> None:
+    async def send(i: int, events: tuple[ChatEvent, ...], logprobs: JSONObject | None = None) -> None:
         for event in events or ((ContentDelta(""),) if logprobs else ()):
             called[i] = called[i] or isinstance(event, ToolCall)
             await sse.write(oc.chat_chunk(rid, model, created, i, oc.chat_delta(event), logprobs=logprobs))
@@ -145,7 +145,7 @@ async def _chat_stream(request: web.Request, run: ChatRun, rid: str, created: in
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    body = await read_json(request)
+    body: JSONObject = await read_json(request)
     call = oc.completion_to_native(body)
     fmt = oc.response_format(body.get("response_format"))
     run = await start_completions(request.app[SERVICE], call, fmt, "/v1/completions", truncation(body, default=False))
@@ -161,6 +161,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
                         await sse.write(oc.completion(rid, model, created, [
                             {"index": i, "text": prefix[i], "logprobs": None, "finish_reason": None}], None))
                 async for i, piece in _merge(outputs):
+                    choice: JSONObject
                     if piece is not None:
                         lp = oc.completion_logprobs(list(piece.logprobs)) if call.logprobs else None
                         choice = {"index": i, "text": piece.text, "logprobs": lp, "finish_reason": None}
@@ -177,7 +178,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
                 await _stream_error(sse, request, exc)
             return await sse.finish()
         _, texts, lps = await _collect(outputs)
-        choices = []
+        choices: list[JSONValue] = []
         for i, out in enumerate(outputs):
             done = out.done
             choices.append({
@@ -191,7 +192,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 
 async def embeddings(request: web.Request) -> web.Response:
-    body = await read_json(request)
+    body: JSONObject = await read_json(request)
     inputs = oc.embedding_inputs(body.get("input"))
     encoding = body.get("encoding_format") or "float"
     if encoding not in ("float", "base64"):
@@ -212,7 +213,7 @@ def _store_models(request: web.Request) -> list[tuple[str, int]]:
     return [(entry.name, int(entry.modified)) for entry in request.app[STORE].list()]
 
 
-async def _local_model(request: web.Request, name: str, created: int) -> dict[str, Any]:
+async def _local_model(request: web.Request, name: str, created: int) -> JSONObject:
     """A stored model's object, with localrun's ``context_length`` (the most one request may hold)
     and ``context_pool`` (the KV cache the running requests share) when it can load."""
     out = oc.model_object(name, created)
@@ -228,7 +229,8 @@ async def models(request: web.Request) -> web.Response:
     data = [await _local_model(request, name, ts) for name, ts in _store_models(request)]
     upstreams = remote.upstreams_for(request.app[SERVICE].upstreams)
     if upstreams is not None:
-        data += [oc.model_object(row["name"], 0) for row in await remote.tag_entries(upstreams)]
+        data += [oc.model_object(name, 0) for row in await remote.tag_entries(upstreams)
+                 if isinstance(name := row["name"], str)]  # always: an upstream model's name
     return web.json_response({"object": "list", "data": data})
 
 

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from ...chat.prompt import TURN_ROLES, native_role, role_names
 from ...errors import InvalidRequest
+from ...jsontypes import JSONMapping, JSONObject, JSONValue, as_object
 from ..http import get, get_whole, str_field
 from ..native_call import NativeCall
 from ..openai.convert import options_from_openai
@@ -55,10 +55,10 @@ class ResponsesCall:
 
     call: NativeCall
     auto_truncation: bool = False
-    echo: dict[str, Any] = field(default_factory=dict)  # request fields the response object repeats
+    echo: JSONObject = field(default_factory=dict)  # request fields the response object repeats
     namespaces: dict[str, tuple[str, str]] = field(default_factory=dict)  # "ns.name" -> (ns, name)
-    items: list[dict[str, Any]] = field(default_factory=list)
-    instructions: list[dict[str, Any]] = field(default_factory=list)
+    items: list[JSONObject] = field(default_factory=list)
+    instructions: list[JSONObject] = field(default_factory=list)
 
     def split_name(self, offered: str) -> tuple[str | None, str]:
         """A called tool's (namespace, name): a namespaced member was offered as ``NAMESPACE.NAME``."""
@@ -82,18 +82,18 @@ class ResponsesCall:
         return call, len(self.items) - len(kept)
 
 
-def _kind(item: dict[str, Any]) -> str | None:
+def _kind(item: JSONMapping) -> str | None:
     """An input item's type; an item without one is a message when it has a ``role``."""
     return str_field(item, "type") if "type" in item else "message" if "role" in item else None
 
 
-def _droppable(items: list[dict[str, Any]]) -> list[int]:
+def _droppable(items: list[JSONObject]) -> list[int]:
     """Indices of the items truncation may drop, oldest first: every item but system / developer messages."""
     return [i for i, item in enumerate(items)
             if not (_kind(item) == "message" and native_role(item.get("role")) == "system")]
 
 
-def drop_oldest(items: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+def drop_oldest(items: list[JSONObject], count: int) -> list[JSONObject]:
     """``items`` without their ``count`` oldest droppable items and the results of the calls among them."""
     gone = set(_droppable(items)[:count])
     calls = {str_field(items[i], "call_id") for i in gone if _kind(items[i]) == "function_call"}
@@ -101,7 +101,7 @@ def drop_oldest(items: list[dict[str, Any]], count: int) -> list[dict[str, Any]]
             if i not in gone and not (_kind(item) == "function_call_output" and str_field(item, "call_id") in calls)]
 
 
-def responses_to_native(body: dict[str, Any]) -> ResponsesCall:
+def responses_to_native(body: JSONObject) -> ResponsesCall:
     """Validate a ``/v1/responses`` body and convert it; raises InvalidRequest (400) on bad input."""
     for name in ("previous_response_id", "conversation"):
         if body.get(name) is not None:
@@ -121,7 +121,7 @@ def responses_to_native(body: dict[str, Any]) -> ResponsesCall:
     if max_output is not None:
         options["num_predict"] = max_output
     items = input_items(body.get("input"))
-    system = [{"role": "system", "content": instructions}] if instructions else []
+    system: list[JSONObject] = [{"role": "system", "content": instructions}] if instructions else []
     messages = system + input_messages(items)
     tools, namespaces = function_tools(body.get("tools"))
     choice = tool_choice(body.get("tool_choice"))
@@ -129,28 +129,32 @@ def responses_to_native(body: dict[str, Any]) -> ResponsesCall:
                       stream=get(body, "stream", bool, False), messages=messages,
                       tools=tools, tool_choice=choice, format=text_format(body.get("text")),
                       think=reasoning_think(body.get("reasoning")))
-    echo = {
+    echo: JSONObject = {
         "instructions": instructions, "max_output_tokens": max_output, "metadata": metadata or {},
         "parallel_tool_calls": body.get("parallel_tool_calls", True) is not False,
         "temperature": body.get("temperature"), "top_p": body.get("top_p"),
         "tool_choice": body.get("tool_choice") or "auto", "tools": body.get("tools") or [],
         "text": body.get("text") or {"format": {"type": "text"}}, "truncation": truncation or "disabled",
         "user": body.get("user") if isinstance(body.get("user"), str) else None,
-        "reasoning": {"effort": (body.get("reasoning") or {}).get("effort"), "summary": None},
+        # reasoning_think (above) let only an object or null through
+        "reasoning": {"effort": as_object(body.get("reasoning")).get("effort"), "summary": None},
     }
     return ResponsesCall(call, truncation == "auto", echo, namespaces, items, system)
 
 
-def input_items(value: Any) -> list[dict[str, Any]]:
-    """``input`` as a list of items (a string is one user message); their shapes are :func:`input_messages`' job."""
+def input_items(value: object) -> list[JSONObject]:
+    """``input`` (or its items again) as a list of items (a string is one user message); their shapes are
+    :func:`input_messages`' job."""
     if isinstance(value, str):
         return [{"type": "message", "role": "user", "content": value}]
     if not isinstance(value, list) or not value:
         raise InvalidRequest("'input' must be a string or a non-empty list of input items")
+    items: list[JSONObject] = []
     for i, item in enumerate(value):
         if not isinstance(item, dict):
             raise InvalidRequest(f"input[{i}] must be an object")
-    return value
+        items.append(item)
+    return items
 
 
 def input_too_long(prompt_tokens: int, max_tokens: int) -> str:
@@ -159,7 +163,7 @@ def input_too_long(prompt_tokens: int, max_tokens: int) -> str:
             "Please adjust your input and try again, or send \"truncation\": \"auto\" to drop its oldest items.")
 
 
-def _text_parts(content: Any, where: str) -> str:
+def _text_parts(content: JSONValue, where: str) -> str:
     """A message's content (a string or text parts) as one string."""
     if isinstance(content, str):
         return content
@@ -167,12 +171,12 @@ def _text_parts(content: Any, where: str) -> str:
         raise InvalidRequest(f"{where}.content must be a string or a list of content parts")
     texts = []
     for j, part in enumerate(content):
-        kind = str_field(part, "type")
-        if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text") \
-                and isinstance(part.get("text"), str):
-            texts.append(part["text"])
-        elif kind == "refusal" and isinstance(part.get("refusal"), str):
-            texts.append(part["refusal"])
+        fields = as_object(part)  # not an object: no type, refused below
+        kind, text, refusal = str_field(fields, "type"), fields.get("text"), fields.get("refusal")
+        if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text") and isinstance(text, str):
+            texts.append(text)
+        elif kind == "refusal" and isinstance(refusal, str):
+            texts.append(refusal)
         elif kind in _UNSUPPORTED_PARTS:
             raise InvalidRequest(f"{where}.content[{j}]: this model does not support {_UNSUPPORTED_PARTS[kind]} "
                                  f"({kind})")
@@ -182,7 +186,7 @@ def _text_parts(content: Any, where: str) -> str:
     return "".join(texts)
 
 
-def _arguments(value: Any, where: str) -> dict[str, Any]:
+def _arguments(value: JSONValue, where: str) -> JSONObject:
     if value is None or value == "":
         return {}
     if not isinstance(value, str):
@@ -196,12 +200,12 @@ def _arguments(value: Any, where: str) -> dict[str, Any]:
     return args
 
 
-def input_messages(value: Any) -> list[dict[str, Any]]:
-    """``input`` as native chat messages (Ollama shape, tool calls as ``{"function": ...}``)."""
-    value = input_items(value)
-    out: list[dict[str, Any]] = []
+def input_messages(value: object) -> list[JSONObject]:
+    """``input`` (or its items) as native chat messages (Ollama shape, tool calls as ``{"function": ...}``)."""
+    items = input_items(value)
+    out: list[JSONObject] = []
     names: dict[str, str] = {}  # call_id -> function name, for the results that answer them
-    for i, item in enumerate(value):
+    for i, item in enumerate(items):
         where = f"input[{i}]"
         kind = _kind(item)
         if kind == "message":
@@ -218,9 +222,12 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
                     raise InvalidRequest(f"{where}.namespace must be a non-empty string")
                 name = f"{namespace}.{name}"
             names[call_id] = name
-            call = {"id": call_id, "function": {"name": name, "arguments": _arguments(item.get("arguments"), where)}}
-            if out and out[-1]["role"] == "assistant":  # calls of one turn share one assistant message
-                out[-1].setdefault("tool_calls", []).append(call)
+            call: JSONObject = {"id": call_id,
+                                "function": {"name": name, "arguments": _arguments(item.get("arguments"), where)}}
+            # calls of one turn share one assistant message (whose tool_calls this loop made a list)
+            calls = out[-1].setdefault("tool_calls", []) if out and out[-1]["role"] == "assistant" else None
+            if isinstance(calls, list):
+                calls.append(call)
             else:
                 out.append({"role": "assistant", "content": "", "tool_calls": [call]})
         elif kind == "function_call_output":
@@ -229,7 +236,7 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
                 raise InvalidRequest(f"{where} must have the 'call_id' of the call it answers")
             output = item.get("output")
             text = output if isinstance(output, str) else _text_parts(output, where)
-            message = {"role": "tool", "content": text, "tool_call_id": call_id}
+            message: JSONObject = {"role": "tool", "content": text, "tool_call_id": call_id}
             if call_id in names:
                 message["tool_name"] = names[call_id]
             out.append(message)
@@ -246,16 +253,17 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
 _NOT_OFFERED = ("web_search", "web_search_preview")  # hosted tools dropped rather than refused (see above)
 
 
-def function_tools(value: Any) -> tuple[list[dict[str, Any]] | None, dict[str, tuple[str, str]]]:
+def function_tools(value: JSONValue) -> tuple[list[JSONObject] | None, dict[str, tuple[str, str]]]:
     """Responses tools -> chat-completions tools (``{"type", "function": {...}}``), and the namespaced
     members among them (offered name -> (namespace, name))."""
     if value is None:
         return None, {}
     if not isinstance(value, list):
         raise InvalidRequest("'tools' must be a list of {type: 'function', name, parameters} objects")
-    tools: list[dict[str, Any]] = []
+    tools: list[JSONObject] = []
     namespaces: dict[str, tuple[str, str]] = {}
-    for i, tool in enumerate(value):
+    for i, item in enumerate(value):
+        tool = as_object(item)  # not an object: no type, refused below
         kind = str_field(tool, "type")
         if kind == "function":
             tools.append(_function(tool, f"tools[{i}]", ""))
@@ -264,18 +272,20 @@ def function_tools(value: Any) -> tuple[list[dict[str, Any]] | None, dict[str, t
             members = tool.get("tools")
             if not isinstance(prefix, str) or not prefix or not isinstance(members, list):
                 raise InvalidRequest(f"tools[{i}]: a namespace needs a 'name' and a list of function 'tools'")
-            for j, member in enumerate(members):
+            for j, entry in enumerate(members):
+                member = as_object(entry)
                 if str_field(member, "type") != "function":
                     raise InvalidRequest(f"tools[{i}].tools[{j}]: a namespace holds function tools")
-                fn = _function(member, f"tools[{i}].tools[{j}]", prefix + ".")
-                namespaces[fn["function"]["name"]] = (prefix, member["name"])
-                tools.append(fn)
+                tools.append(_function(member, f"tools[{i}].tools[{j}]", prefix + "."))
+                name = member.get("name")  # _function checked it: a non-empty string
+                if isinstance(name, str):
+                    namespaces[f"{prefix}.{name}"] = (prefix, name)  # the name _function offered
         elif kind not in _NOT_OFFERED:
             raise InvalidRequest(f"tools[{i}]: only function tools are supported here, got type {kind!r}")
     return tools or None, namespaces
 
 
-def _function(tool: dict[str, Any], where: str, prefix: str) -> dict[str, Any]:
+def _function(tool: JSONMapping, where: str, prefix: str) -> JSONObject:
     name, params = tool.get("name"), tool.get("parameters")
     if not isinstance(name, str) or not name:
         raise InvalidRequest(f"{where}.name must be a non-empty string")
@@ -284,7 +294,7 @@ def _function(tool: dict[str, Any], where: str, prefix: str) -> dict[str, Any]:
     description = tool.get("description")
     if description is not None and not isinstance(description, str):
         raise InvalidRequest(f"{where}.description must be a string")
-    fn: dict[str, Any] = {"name": prefix + name, "parameters": params or {"type": "object", "properties": {}}}
+    fn: JSONObject = {"name": prefix + name, "parameters": params or {"type": "object", "properties": {}}}
     if description:
         fn["description"] = description
     # Only an explicit true: OpenAI's Responses default (true) would put every call of a client that
@@ -294,19 +304,20 @@ def _function(tool: dict[str, Any], where: str, prefix: str) -> dict[str, Any]:
     return {"type": "function", "function": fn}
 
 
-def tool_choice(value: Any) -> Any:
+def tool_choice(value: JSONValue) -> JSONValue:
     """Responses ``tool_choice`` -> the chat-completions form :func:`~.tools.forced_call_schema` reads."""
     if value is None or value in ("auto", "none", "required"):
         return value
-    if isinstance(value, dict) and value.get("type") == "function" and isinstance(value.get("name"), str):
-        return {"type": "function", "function": {"name": value["name"]}}
+    name = value.get("name") if isinstance(value, dict) else None
+    if isinstance(value, dict) and value.get("type") == "function" and isinstance(name, str):
+        return {"type": "function", "function": {"name": name}}
     raise InvalidRequest("'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", \"name\": ...}")
 
 
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 
-def reasoning_think(value: Any) -> bool | None:
+def reasoning_think(value: JSONValue) -> bool | None:
     """``reasoning.effort`` -> think: none / minimal = no, any other level = yes, unset = the model's default."""
     if value is None:
         return None
@@ -320,7 +331,7 @@ def reasoning_think(value: Any) -> bool | None:
     return effort not in ("none", "minimal")
 
 
-def text_format(value: Any) -> str | dict[str, Any] | None:
+def text_format(value: JSONValue) -> str | JSONObject | None:
     """``text.format`` -> the native format: None (text), "json" or a JSON schema."""
     if value is None:
         return None
@@ -335,7 +346,7 @@ def text_format(value: Any) -> str | dict[str, Any] | None:
     if kind == "json_object":
         return "json"
     if kind == "json_schema":
-        schema = fmt.get("schema")
+        schema = as_object(fmt).get("schema")  # fmt is an object: it has a type
         if not isinstance(schema, dict):
             raise InvalidRequest("text.format.schema must be a JSON schema object")
         return schema

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from aiohttp import web
 
 from ... import errors
 from ...chat.events import ContentDelta, ThinkingDelta
 from ...engine.types import Truncation
+from ...jsontypes import JSONObject
 from ..chat import ChatRun, TokenUsage, count_prompt_tokens, hit_length_limit, output_events, start_chat
 from ..http import EventStream, read_json
 from ..keys import SERVICE
@@ -48,7 +48,7 @@ async def _drive(run: ChatRun, converted: ResponsesCall, encoder: ResponsesEncod
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:
-    body = await read_json(request)
+    body: JSONObject = await read_json(request)
     converted = responses_to_native(body)
     run, dropped = await _start(request.app[SERVICE], converted)
     encoder = ResponsesEncoder(run.model, {**converted.echo, **dropped})
@@ -75,7 +75,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         await run.close()
 
 
-async def _start(service: Service, converted: ResponsesCall) -> tuple[ChatRun, dict[str, Any]]:
+async def _start(service: Service, converted: ResponsesCall) -> tuple[ChatRun, JSONObject]:
     """Start the reply, refusing a prompt over the context; with ``truncation: "auto"`` one that does
     not fit starts again without its oldest input items. Returns the run and the response's
     ``truncation_details`` field (empty when nothing was dropped)."""
@@ -88,7 +88,7 @@ async def _start(service: Service, converted: ResponsesCall) -> tuple[ChatRun, d
 
 
 async def _start_fitted(service: Service, converted: ResponsesCall, prompt_tokens: int,
-                        max_tokens: int) -> tuple[ChatRun, dict[str, Any]]:
+                        max_tokens: int) -> tuple[ChatRun, JSONObject]:
     """Drop the fewest oldest input items that leave room for the output, and start the reply.
 
     A bounded search: the prompt is rendered and counted once per halving of the droppable items
@@ -132,7 +132,7 @@ def _output_room(num_predict: object, max_tokens: int) -> int:
 async def input_tokens(request: web.Request) -> web.Response:
     """``{"object": "response.input_tokens", "input_tokens": N}``: the prompt the request would send, as
     the model's template renders it (instructions and tools included) and its tokenizer counts it."""
-    body = await read_json(request)
+    body: JSONObject = await read_json(request)
     converted = responses_to_native(body)
     count = await count_prompt_tokens(request.app[SERVICE], converted.call)
     return web.json_response({"object": "response.input_tokens", "input_tokens": count})

@@ -23,32 +23,33 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any
 
 from ...chat.events import new_id
+from ...jsontypes import JSONObject, JSONValue
 from ..chat import TokenUsage
 
-Event = tuple[str, dict[str, Any]]
+Event = tuple[str, JSONObject]
 
 
 
 class ResponsesEncoder:
     """Builds one ``response`` object and its stream events. Not thread-safe; one per request."""
 
-    def __init__(self, model: str, echo: dict[str, Any]) -> None:
+    def __init__(self, model: str, echo: JSONObject) -> None:
         now = int(time.time())
-        self.response: dict[str, Any] = {
+        self._output: list[JSONValue] = []  # the response's output items, each an object
+        self.response: JSONObject = {
             "id": new_id("resp"), "object": "response", "created_at": now, "status": "in_progress",
-            "completed_at": None, "error": None, "incomplete_details": None, "model": model, "output": [],
+            "completed_at": None, "error": None, "incomplete_details": None, "model": model, "output": self._output,
             "previous_response_id": None, "reasoning": {"effort": None, "summary": None}, "store": False,
             "usage": None, **echo,
         }
         self._seq = 0
-        self._open: dict[str, Any] | None = None  # the message or reasoning item being written, if any
+        self._open: JSONObject | None = None  # the message or reasoning item being written, if any
         self._text: list[str] = []
 
-    def _event(self, kind: str, **fields: Any) -> Event:
-        data = {"type": kind, "sequence_number": self._seq, **fields}
+    def _event(self, kind: str, **fields: JSONValue) -> Event:
+        data: JSONObject = {"type": kind, "sequence_number": self._seq, **fields}
         self._seq += 1
         return kind, data
 
@@ -73,6 +74,7 @@ class ResponsesEncoder:
         if self._open is not None and self._open["type"] != kind:
             events += self._close("completed")
         if self._open is None:
+            item: JSONObject
             if kind == "message":
                 item = {"id": new_id("msg"), "type": "message", "status": "in_progress", "role": "assistant",
                         "content": []}
@@ -80,14 +82,14 @@ class ResponsesEncoder:
                 item = {"id": new_id("rs"), "type": "reasoning", "status": "in_progress", "summary": [],
                         "content": []}
             self._open = item
-            self.response["output"].append(item)
-            index = len(self.response["output"]) - 1
+            self._output.append(item)
+            index = len(self._output) - 1
             events.append(self._event("response.output_item.added", output_index=index, item=copy.deepcopy(item)))
             events.append(self._event("response.content_part.added", output_index=index, item_id=item["id"],
                                       content_index=0, part=_part(kind, "")))
         self._text.append(delta)
-        fields: dict[str, Any] = {"logprobs": []} if kind == "message" else {}
-        events.append(self._event(f"{event_prefix}.delta", output_index=len(self.response["output"]) - 1,
+        fields: JSONObject = {"logprobs": []} if kind == "message" else {}
+        events.append(self._event(f"{event_prefix}.delta", output_index=len(self._output) - 1,
                                   item_id=self._open["id"], content_index=0, delta=delta, **fields))
         return events
 
@@ -95,12 +97,13 @@ class ResponsesEncoder:
         item, self._open = self._open, None
         if item is None:
             return []
-        index = self.response["output"].index(item)
+        index = self._output.index(item)
         text, self._text = "".join(self._text), []
-        part = _part(item["type"], text)
+        is_message = item["type"] == "message"
+        part = _part("message" if is_message else "reasoning", text)
         item["content"] = [part]
         item["status"] = status
-        if item["type"] == "message":
+        if is_message:
             done = self._event("response.output_text.done", output_index=index, item_id=item["id"], content_index=0,
                                text=text, logprobs=[])
         else:
@@ -116,12 +119,12 @@ class ResponsesEncoder:
     def tool_call(self, call_id: str, name: str, arguments: str, namespace: str | None = None) -> list[Event]:
         """One complete function call (``arguments`` is its JSON text); closes open message text first."""
         events = self._close("completed")
-        item = {"id": new_id("fc"), "type": "function_call", "status": "in_progress", "call_id": call_id,
-                "name": name, "arguments": ""}
+        item: JSONObject = {"id": new_id("fc"), "type": "function_call", "status": "in_progress", "call_id": call_id,
+                            "name": name, "arguments": ""}
         if namespace is not None:
             item["namespace"] = namespace
-        self.response["output"].append(item)
-        index = len(self.response["output"]) - 1
+        self._output.append(item)
+        index = len(self._output) - 1
         events.append(self._event("response.output_item.added", output_index=index, item=copy.deepcopy(item)))
         events.append(self._event("response.function_call_arguments.delta", output_index=index, item_id=item["id"],
                                   delta=arguments))
@@ -154,7 +157,7 @@ class ResponsesEncoder:
         return [self._event("error", code=code, message=message, param=None), self._snapshot("response.failed")]
 
 
-def _part(kind: str, text: str) -> dict[str, Any]:
+def _part(kind: str, text: str) -> JSONObject:
     """The content part of a message (``output_text``) or of a reasoning item (``reasoning_text``)."""
     if kind == "message":
         return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
