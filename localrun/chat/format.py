@@ -149,15 +149,15 @@ def resolve_think(fmt: ChatFormat, think: bool | None, model: str) -> bool:
     return think is not False
 
 
-def capabilities(fmt: ChatFormat, *, embedding: bool, fim: bool) -> list[str]:
-    """What ``/api/show`` lists, in Ollama's order: completion or embedding, tools, insert, thinking.
+def capabilities(fmt: ChatFormat, *, embedding: bool, fim: bool, vision: bool = False) -> list[str]:
+    """What ``/api/show`` lists, in Ollama's order: completion or embedding, vision, tools, insert, thinking.
 
     ``embedding``: the GGUF is an embedding model (it cannot chat); ``fim``: its vocabulary has
-    fill-in-the-middle tokens (``suffix`` works).
+    fill-in-the-middle tokens (``suffix`` works); ``vision``: a projector is there (images).
     """
     if embedding:
         return ["embedding"]
-    out = ["completion"]
+    out = ["completion", *(["vision"] if vision else [])]
     if fmt.renders_tools:
         out.append("tools")
     if fim:

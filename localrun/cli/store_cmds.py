@@ -192,12 +192,23 @@ def cmd_list(args: argparse.Namespace) -> int:
             rows = [_upstream_row(m) if m.get("remote_host") else
                     [str(m["name"]), str(m.get("digest", "")).removeprefix("sha256:")[:12],
                      human_bytes(int(as_number(m.get("size")) or 0)), human_ago(_timestamp(m.get("modified_at")), now),
-                     BASE_NOTE if as_object(m.get("details")).get("base_model") else ""] for m in daemon.list()]
+                     _note(bool(as_object(m.get("details")).get("base_model")),
+                           "clip" in _families(m))] for m in daemon.list()]
     else:
-        rows = [[e.name, e.id, human_bytes(e.size), human_ago(e.modified, now), BASE_NOTE if e.base_model else ""]
+        rows = [[e.name, e.id, human_bytes(e.size), human_ago(e.modified, now), _note(e.base_model, e.vision)]
                 for e in _store().list()]
     sys.stdout.write(format_table(["NAME", "ID", "SIZE", "MODIFIED", ""], rows))
     return 0
+
+
+def _families(row: JSONObject) -> list[JSONValue]:
+    families = as_object(row.get("details")).get("families")
+    return families if isinstance(families, list) else []
+
+
+def _note(base_model: bool, vision: bool) -> str:
+    """The last column of a ``list`` row: a base model's note, or that the model takes images."""
+    return BASE_NOTE if base_model else "vision (takes images)" if vision else ""
 
 
 def _param_text(value: object) -> str:
@@ -245,6 +256,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         *([("kind", f"{BASE_NOTE} (it continues text; chat with {config.STARTER_MODEL})")]
           if d.get("base_model") else []),
     ])
+    if details.projector_path is not None:
+        _section(console, "Projector", [("vision", "takes images"),
+                                        ("size", human_bytes(details.projector_path.stat().st_size))])
     params = [(k, _param_text(v)) for k, value in sorted(details.parameters.items())
               for v in (value if isinstance(value, list) else [value])]
     if params:

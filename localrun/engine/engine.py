@@ -216,9 +216,13 @@ class Engine:
             raise EngineError("the model is unloaded")
         return self.embedder.embed(inputs, truncate=truncate)
 
-    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
+    def tokenize(self, text: str, *, add_special: bool = True, images: tuple[bytes, ...] = ()) -> list[int]:
+        """``text`` as token ids; with ``images`` (one image marker each in ``text``) the ids a
+        request would hold, the images' stand-ins included (vision.py)."""
         if not isinstance(text, str):
             raise InvalidRequest("text to tokenize must be a string")
+        if images:
+            return self._media_prompt(GenerateRequest(text, images=images, add_special=add_special)).tokens
         return self.vocab.tokenize(text, add_special=add_special)
 
     def detokenize(self, tokens: list[int]) -> str:

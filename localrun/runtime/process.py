@@ -9,6 +9,7 @@ with the reason; the scheduler then forgets the model so the next request loads 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import itertools
 import logging
@@ -288,8 +289,11 @@ class RunnerProcess:
     async def embed(self, inputs: list[EmbedInput], truncate: bool = True) -> EmbedResult:
         return protocol.decode_embed_result(await self._call(lambda rid: protocol.Embed(rid, inputs, truncate)))
 
-    async def tokenize(self, text: str, add_special: bool = True) -> list[int]:
-        return protocol.decode_tokens(await self._call(lambda rid: protocol.Tokenize(rid, text, add_special)))
+    async def tokenize(self, text: str, add_special: bool = True, images: tuple[bytes, ...] = ()) -> list[int]:
+        """``text`` as token ids; with ``images``, one marker each, the image positions count too."""
+        pictures = [base64.b64encode(image).decode("ascii") for image in images]
+        return protocol.decode_tokens(await self._call(lambda rid: protocol.Tokenize(rid, text, add_special,
+                                                                                        pictures)))
 
     async def detokenize(self, tokens: list[int]) -> str:
         return str(await self._call(lambda rid: protocol.Detokenize(rid, tokens)))

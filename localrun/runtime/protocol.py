@@ -326,6 +326,7 @@ class Tokenize:
     id: int
     text: str
     add_special: bool = True
+    images: list[str] = dataclasses.field(default_factory=list)  # base64: a prompt's images count as tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -471,6 +472,7 @@ _DECODERS: dict[str, Callable[[JSONValue], object]] = {
     "bool": bool,
     "JSONValue": lambda value: value,
     "list[int]": lambda value: [_int(v) for v in _list(value)],
+    "list[str]": lambda value: [_str(v) for v in _list(value)],
     "list[EmbedInput]": _list,  # the engine checks each input (a string or token ids) and says which is wrong
     "LoadOptions": lambda value: decode_load_options(_dict(value)),
     "ModelInfo | None": _optional(lambda value: decode_model_info(_dict(value))),

@@ -16,6 +16,7 @@ A native crash kills only this process; the daemon notices end-of-stream and rep
 
 from __future__ import annotations
 
+import base64
 import importlib
 import logging
 import os
@@ -73,7 +74,7 @@ class ServedEngine(Protocol):
 
     def embed(self, inputs: list[EmbedInput], *, truncate: bool = True) -> EmbedResult: ...
 
-    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]: ...
+    def tokenize(self, text: str, *, add_special: bool = True, images: tuple[bytes, ...] = ()) -> list[int]: ...
 
     def detokenize(self, tokens: list[int]) -> str: ...
 
@@ -244,7 +245,11 @@ class Runner:
             if isinstance(message, protocol.Embed):
                 result = protocol.encode_embed_result(self.engine.embed(message.input, truncate=message.truncate))
             elif isinstance(message, protocol.Tokenize):
-                result = list(self.engine.tokenize(message.text, add_special=message.add_special))
+                if message.images:
+                    pictures = tuple(base64.b64decode(image) for image in message.images)
+                    result = list(self.engine.tokenize(message.text, add_special=message.add_special, images=pictures))
+                else:
+                    result = list(self.engine.tokenize(message.text, add_special=message.add_special))
             elif isinstance(message, protocol.Detokenize):
                 result = self.engine.detokenize(message.tokens)
             else:

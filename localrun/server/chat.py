@@ -99,6 +99,8 @@ async def start_chat(service: Service, call: NativeCall, endpoint: str,
     """Prepare ``call`` and start its ``n`` replies (on the upstream it names, or here)."""
     route = upstream_route(service, call.model)
     if route is not None and service.upstreams is not None:
+        if any(m.get("images") for m in call.messages):
+            raise errors.UnsupportedCapability("images are not passed on to upstream models yet")
         outputs = await remote.chat_outputs(service.upstreams, service.metrics, route, call, endpoint)
         return ChatRun(route.name, outputs, _no_count)
     target, turn = await prepare_chat(service, call)
@@ -108,7 +110,7 @@ async def start_chat(service: Service, call: NativeCall, endpoint: str,
                                    turn.system_prefix)
 
     async def prompt_tokens() -> int:
-        return len(await service.tokenize(target, turn.prompt, add_special=True))
+        return len(await service.tokenize(target, turn.prompt, add_special=True, images=turn.images))
 
     return ChatRun(target.name, [LocalOutput(g, turn.parser()) for g in gens], prompt_tokens)
 
@@ -166,7 +168,7 @@ async def count_prompt_tokens(service: Service, call: NativeCall) -> int:
         raise errors.UnsupportedCapability("counting tokens is not available for upstream models "
                                            "(their own server renders and tokenizes the prompt)")
     target, turn = await prepare_chat(service, call)
-    return len(await service.tokenize(target, turn.prompt, add_special=True))
+    return len(await service.tokenize(target, turn.prompt, add_special=True, images=turn.images))
 
 
 async def output_events(output: Output) -> AsyncIterator[ChatEvent]:

@@ -16,13 +16,15 @@ holds the calls the model opens to their strict tools' schemas (``auto``: :func:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ..chat import images as chat_images
 from ..chat.format import ChatFormat, describe, require_tools, resolve_think
 from ..chat.parse import ChatStreamParser
 from ..chat.prompt import TemplateInputs, with_defaults
 from ..chat.tools import ForcedCall, StrictCalls, check_tool_choice, forced_call, strict_calls, tool_names
 from ..engine.types import GenerateRequest, OutputFormat, SamplingOptions, Truncation
+from ..errors import UnsupportedCapability
 from ..jsontypes import JSONObject, JSONValue
 from . import rendering
 from .service import Target
@@ -40,6 +42,7 @@ class ChatTurn:
     in_thinking: bool              # the prompt ends inside an open reasoning block
     forced: ForcedCall | None      # the grammar-forced call (tool_choice required / named)
     strict: StrictCalls | None     # auto: the grammar holding opened calls to strict tools' schemas
+    images: tuple[bytes, ...] = () # the messages' images in prompt order, one marker each (chat/images.py)
 
     def parser(self) -> ChatStreamParser:
         """A fresh parser for one reply to this turn (one per generation)."""
@@ -49,6 +52,9 @@ class ChatTurn:
                 truncation: Truncation = Truncation.FRONT) -> GenerateRequest:
         """The engine request; a forced call's grammar replaces ``format``, strict calls' grammar
         applies only without one (a reply that must be that JSON is no call)."""
+        return replace(self._request(sampling, format, truncation), images=self.images)
+
+    def _request(self, sampling: SamplingOptions, format: OutputFormat, truncation: Truncation) -> GenerateRequest:
         if self.forced is not None:
             return GenerateRequest(prompt=self.prompt, sampling=sampling, format=self.forced.schema,
                                    format_frame=self.forced.frame, truncation=truncation)
@@ -72,6 +78,9 @@ async def prepare(target: Target, messages: list[JSONObject], *, tools: list[JSO
     Raises UnsupportedCapability, InvalidRequest or TemplateError (all 400) before any generation.
     """
     fmt = describe(target.template)
+    images = chat_images.of_messages(messages)
+    if images and not target.spec.options.projector:
+        raise UnsupportedCapability(f"model {target.name!r} does not support images (it has no vision projector)")
     check_tool_choice(tool_choice, tools)
     if tool_choice == "none":
         tools = None
@@ -87,4 +96,5 @@ async def prepare(target: Target, messages: list[JSONObject], *, tools: list[JSO
                                                 inputs=template_inputs(target, think if fmt.thinking else None),
                                                 num_ctx=target.spec.options.num_ctx)
     return ChatTurn(prompt=prompt, system_prefix=prefix, format=fmt, tools=tool_names(tools), think=split,
-                    in_thinking=split and fmt.starts_in_thinking(prompt), forced=forced, strict=strict)
+                    in_thinking=split and fmt.starts_in_thinking(prompt), forced=forced, strict=strict,
+                    images=images)

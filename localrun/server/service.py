@@ -200,6 +200,8 @@ class Service:
         params = resolved.parameters or {}
         load, sampling, extras = merge_options(params, options, n_ctx_train=geometry.n_ctx_train,
                                                base=self._load_defaults)
+        if resolved.projector_path:  # before the memory plan: the projector's bytes count in it
+            load = replace(load, projector=str(resolved.projector_path))
         plan = await self.context_plan(str(resolved.model_path), load, geometry, extras["num_ctx"])
         load = replace(load, num_ctx=plan.num_ctx, context_pool=plan.context_pool, num_parallel=plan.num_parallel,
                        num_batch=min(load.num_batch, plan.context_pool))
@@ -298,8 +300,11 @@ class Service:
         )
         return result, int(lease.load_duration_ns), total
 
-    async def tokenize(self, target: Target, text: str, add_special: bool) -> list[int]:
-        """``text`` as the model's token ids (``add_special``: with the BOS it adds to prompts)."""
+    async def tokenize(self, target: Target, text: str, add_special: bool, images: tuple[bytes, ...] = ()) -> list[int]:
+        """``text`` as the model's token ids (``add_special``: with the BOS it adds to prompts); with
+        ``images`` (one marker each in ``text``), their positions included (the engine's stand-ins)."""
+        if images:
+            return await self._with_vocab(target, lambda b: b.tokenize(text, add_special=add_special, images=images))
         return await self._with_vocab(target, lambda b: b.tokenize(text, add_special=add_special))
 
     async def detokenize(self, target: Target, tokens: list[int]) -> str:

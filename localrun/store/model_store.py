@@ -99,7 +99,8 @@ class ModelStore:
         """Every model, newest first."""
         entries = [
             ModelEntry(str(s.name), s.digest, s.manifest.total_size, s.modified,
-                       self.read_config(s.manifest).get("base_model") is True)
+                       self.read_config(s.manifest).get("base_model") is True,
+                       vision=s.manifest.first(mt.PROJECTOR) is not None)
             for s in self.manifests.all()
         ]
         return sorted(entries, key=lambda e: (-e.modified, e.name))
@@ -206,13 +207,15 @@ class ModelStore:
             details={
                 "format": config.get("model_format", "gguf"),
                 "family": config.get("model_family") or info.architecture,
-                "families": config.get("model_families") or ([info.architecture] if info.architecture else []),
+                "families": [*_families(config.get("model_families"), info.architecture),
+                             *(["clip"] if resolved.projector_path else [])],  # Ollama's mark of a vision model
                 "parameter_size": config.get("model_type") or info.parameter_size,
                 "quantization_level": config.get("file_type") or info.file_type,
                 "context_length": info.context_length,
                 "base_model": info.base_model,
             },
             model_info=info.metadata,
+            projector_path=resolved.projector_path,
         )
 
     # -- changes ---------------------------------------------------------------------
@@ -374,3 +377,10 @@ def _renderable(params: JSONObject) -> JSONObject:
 
 def _plain(value: object) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def _families(configured: JSONValue, architecture: str | None) -> list[JSONValue]:
+    """The config blob's model families, else the GGUF's architecture."""
+    if isinstance(configured, list) and configured:
+        return list(configured)
+    return [architecture] if architecture else []

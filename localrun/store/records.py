@@ -18,6 +18,7 @@ class ModelEntry:
     size: int          # bytes on disk (all layers)
     modified: float    # seconds since the epoch
     base_model: bool = False  # completion only (no chat template, no chat tuning); from the config blob
+    vision: bool = False      # it has a projector layer: it takes images
 
     @property
     def id(self) -> str:
@@ -67,3 +68,4 @@ class ModelDetails:
     model_path: Path
     details: JSONObject            # family, parameter_size, quantization_level, format
     model_info: JSONObject         # GGUF metadata (scalars and short arrays)
+    projector_path: Path | None = None  # a vision model's mmproj

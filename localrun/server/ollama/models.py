@@ -62,8 +62,16 @@ def tag_entry(item: ModelEntry, store: ModelStore) -> JSONObject:
         "modified_at": _iso(item.modified),
         "size": item.size,
         "digest": item.digest.removeprefix("sha256:"),
-        "details": _details_for(path),
+        "details": _with_vision(_details_for(path), item.vision),
     }
+
+
+def _with_vision(details: JSONObject, vision: bool) -> JSONObject:
+    """Ollama marks a vision model by the ``clip`` family (its projector's architecture)."""
+    families = details.get("families")
+    if vision and isinstance(families, list) and "clip" not in families:
+        details["families"] = [*families, "clip"]
+    return details
 
 
 async def tags(request: web.Request) -> web.Response:
@@ -108,7 +116,7 @@ async def show(request: web.Request) -> web.Response:
         "license": "\n".join(info.licenses),
         "details": info.details or _details_for(info.model_path),
         "model_info": info.model_info,
-        "capabilities": [*_capabilities(template, info.model_path)],  # a list[JSONValue]
+        "capabilities": [*_capabilities(template, info.model_path, vision=info.projector_path is not None)],
         "defaults": await _defaults(request, name, info.parameters),
         "modified_at": _iso(info.modified),
     }
@@ -117,13 +125,14 @@ async def show(request: web.Request) -> web.Response:
     return web.json_response(out, dumps=lambda o: json.dumps(o, default=str))
 
 
-def _capabilities(template: str, path: Path) -> list[str]:
+def _capabilities(template: str, path: Path, *, vision: bool) -> list[str]:
     """What the model can do, from its template and GGUF header (see :func:`localrun.chat.format.capabilities`)."""
     try:
         geometry = read_geometry(str(path))
     except errors.LocalrunError:
         return ["completion"]
-    return capabilities(describe(template or None), embedding=geometry.embedding, fim=geometry.fim is not None)
+    return capabilities(describe(template or None), embedding=geometry.embedding, fim=geometry.fim is not None,
+                        vision=vision)
 
 
 async def _defaults(request: web.Request, name: str, params: JSONMapping) -> JSONObject:

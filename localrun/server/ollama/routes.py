@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from ... import errors
+from ...chat import images as chat_images
 from ...chat.events import ChatEvent, ContentDelta, collect
 from ...chat.format import parse_think
 from ...chat.parse import ChatStreamParser
@@ -136,9 +137,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
     think = parse_think(body.get("think"))
     if not prompt and not images and not suffix:
         return await _load_or_unload(request, body, keep_alive, chat=False)
-    if images:
-        raise errors.InvalidRequest(f"model {body.get('model')!r} does not support images")
     service = request.app[SERVICE]
+    if images and (suffix or upstream_route(service, body.get("model")) is not None):
+        raise UnsupportedCapability("images with 'suffix', or for an upstream model, are not supported")
     if upstream_route(service, body.get("model")) is not None:
         out = await _generate_upstream(service, body, prompt, suffix, think, keep_alive, stream)
     else:
@@ -152,7 +153,12 @@ async def generate(request: web.Request) -> web.StreamResponse:
 async def _generate_local(service: Service, body: JSONObject, prompt: str, suffix: str, think: bool | None,
                           keep_alive: KeepAlive) -> Output:
     target = await service.target(body.get("model"), body.get("options"), keep_alive)
+    pictures = [chat_images.from_base64(p, f"images[{i}]") for i, p in enumerate(get(body, "images", list, []))]
+    user = chat_images.attach(prompt, pictures, "prompt")
     context = get(body, "context", list, None)
+    if context is not None and pictures:
+        raise errors.InvalidRequest("'context' cannot be combined with 'images'; send the conversation as /api/chat "
+                                    "messages instead")
     if context is not None and not all(isinstance(t, int) and not isinstance(t, bool) for t in context):
         raise errors.InvalidRequest("'context' must be a list of token ids")
     parser: ChatStreamParser | None = None
@@ -160,9 +166,9 @@ async def _generate_local(service: Service, body: JSONObject, prompt: str, suffi
     if suffix:
         text = fill_in_the_middle(target, prompt, suffix)
     elif get(body, "raw", bool, False):
-        text = prompt
+        text = str(user["content"])
     else:
-        messages: list[JSONObject] = [{"role": "user", "content": prompt}]
+        messages: list[JSONObject] = [{"role": "user", **user}]
         system = get(body, "system", str, None) or target.system
         if system:
             messages.insert(0, {"role": "system", "content": system})
@@ -171,9 +177,11 @@ async def _generate_local(service: Service, body: JSONObject, prompt: str, suffi
             target = dataclasses.replace(target, template_override=template)
         turn = await chatturn.prepare(target, messages, think=think)
         text, system_prefix, parser = turn.prompt, turn.system_prefix, turn.parser()
+    if pictures and not target.spec.options.projector:
+        raise UnsupportedCapability(f"model {target.name!r} does not support images (it has no vision projector)")
     req = GenerateRequest(
         prompt=text, sampling=sampling_with_logprobs(target, body), format=check_format(body.get("format")),
-        truncation=truncation(body),
+        truncation=truncation(body), images=tuple(p.data for p in pictures),
     )
     gen = await service.generate(target, req, "/api/generate", context=context, system_prefix=system_prefix)
     return LocalOutput(gen, parser)

@@ -15,6 +15,7 @@ class Resolved:
     name: str
     model_path: str
     adapter_path: str | None = None
+    projector_path: str | None = None
     template: str | None = None
     system: str | None = None
     parameters: dict[str, Any] = dataclasses.field(default_factory=dict)
