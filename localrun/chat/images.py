@@ -114,6 +114,38 @@ def check(data: bytes, where: str) -> Image:
     return Image(data, kind, width, height)
 
 
+class Content:
+    """One message's content built from an API's parts in order: text, and images where they stand
+    (each becomes :data:`IMAGE_MARKER`). :meth:`fields` is the native message's ``content`` (and
+    ``images``); ``sep`` joins the text pieces."""
+
+    def __init__(self, sep: str = "") -> None:
+        self._pieces: list[str] = []
+        self._images: list[Image] = []
+        self._sep = sep
+
+    def text(self, text: str, where: str) -> None:
+        refuse_marker(text, where)
+        self._pieces.append(text)
+
+    def image(self, image: Image) -> None:
+        self._pieces.append(IMAGE_MARKER)
+        self._images.append(image)
+
+    def __bool__(self) -> bool:
+        return bool(self._pieces)
+
+    def fields(self) -> JSONObject:
+        content = ""
+        for i, piece in enumerate(self._pieces):  # no separator next to an image: it stands where it was
+            if i and piece != IMAGE_MARKER and self._pieces[i - 1] != IMAGE_MARKER:
+                content += self._sep
+            content += piece
+        if not self._images:
+            return {"content": content}
+        return {"content": content, "images": [image.as_base64() for image in self._images]}
+
+
 def attach(text: str, images: Sequence[Image], where: str) -> JSONObject:
     """A native message's ``content`` and ``images`` for ``text`` with ``images`` before it (as
     Ollama's ``images`` field means them): one :data:`IMAGE_MARKER` per image, then the text.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...chat import images as chat_images
 from ...chat.prompt import TURN_ROLES, role_names
 from ...errors import InvalidRequest, ThreadUnsupported
 from ...jsontypes import JSONMapping, JSONObject, JSONValue, as_object
@@ -27,7 +28,7 @@ from ..http import get, get_number, get_whole, str_field
 from ..native_call import EXTRA_OPTIONS, NativeCall, extra_options
 from ..options import parse_keep_alive
 
-_UNSUPPORTED_BLOCKS = {"image": "images", "document": "documents", "search_result": "search results",
+_UNSUPPORTED_BLOCKS = {"document": "documents", "search_result": "search results",
                        "container_upload": "container uploads"}
 _THINKING_BLOCKS = ("thinking", "redacted_thinking")
 MIN_THINKING_BUDGET = 1024  # Anthropic's own minimum
@@ -157,6 +158,7 @@ def conversation(value: JSONValue) -> list[JSONObject]:
             out.extend(system_messages(content, where=f"{where}.content"))
             continue
         if isinstance(content, str):
+            chat_images.refuse_marker(content, f"{where}.content")
             out.append({"role": role, "content": content})
             continue
         if not isinstance(content, list):
@@ -165,8 +167,20 @@ def conversation(value: JSONValue) -> list[JSONObject]:
     return out
 
 
+def _image(block: JSONMapping, at: str) -> chat_images.Image:
+    """An ``image`` block: its ``source`` must be base64 data (a URL is never fetched)."""
+    raw = block.get("source")
+    source: JSONMapping = raw if isinstance(raw, dict) else {}
+    kind = source.get("type")
+    if kind == "base64":
+        return chat_images.from_base64(source.get("data"), f"{at}.source.data")
+    if kind == "url":
+        return chat_images.from_data_url(source.get("url"), f"{at}.source.url")
+    raise InvalidRequest(f"{at}.source: must be {{type: 'base64', media_type, data}}")
+
+
 def _blocks(role: str, blocks: list[JSONValue], where: str, names: dict[str, str]) -> list[JSONObject]:
-    texts: list[str] = []
+    texts = chat_images.Content()
     calls: list[JSONValue] = []  # the message's tool_calls, each an object
     results: list[JSONObject] = []
     for j, item in enumerate(blocks):
@@ -174,7 +188,9 @@ def _blocks(role: str, blocks: list[JSONValue], where: str, names: dict[str, str
         block = as_object(item)  # not an object: no type, refused below
         kind, text = str_field(block, "type"), block.get("text")
         if kind == "text" and isinstance(text, str):
-            texts.append(text)
+            texts.text(text, f"{at}.text")
+        elif kind == "image" and role == "user":
+            texts.image(_image(block, at))
         elif kind == "tool_use" and role == "assistant":
             call_id, name, args = block.get("id"), block.get("name"), block.get("input", {})
             if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
@@ -196,7 +212,7 @@ def _blocks(role: str, blocks: list[JSONValue], where: str, names: dict[str, str
             raise InvalidRequest(f"{at}: unsupported content block {kind!r} (text, tool_use, tool_result)")
     out = list(results)
     if texts or calls or not results:
-        message: JSONObject = {"role": role, "content": "".join(texts)}
+        message: JSONObject = {"role": role, **texts.fields()}
         if calls:
             message["tool_calls"] = calls
         out.append(message)
@@ -208,23 +224,26 @@ def _tool_result(block: JSONMapping, at: str, names: dict[str, str]) -> JSONObje
     if not isinstance(call_id, str) or not call_id:
         raise InvalidRequest(f"{at}: tool_result blocks need the 'tool_use_id' they answer")
     content = block.get("content", "")
+    built = chat_images.Content(sep="\n")
     if isinstance(content, list):
-        parts = []
         for k, item in enumerate(content):
             part = as_object(item)  # not an object: no type, refused below
             kind, text = str_field(part, "type"), part.get("text")
             if kind == "text" and isinstance(text, str):
-                parts.append(text)
+                built.text(text, f"{at}.content.{k}.text")
+            elif kind == "image":  # a screenshot a coding agent's tool took
+                built.image(_image(part, f"{at}.content.{k}"))
             elif kind in _UNSUPPORTED_BLOCKS:
                 raise InvalidRequest(f"{at}.content.{k}: this model does not support {_UNSUPPORTED_BLOCKS[kind]}")
             else:
-                raise InvalidRequest(f"{at}.content.{k}: tool results hold text blocks")
-        content = "\n".join(parts)
-    elif not isinstance(content, str):
+                raise InvalidRequest(f"{at}.content.{k}: tool results hold text and image blocks")
+    elif isinstance(content, str):
+        built.text(content, f"{at}.content")
+    else:
         raise InvalidRequest(f"{at}.content: must be a string or a list of text blocks")
+    message: JSONObject = {"role": "tool", **built.fields(), "tool_call_id": call_id}
     if block.get("is_error") is True:
-        content = f"Error: {content}"
-    message: JSONObject = {"role": "tool", "content": content, "tool_call_id": call_id}
+        message["content"] = f"Error: {message['content']}"
     if call_id in names:
         message["tool_name"] = names[call_id]
     return message

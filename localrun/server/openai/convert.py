@@ -14,6 +14,7 @@ import base64
 import json
 import struct
 
+from ...chat import images as chat_images
 from ...chat.events import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
 from ...chat.format import parse_think
 from ...chat.prompt import native_role, role_names
@@ -71,25 +72,31 @@ def response_format(value: JSONValue) -> str | JSONObject | None:
     raise InvalidRequest(f"response_format.type must be text, json_object or json_schema, got {kind!r}")
 
 
-def _text_content(content: JSONValue, where: str) -> str:
+def _content(content: JSONValue, where: str) -> JSONObject:
+    """A message's ``content`` (a string, or text and ``image_url`` parts) as native ``content``
+    and ``images`` (chat/images.py: data URLs only, nothing is fetched)."""
+    built = chat_images.Content()
     if content is None:
-        return ""
+        return built.fields()
     if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if not isinstance(part, dict):
-                raise InvalidRequest(f"{where}: content parts must be objects")
-            text = part.get("text")
-            if part.get("type") == "text" and isinstance(text, str):
-                parts.append(text)
-            elif part.get("type") in ("image_url", "input_image", "input_audio"):
-                raise InvalidRequest(f"{where}: this model does not support {part['type']} content")
-            else:
-                raise InvalidRequest(f"{where}: unsupported content part {part.get('type')!r}")
-        return "".join(parts)
-    raise InvalidRequest(f"{where}: content must be a string or a list of content parts")
+        built.text(content, f"{where}.content")
+        return built.fields()
+    if not isinstance(content, list):
+        raise InvalidRequest(f"{where}: content must be a string or a list of content parts")
+    for k, part in enumerate(content):
+        if not isinstance(part, dict):
+            raise InvalidRequest(f"{where}: content parts must be objects")
+        text, url = part.get("text"), part.get("image_url")
+        if part.get("type") == "text" and isinstance(text, str):
+            built.text(text, f"{where}.content[{k}].text")
+        elif part.get("type") == "image_url":
+            link = url.get("url") if isinstance(url, dict) else url
+            built.image(chat_images.from_data_url(link, f"{where}.content[{k}].image_url"))
+        elif part.get("type") in ("input_audio", "file"):
+            raise InvalidRequest(f"{where}: {part['type']} content is not supported (text and images are)")
+        else:
+            raise InvalidRequest(f"{where}: unsupported content part {part.get('type')!r}")
+    return built.fields()
 
 
 def messages_from_openai(messages: JSONValue) -> list[JSONObject]:
@@ -102,7 +109,7 @@ def messages_from_openai(messages: JSONValue) -> list[JSONObject]:
         role = native_role(m.get("role"))
         if role is None:
             raise InvalidRequest(f"messages[{i}].role must be {role_names()}")
-        item: JSONObject = {"role": role, "content": _text_content(m.get("content"), f"messages[{i}]")}
+        item: JSONObject = {"role": role, **_content(m.get("content"), f"messages[{i}]")}
         calls = m.get("tool_calls")
         if calls:
             if not isinstance(calls, list):

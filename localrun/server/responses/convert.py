@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
+from ...chat import images as chat_images
 from ...chat.prompt import TURN_ROLES, native_role, role_names
 from ...errors import InvalidRequest
 from ...jsontypes import JSONMapping, JSONObject, JSONValue, as_object
@@ -41,7 +42,7 @@ from ..options import parse_keep_alive
 _PASSED_OPTIONS = ("temperature", "top_p", "seed", "options", "num_ctx", "top_k", "min_p", "typical_p",
                    "repeat_penalty", "repeat_last_n", "num_batch", "num_gpu", "num_thread", "num_keep", "use_mmap",
                    "presence_penalty", "frequency_penalty")
-_UNSUPPORTED_PARTS = {"input_image": "images", "input_file": "files", "input_audio": "audio"}
+_UNSUPPORTED_PARTS = {"input_file": "files", "input_audio": "audio"}
 
 
 @dataclass(slots=True)
@@ -163,27 +164,34 @@ def input_too_long(prompt_tokens: int, max_tokens: int) -> str:
             "Please adjust your input and try again, or send \"truncation\": \"auto\" to drop its oldest items.")
 
 
-def _text_parts(content: JSONValue, where: str) -> str:
-    """A message's content (a string or text parts) as one string."""
+def _text_parts(content: JSONValue, where: str) -> JSONObject:
+    """A message's content (a string, text parts and ``input_image`` parts) as native ``content``
+    and ``images`` (chat/images.py: data URLs only, nothing is fetched)."""
+    built = chat_images.Content()
     if isinstance(content, str):
-        return content
+        built.text(content, f"{where}.content")
+        return built.fields()
     if not isinstance(content, list):
         raise InvalidRequest(f"{where}.content must be a string or a list of content parts")
-    texts = []
     for j, part in enumerate(content):
         fields = as_object(part)  # not an object: no type, refused below
         kind, text, refusal = str_field(fields, "type"), fields.get("text"), fields.get("refusal")
         if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text") and isinstance(text, str):
-            texts.append(text)
+            built.text(text, f"{where}.content[{j}].text")
         elif kind == "refusal" and isinstance(refusal, str):
-            texts.append(refusal)
+            built.text(refusal, f"{where}.content[{j}].refusal")
+        elif kind == "input_image":
+            if fields.get("file_id"):
+                raise InvalidRequest(f"{where}.content[{j}]: file_id images need OpenAI's file store; send the "
+                                     "image as a base64 data URL in image_url")
+            built.image(chat_images.from_data_url(fields.get("image_url"), f"{where}.content[{j}].image_url"))
         elif kind in _UNSUPPORTED_PARTS:
             raise InvalidRequest(f"{where}.content[{j}]: this model does not support {_UNSUPPORTED_PARTS[kind]} "
                                  f"({kind})")
         else:
             raise InvalidRequest(f"{where}.content[{j}] must be a text part like "
                                  "{\"type\": \"input_text\", \"text\": \"...\"}")
-    return "".join(texts)
+    return built.fields()
 
 
 def _arguments(value: JSONValue, where: str) -> JSONObject:
@@ -212,7 +220,7 @@ def input_messages(value: object) -> list[JSONObject]:
             role = native_role(item.get("role"), TURN_ROLES)
             if role is None:
                 raise InvalidRequest(f"{where}.role must be {role_names(TURN_ROLES)}")
-            out.append({"role": role, "content": _text_parts(item.get("content"), where)})
+            out.append({"role": role, **_text_parts(item.get("content"), where)})
         elif kind == "function_call":
             name, call_id, namespace = item.get("name"), item.get("call_id"), item.get("namespace")
             if not isinstance(name, str) or not name or not isinstance(call_id, str) or not call_id:
@@ -235,8 +243,8 @@ def input_messages(value: object) -> list[JSONObject]:
             if not isinstance(call_id, str) or not call_id:
                 raise InvalidRequest(f"{where} must have the 'call_id' of the call it answers")
             output = item.get("output")
-            text = output if isinstance(output, str) else _text_parts(output, where)
-            message: JSONObject = {"role": "tool", "content": text, "tool_call_id": call_id}
+            result = _text_parts(output, where)  # a string, or parts: text and images (a screenshot)
+            message: JSONObject = {"role": "tool", **result, "tool_call_id": call_id}
             if call_id in names:
                 message["tool_name"] = names[call_id]
             out.append(message)
