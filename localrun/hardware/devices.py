@@ -304,7 +304,7 @@ def _print_report() -> None:
     """Child side of :class:`SubprocessProbe`: one marked JSON line on stdout."""
     try:
         report = _native_report_in_process()
-        payload: dict[str, Any] = {"build": asdict(report.build),
+        payload: dict[str, object] = {"build": asdict(report.build),
                                    "devices": [d.to_dict() for d in report.devices]}
     except Exception as exc:  # reported to the parent, which raises it as EngineError
         payload = {"error": str(exc) or type(exc).__name__}

@@ -6,14 +6,14 @@ import contextvars
 import datetime as dt
 import json
 import math
-from typing import Any
+from typing import TypeVar, overload
 
 from aiohttp import web
 
 from .. import trace
 from ..errors import InvalidRequest, OptionError
 from ..fmt import FOREVER_ISO
-from ..jsontypes import JSONMapping
+from ..jsontypes import JSONMapping, JSONObject
 
 PRIORITY_HEADER = "X-Localrun-Priority"
 """``interactive`` (a person waits: the TUI, ``localrun run``) or ``batch``: how the engine queues the
@@ -22,14 +22,14 @@ PRIORITIES = {"interactive": True, "batch": False}
 interactive_hint: contextvars.ContextVar[bool | None] = contextvars.ContextVar("localrun_interactive", default=None)
 """The request's PRIORITY_HEADER, set by the priority middleware for the handler's task."""
 
+_T = TypeVar("_T")
+_D = TypeVar("_D")
+
 JSON_BODY_LIMIT = 64 * 1024 * 1024  # aiohttp's client_max_size: bodies over it get 413
 
 
-async def read_json(request: web.Request) -> dict[str, Any]:
-    """The request body as a JSON object; malformed or non-object bodies are a 400.
-
-    Typed ``dict[str, Any]`` only until every API's handlers read it as a ``JSONObject`` (which
-    ``dict[str, Any]`` is assignable to: annotate the body, ``body: JSONObject = await read_json(...)``)."""
+async def read_json(request: web.Request) -> JSONObject:
+    """The request body as a JSON object; malformed or non-object bodies are a 400."""
     raw = await request.read()
     if not raw.strip():
         return {}
@@ -62,11 +62,16 @@ _TYPE_NAMES = {str: "a string", bool: "true or false", int: "a whole number", fl
                list: "a list", dict: "an object"}
 
 
-# get, get_whole and get_number keep ``dict[str, Any]`` (and get its ``Any`` result) while the other APIs'
-# handlers move to JSONObject; a JSONObject body passes to them as it is.
-def get(body: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
+@overload
+def get(body: JSONMapping, name: str, kind: type[_T]) -> _T | None: ...
+@overload
+def get(body: JSONMapping, name: str, kind: type[_T], default: _D) -> _T | _D: ...
+@overload
+def get(body: JSONMapping, name: str, kind: tuple[type, ...], default: object = None) -> object: ...
+def get(body: JSONMapping, name: str, kind: type | tuple[type, ...], default: object = None) -> object:
     """``body[name]`` checked against ``kind`` (None/missing gives ``default``): the one JSON field
-    checker of every API (an int passes for a float; a bool never passes for an int)."""
+    checker of every API (an int passes for a float; a bool never passes for an int). Typed by
+    ``kind``: ``get(body, "stream", bool)`` is a ``bool | None``."""
     value = body.get(name)
     if value is None:
         return default
@@ -83,19 +88,19 @@ def get(body: dict[str, Any], name: str, kind: type | tuple[type, ...], default:
     return value
 
 
-def get_whole(body: dict[str, Any], name: str, low: int, high: int | None = None) -> int | None:
+def get_whole(body: JSONMapping, name: str, low: int, high: int | None = None) -> int | None:
     """``body[name]`` as a whole number in [low, high] (None when missing); a value outside is an
     OptionError on every API (the same class as an out-of-range option)."""
-    value: int | None = get(body, name, int)
+    value = get(body, name, int)
     if value is not None and (value < low or (high is not None and value > high)):
         bound = f"between {low} and {high}" if high is not None else f"at least {low}"
         raise OptionError(f"'{name}' must be {bound}, got {value}")
     return value
 
 
-def get_number(body: dict[str, Any], name: str, low: float, high: float) -> float | None:
+def get_number(body: JSONMapping, name: str, low: float, high: float) -> float | None:
     """``body[name]`` as a finite number in [low, high] (None when missing); outside is an OptionError."""
-    value: float | None = get(body, name, float)
+    value = get(body, name, float)
     if value is not None and not (math.isfinite(value) and low <= value <= high):
         raise OptionError(f"'{name}' must be between {low:g} and {high:g}, got {value!r}")
     return value

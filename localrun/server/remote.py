@@ -26,7 +26,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import replace
-from typing import Any
 
 from aiohttp import web
 
@@ -224,11 +223,8 @@ _UPSTREAM_DETAILS: JSONObject = {"parent_model": "", "format": "", "family": "",
                      "quantization_level": ""}
 
 
-async def tag_entries(upstreams: Upstreams) -> list[dict[str, Any]]:
-    """``/api/tags`` rows for upstream models (Ollama's ``remote_model`` / ``remote_host`` fields).
-
-    ``dict[str, Any]`` rows (JSON objects) until /v1/models (``openai.routes.models``) narrows the ``name``
-    it reads from them: typed JSONObject, that ``name`` is a JSONValue where it takes a str."""
+async def tag_entries(upstreams: Upstreams) -> list[JSONObject]:
+    """``/api/tags`` rows for upstream models (Ollama's ``remote_model`` / ``remote_host`` fields)."""
     await upstreams.refresh()
     return [{"name": m.name, "model": m.name, "modified_at": "1970-01-01T00:00:00Z", "size": 0, "digest": "",
              "details": dict(_UPSTREAM_DETAILS), "remote_model": m.model, "remote_host": m.hosts[0] if m.hosts else "",

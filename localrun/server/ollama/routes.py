@@ -201,8 +201,8 @@ async def _generate_upstream(service: Service, body: JSONObject, prompt: str, su
         run = await start_completions(service, call, call.format, "/api/generate", suffix=suffix or None)
     else:
         system = get(body, "system", str, None)
-        call.messages = ([{"role": "system", "content": system}] if system else []) + \
-            [{"role": "user", "content": prompt}]
+        turn: list[JSONObject] = [{"role": "system", "content": system}] if system else []
+        call.messages = [*turn, {"role": "user", "content": prompt}]
         run = await start_chat(service, call, "/api/generate")
     return run.outputs[0]
 
