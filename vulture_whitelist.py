@@ -49,3 +49,4 @@ _.registered  # engine.rpc: what this process registered, read by its tests
 _.restored_tokens  # engine.host_cache: tokens brought back from host RAM, read by the host-tier tests
 _.check_cells  # engine.kvcache: asserts llama.cpp still holds every cached path, called by the engine tests
 _.print_timings  # engine.vision: a libmtmd context parameter (ctypes structure field), read by the C side
+_.image_names  # tui.conversations: a ChatMessage key (TypedDict), read and written by its string name

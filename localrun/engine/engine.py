@@ -240,6 +240,7 @@ class Engine:
             prompt_tokens=b.prompt_tokens, generated_tokens=b.generated_tokens, kv_cache_resets=b.kv.resets,
             host_cache_tokens=host.n_tokens if host else 0, host_cache_bytes=host.n_bytes if host else 0,
             draft_tokens=b.draft_tokens, accepted_tokens=b.accepted_tokens, preemptions=b.preemptions,
+            image_tokens=b.image_tokens,
         )
 
     def close(self) -> None:

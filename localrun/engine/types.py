@@ -206,6 +206,7 @@ class EngineStats:
     draft_tokens: int = 0          # cumulative: tokens speculative decoding drafted (engine/drafter.py)
     accepted_tokens: int = 0       # cumulative: drafted tokens greedy sampling confirmed
     preemptions: int = 0           # cumulative: requests paused because the KV pool was full (admission.py)
+    image_tokens: int = 0          # cumulative: image positions computed (an image from the cache counts none)
 
 
 @dataclass(frozen=True, slots=True)

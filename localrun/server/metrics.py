@@ -66,6 +66,10 @@ class Metrics:
             "localrun_kv_pool_preemptions", "Requests paused since the model loaded because the KV pool was full "
             "(each resumed from the prefix cache)", ["model"], registry=r,
         )
+        self.image_tokens = Gauge(
+            "localrun_image_tokens", "Image positions the vision encoder computed since the model loaded (an image "
+            "the prefix cache held counts none)", ["model"], registry=r,
+        )
         self.active = Gauge("localrun_active_requests", "Requests holding a sequence slot", ["model"], registry=r)
         self.loads = Counter("localrun_model_loads", "Model loads, unloads and crashes", ["event"], registry=r)
 
@@ -78,7 +82,7 @@ class Metrics:
 
     def clear_model_gauges(self) -> None:
         for gauge in (self.model_memory, self.kv_used, self.kv_total, self.host_cache_tokens, self.host_cache_bytes,
-                      self.draft_tokens, self.accepted_tokens, self.preemptions, self.active):
+                      self.draft_tokens, self.accepted_tokens, self.preemptions, self.image_tokens, self.active):
             gauge.clear()
 
 

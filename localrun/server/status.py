@@ -124,6 +124,7 @@ async def metrics(request: web.Request) -> web.Response:
         m.draft_tokens.labels(model.name).set(stats.draft_tokens)
         m.accepted_tokens.labels(model.name).set(stats.accepted_tokens)
         m.preemptions.labels(model.name).set(stats.preemptions)
+        m.image_tokens.labels(model.name).set(stats.image_tokens)
     return web.Response(body=m.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
