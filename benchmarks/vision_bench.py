@@ -12,6 +12,10 @@ its own new random image (so no run reuses another's cache):
 2. **follow-up**: the same conversation, the reply, and ``user: and the colours?``, 1 token out:
    the image is the same, so a prefix cache can answer without encoding it again.
 
+Then **text beside images** (``--tpot``): 4 text streams of 800 tokens, alone and again while a new
+image request arrives every 0.4 s; per server, the median time per output token and the longest gap
+between two tokens of a stream (an encode that stalls the batch shows as a gap of its length).
+
 Prints median time to first token per server and the ratios localrun / llama-server (the targets:
 first <= 1.05, follow-up <= 0.2). Sends only to the two URLs; bounded by ``--rounds``.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import base64
 import concurrent.futures
+import itertools
 import json
 import os
 import statistics
@@ -67,6 +72,37 @@ def one_client(url: str, model: str, size: int) -> tuple[float, float]:
     return first, follow_up
 
 
+def text_stream(url: str, model: str, seed: int) -> list[float]:
+    """The arrival times of one text stream's tokens (800 tokens, greedy, end-of-text ignored)."""
+    body = {"model": model, "messages": [{"role": "user", "content": f"story {seed}: " + "go on " * 20}],
+            "max_tokens": 800, "temperature": 0, "stream": True, "ignore_eos": True}
+    times = []
+    with httpx.Client(timeout=600) as client, client.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                times.append(time.perf_counter())
+    return times
+
+
+def text_beside_images(url: str, model: str, size: int, images: bool) -> dict[str, float]:
+    """4 text streams, with (``images``) a new one-image request every 0.4 s while they run."""
+    done = False
+
+    def arrivals() -> None:
+        while not done:
+            one_client(url, model, size)
+            time.sleep(0.4)
+
+    with concurrent.futures.ThreadPoolExecutor(5) as pool:
+        feeder = pool.submit(arrivals) if images else None
+        streams = list(pool.map(lambda i: text_stream(url, model, i), range(4)))
+        done = True
+        if feeder is not None:
+            feeder.result()
+    gaps = [b - a for times in streams for a, b in itertools.pairwise(times[1:])]  # from the 2nd token
+    return {"tpot_s": statistics.median(gaps), "max_gap_s": max(gaps)}
+
+
 def measure(url: str, model: str, streams: int, rounds: int, size: int) -> dict[str, float]:
     firsts: list[float] = []
     follow_ups: list[float] = []
@@ -87,6 +123,7 @@ def main() -> None:
     parser.add_argument("--streams", default="1,4")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--size", type=int, default=224, help="image side in pixels")
+    parser.add_argument("--tpot", action="store_true", help="also measure text streams beside image requests")
     parser.add_argument("--json")
     args = parser.parse_args()
     one_client(args.localrun, args.localrun_model, args.size)  # warm both (model loaded, first encode)
@@ -102,6 +139,15 @@ def main() -> None:
         print(f"{streams} stream(s): first image {ours['first_s'] * 1000:.0f} ms vs {theirs['first_s'] * 1000:.0f} ms "
               f"({row['first_ratio']:.2f}x); follow-up {ours['follow_up_s'] * 1000:.0f} ms vs "
               f"{theirs['follow_up_s'] * 1000:.0f} ms ({row['follow_up_ratio']:.2f}x)")
+    if args.tpot:
+        for name, url, model in (("localrun", args.localrun, args.localrun_model),
+                                 ("llama-server", args.llama, args.llama_model)):
+            alone = text_beside_images(url, model, args.size, images=False)
+            beside = text_beside_images(url, model, args.size, images=True)
+            results.append({"tpot": name, "alone": alone, "beside_images": beside})
+            print(f"{name}: 4 text streams {alone['tpot_s'] * 1000:.1f} ms/token alone (longest gap "
+                  f"{alone['max_gap_s'] * 1000:.0f} ms), {beside['tpot_s'] * 1000:.1f} ms/token beside image requests "
+                  f"(longest gap {beside['max_gap_s'] * 1000:.0f} ms)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -322,9 +322,10 @@ class Engine:
         idle = False
         while True:
             with self._cond:
-                while not self._closed and not self._incoming and (idle or not batcher.has_work()):
-                    if not self._cond.wait(timeout=0.05 if batcher.has_work() else None):
-                        break
+                if not self._closed and not self._incoming and (idle or not batcher.has_work()):
+                    # a wake (a request, a cancel, an image encoded: batcher.py) or 50 ms of a step with
+                    # nothing to decode, then the next step looks at the state again
+                    self._cond.wait(timeout=0.05 if batcher.has_work() else None)
                 if self._closed:
                     break
                 if not batcher.has_work():

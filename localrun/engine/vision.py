@@ -81,7 +81,9 @@ class Projector:
     """A loaded mmproj for one loaded model (``mtmd_init_from_file``); freed by :meth:`close`.
 
     ``tokenize`` may run on any thread; ``encode`` runs on the engine's encoder thread and ``decode``
-    on the engine thread. libmtmd's context is used by one of them at a time (a lock).
+    on the engine thread. Encodes take turns (libmtmd keeps one output buffer per context), and so
+    do tokenizations, but a tokenization does not wait for an encode: a follow-up about a cached
+    image is not held up by another request's new image.
     """
 
     def __init__(self, path: str, model: lc.llama_model_p, *, n_threads: int, use_gpu: bool) -> None:
@@ -96,7 +98,8 @@ class Projector:
             raise InvalidModelFile(f"the projector {path} could not be loaded (see the runner log): is it an "
                                    "mmproj GGUF made for this model?")
         self._ctx: mtmd.mtmd_context_p | None = ctx
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()         # encode (and close)
+        self._tokenize_lock = threading.Lock()
         self.n_embd = int(lc.llama_model_n_embd(model))
         try:
             if not mtmd.mtmd_support_vision(ctx):
@@ -119,7 +122,7 @@ class Projector:
                                  "chat template that drops messages with images, or the marker "
                                  f"{IMAGE_MARKER} in the text)")
         ctx = self._live()
-        with self._lock:
+        with self._tokenize_lock:
             bitmaps = [self._bitmap(ctx, data, i) for i, data in enumerate(images)]
             try:
                 return self._tokenize(ctx, pieces, bitmaps, images, add_special)
@@ -161,7 +164,7 @@ class Projector:
         return True
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._tokenize_lock:
             ctx, self._ctx = self._ctx, None
         if ctx:
             mtmd.mtmd_free(ctx)

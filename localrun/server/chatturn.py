@@ -92,6 +92,8 @@ async def prepare(target: Target, messages: list[JSONObject], *, tools: list[JSO
     if forced is not None and fmt.thinking is not None and fmt.thinking.toggle:
         think, split = False, False  # the grammar starts at the first token: no room for a reasoning block
     full = with_defaults(messages, target.system, target.messages)
+    if images:  # the template sees each image's marker in the text; the bytes need not cross to its worker
+        full = [{k: v for k, v in m.items() if k != "images"} for m in full]
     prompt, prefix = await rendering.render_async(target.template, full, tools,
                                                 inputs=template_inputs(target, think if fmt.thinking else None),
                                                 num_ctx=target.spec.options.num_ctx)
