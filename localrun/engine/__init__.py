@@ -9,6 +9,7 @@ are pure Python and safe to import from the daemon):
 - ``sampling`` / ``grammar``: native sampler chains, option checks, JSON Schema to GBNF
 - ``detok``: incremental UTF-8 detokenising and stop strings
 - ``embedding``: batched embeddings on a second context
+- ``vision``: a vision model's projector (libmtmd): images as token spans, encoded beside the batch
 - ``regex_bounds``: how much grammar a JSON-schema ``pattern`` may become
 - ``native``: model/context/vocab/batch wrappers; ``types``: the public contract
 
