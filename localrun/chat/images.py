@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import InvalidRequest
-from ..jsontypes import JSONObject
+from ..jsontypes import JSONMapping, JSONObject
 
 IMAGE_MARKER = "<__media__>"
 """Where an image goes in the prompt text (libmtmd's default media marker)."""
@@ -160,6 +160,35 @@ def refuse_marker(text: str, where: str) -> None:
     """A 400 when a client's ``text`` holds :data:`IMAGE_MARKER` (only localrun places it)."""
     if IMAGE_MARKER in text:
         raise InvalidRequest(f"{where} contains {IMAGE_MARKER}, which localrun reserves for images")
+
+
+def parts(message: JSONMapping) -> list[str | Image]:
+    """A native message's content as it was sent: text pieces and the images where they stood (for
+    an upstream that takes images in its own shape)."""
+    pictures = [from_base64(p, "an image") for p in _list(message.get("images"))]
+    content = message.get("content")
+    pieces = (content if isinstance(content, str) else "").split(IMAGE_MARKER)
+    out: list[str | Image] = []
+    for i, piece in enumerate(pieces):
+        if piece:
+            out.append(piece)
+        if i < len(pieces) - 1 and i < len(pictures):
+            out.append(pictures[i])
+    return out
+
+
+def without_markers(message: JSONMapping) -> dict[str, object]:
+    """A native message as Ollama's API takes it: its images in ``images``, none of our markers in the text."""
+    out = dict(message)
+    content = message.get("content")
+    if isinstance(content, str):
+        out["content"] = content.replace(IMAGE_MARKER, "")
+    return out
+
+
+def data_url(image: Image) -> str:
+    """``image`` as a ``data:`` URL (OpenAI's ``image_url``)."""
+    return f"data:image/{image.format};base64,{image.as_base64()}"
 
 
 def of_messages(messages: Sequence[JSONObject]) -> tuple[bytes, ...]:

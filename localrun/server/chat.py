@@ -99,8 +99,6 @@ async def start_chat(service: Service, call: NativeCall, endpoint: str,
     """Prepare ``call`` and start its ``n`` replies (on the upstream it names, or here)."""
     route = upstream_route(service, call.model)
     if route is not None and service.upstreams is not None:
-        if any(m.get("images") for m in call.messages):
-            raise errors.UnsupportedCapability("images are not passed on to upstream models yet")
         outputs = await remote.chat_outputs(service.upstreams, service.metrics, route, call, endpoint)
         return ChatRun(route.name, outputs, _no_count)
     target, turn = await prepare_chat(service, call)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+from ..chat import images
 from ..chat.events import ChatEvent, ContentDelta, ThinkingDelta, ToolCall, new_call_id
 from ..engine.types import DoneEvent, DoneReason, EmbedResult
 from ..errors import UpstreamError
@@ -55,7 +56,8 @@ def _tools(tools: Sequence[JSONMapping] | None, choice: ToolChoice) -> list[dict
 
 
 def chat_body(req: ChatRequest) -> dict[str, object]:
-    body: dict[str, object] = {"model": req.model, "messages": [dict(m) for m in req.messages], "stream": True}
+    body: dict[str, object] = {"model": req.model, "messages": [images.without_markers(m) for m in req.messages],
+                               "stream": True}
     tools = _tools(req.tools, req.tool_choice)
     if tools:
         body["tools"] = tools

@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+from ..chat import images
 from ..chat.events import ChatEvent, ContentDelta, ThinkingDelta, ToolCall, new_call_id
 from ..engine.types import DoneEvent, DoneReason, EmbedResult
-from ..errors import UpstreamError
+from ..errors import InvalidRequest, UpstreamError
 from ..jsontypes import JSONMapping
 from .requests import ChatRequest, CompletionRequest, EmbedRequest, Format, Sampling
 
@@ -78,6 +79,8 @@ def messages(native: Sequence[JSONMapping]) -> list[dict[str, object]]:
         role = str(m.get("role"))
         content = m.get("content")
         text = content if isinstance(content, str) else ""
+        if m.get("images") and role != "user":  # never dropped silently: a tool's screenshot, say
+            raise InvalidRequest("an OpenAI-compatible upstream takes images in user messages only")
         if role == "assistant":
             item: dict[str, object] = {"role": "assistant", "content": text}
             calls = m.get("tool_calls")
@@ -105,6 +108,11 @@ def messages(native: Sequence[JSONMapping]) -> list[dict[str, object]]:
             if isinstance(m.get("tool_name"), str):
                 tool["name"] = m["tool_name"]
             out.append(tool)
+        elif m.get("images") and role == "user":  # text and images as OpenAI's content parts, in order
+            out.append({"role": role, "content": [
+                {"type": "text", "text": part} if isinstance(part, str)
+                else {"type": "image_url", "image_url": {"url": images.data_url(part)}}
+                for part in images.parts(m)]})
         else:
             out.append({"role": role, "content": text})
     return out

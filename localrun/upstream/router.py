@@ -228,9 +228,9 @@ class Upstreams:
         failures: list[str] = []
         tried: set[str] = set()
         while (member := await self._next(pool, route, keys, tried, failures)) is not None:
-            path, body, decoder = build(member, member.serves(route.model) or route.model)
             started = self.clock()
-            try:
+            try:  # building the body may refuse the request (what this member's API cannot carry)
+                path, body, decoder = build(member, member.serves(route.model) or route.model)
                 reply = await self._open_any(pool, member, path, body, decoder, started, stream)
             except Retry as exc:
                 member.end()

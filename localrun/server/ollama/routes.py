@@ -138,8 +138,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if not prompt and not images and not suffix:
         return await _load_or_unload(request, body, keep_alive, chat=False)
     service = request.app[SERVICE]
-    if images and (suffix or upstream_route(service, body.get("model")) is not None):
-        raise UnsupportedCapability("images with 'suffix', or for an upstream model, are not supported")
+    if images and (suffix or (get(body, "raw", bool, False) and upstream_route(service, body.get("model")))):
+        raise UnsupportedCapability("images with 'suffix', or in a raw prompt for an upstream model, are not supported")
     if upstream_route(service, body.get("model")) is not None:
         out = await _generate_upstream(service, body, prompt, suffix, think, keep_alive, stream)
     else:
@@ -202,7 +202,8 @@ async def _generate_upstream(service: Service, body: JSONObject, prompt: str, su
     else:
         system = get(body, "system", str, None)
         turn: list[JSONObject] = [{"role": "system", "content": system}] if system else []
-        call.messages = [*turn, {"role": "user", "content": prompt}]
+        pictures = [chat_images.from_base64(p, f"images[{i}]") for i, p in enumerate(get(body, "images", list, []))]
+        call.messages = [*turn, {"role": "user", **chat_images.attach(prompt, pictures, "prompt")}]
         run = await start_chat(service, call, "/api/generate")
     return run.outputs[0]
 
