@@ -302,6 +302,15 @@ def speculative() -> bool:
     return _switch("LOCALRUN_SPECULATIVE", default=True)
 
 
+def fetch_images() -> bool:
+    """``LOCALRUN_FETCH_IMAGES``: whether the daemon downloads images that requests name by an http(s)
+    URL (OpenAI ``image_url``, Responses ``input_image``, Anthropic ``source.type: url``). Default off:
+    nothing leaves the machine, and such a request is a 400 that says so. On (``1``), each image is
+    fetched once per request (20 MB at most, 15 s, images only) and then read like one sent inline.
+    """
+    return _switch("LOCALRUN_FETCH_IMAGES", default=False)
+
+
 def prefix_cache_dir() -> Path | None:
     """``LOCALRUN_PREFIX_CACHE``: where each model's prefix cache is saved when it unloads and found
     again when it loads (one file per model digest, checked against it). Default: the platformdirs
@@ -442,6 +451,7 @@ class Settings:
     rpc_servers: tuple[str, ...] = ()
     speculative: bool = True
     context_length: int | None = None  # None: each model's trained context, as memory allows
+    fetch_images: bool = False  # download images requests name by URL (off: nothing leaves the machine)
 
     def report(self) -> dict[str, str]:
         """Each setting as the variable a user would set for it, with its value written back in that form.
@@ -468,6 +478,7 @@ class Settings:
             "LOCALRUN_RPC_SERVERS": ",".join(self.rpc_servers),
             "LOCALRUN_SPECULATIVE": "1" if self.speculative else "0",
             "LOCALRUN_CONTEXT_LENGTH": "auto" if self.context_length is None else str(self.context_length),
+            "LOCALRUN_FETCH_IMAGES": "1" if self.fetch_images else "0",
         }
 
 
@@ -477,7 +488,7 @@ SETTING_VARIABLES = (
     "LOCALRUN_HOST", "LOCALRUN_MODELS", "LOCALRUN_KEEP_ALIVE", "LOCALRUN_MAX_LOADED_MODELS", "LOCALRUN_NUM_PARALLEL",
     "LOCALRUN_KV_CACHE_TYPE", "LOCALRUN_BATCH_INVARIANT", "LOCALRUN_MAX_QUEUE", "LOCALRUN_ORIGINS", "LOCALRUN_API_KEY",
     "LOCALRUN_LOG_LEVEL", "LOCALRUN_PREFIX_CACHE", "LOCALRUN_PREFIX_CACHE_RAM", "LOCALRUN_UPSTREAMS",
-    "LOCALRUN_RPC_SERVERS", "LOCALRUN_SPECULATIVE", "LOCALRUN_CONTEXT_LENGTH",
+    "LOCALRUN_RPC_SERVERS", "LOCALRUN_SPECULATIVE", "LOCALRUN_CONTEXT_LENGTH", "LOCALRUN_FETCH_IMAGES",
 )
 _SEAMS = ("LOCALRUN_RUNNER_FACTORY", "LOCALRUN_RUNNER_DEBUG", "LOCALRUN_TRACE")
 
@@ -525,5 +536,6 @@ def load_settings() -> Settings:
         rpc_servers=rpc_servers(),
         speculative=speculative(),
         context_length=context_length(),
+        fetch_images=fetch_images(),
     )
 

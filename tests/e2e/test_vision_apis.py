@@ -6,6 +6,8 @@ counts the image, the follow-up served from the cache, clear 400s)."""
 from __future__ import annotations
 
 import base64
+import http.server
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,17 +29,58 @@ URL = "data:image/png;base64," + B64
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[str]:
-    home = tmp_path_factory.mktemp("vision-daemon")
+def models(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Path:
+    home = tmp_path_factory.mktemp("vision-models")
     model, mmproj = write_tiny_vision(home / "files")
     store = ModelStore(home / "models")
     store.create("tiny-vl", f"FROM {model}\nFROM {mmproj}\n", base_dir=home)
     store.create("text-only", f"FROM {tiny_gguf}\n", base_dir=home)
-    d = Daemon(home, free_port(), {"LOCALRUN_MODELS": str(home / "models")})
+    return home / "models"
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory, models: Path) -> Iterator[str]:
+    d = Daemon(tmp_path_factory.mktemp("vision-daemon"), free_port(), {"LOCALRUN_MODELS": str(models)})
     try:
         yield d.url
     finally:
         d.stop()
+
+
+@pytest.fixture(scope="module")
+def fetching_daemon(tmp_path_factory: pytest.TempPathFactory, models: Path) -> Iterator[str]:
+    """A daemon whose user opted in to fetching images named by URL (LOCALRUN_FETCH_IMAGES=1)."""
+    d = Daemon(tmp_path_factory.mktemp("fetching-daemon"), free_port(),
+               {"LOCALRUN_MODELS": str(models), "LOCALRUN_FETCH_IMAGES": "1"})
+    try:
+        yield d.url
+    finally:
+        d.stop()
+
+
+@pytest.fixture(scope="module")
+def pictures() -> Iterator[str]:
+    """Images on a web server of 127.0.0.1 (the test's own; nothing leaves the machine)."""
+    files = {"/cat.png": PNG, "/notes.txt": b"hello, I am text"}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            data = files.get(self.path)
+            self.send_response(200 if data is not None else 404)
+            self.send_header("Content-Length", str(len(data or b"")))
+            self.end_headers()
+            self.wfile.write(data or b"")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
 
 
 def test_every_api_gives_the_same_greedy_answer_and_counts_the_image(daemon: str) -> None:
@@ -96,3 +139,26 @@ def test_images_that_cannot_be_read_get_a_clear_400(daemon: str, model: str, con
         oai.chat.completions.create(model=model, max_tokens=4, messages=[{"role": "user",
                                                                           "content": content}])  # type: ignore[misc]
     assert says in str(err.value)
+
+
+def test_with_the_opt_in_an_image_named_by_url_is_fetched(daemon: str, fetching_daemon: str, pictures: str) -> None:
+    def ask(base: str, url: str) -> str:
+        oai = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+        reply = oai.chat.completions.create(model="tiny-vl", temperature=0, max_tokens=6, messages=[{
+            "role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                        {"type": "text", "text": "what is this?"}]}])
+        return reply.choices[0].message.content or ""
+
+    assert ask(fetching_daemon, pictures + "/cat.png") == ask(daemon, URL)  # the same image, fetched
+    claude = anthropic.Anthropic(base_url=fetching_daemon, api_key="unused", max_retries=0)
+    counted = claude.messages.count_tokens(model="tiny-vl", messages=[{"role": "user", "content": [
+        {"type": "image", "source": {"type": "url", "url": pictures + "/cat.png"}},
+        {"type": "text", "text": "what is this?"}]}])
+    assert counted.input_tokens > IMAGE_TOKENS
+    for path, says in (("/notes.txt", "not an image"), ("/missing.png", "HTTP 404")):
+        with pytest.raises(openai.BadRequestError) as err:
+            ask(fetching_daemon, pictures + path)
+        assert says in str(err.value)
+    with pytest.raises(openai.BadRequestError) as refused:
+        ask(daemon, pictures + "/cat.png")
+    assert "does not fetch images" in str(refused.value)  # without the opt-in, nothing is fetched

@@ -66,6 +66,7 @@ def test_keep_alive_forms(monkeypatch: pytest.MonkeyPatch, value: str, seconds: 
         ("LOCALRUN_MAX_QUEUE", "1.5"),
         ("LOCALRUN_ORIGINS", "not an origin"),
         ("LOCALRUN_API_KEY", "has space"),
+        ("LOCALRUN_FETCH_IMAGES", "sometimes"),
     ],
 )
 def test_bad_values_name_the_variable(monkeypatch: pytest.MonkeyPatch, var: str, value: str) -> None:

@@ -22,6 +22,7 @@ from ...engine.types import Truncation
 from ...jsontypes import JSONObject
 from ..chat import ChatRun, TokenUsage, count_prompt_tokens, hit_length_limit, output_events, start_chat, with_heartbeat
 from ..http import EventStream, read_json
+from ..image_fetch import inline_remote_images
 from ..keys import SERVICE
 from ..middleware import anthropic_error_type
 from .convert import messages_to_native, thread_refusal, tool_use_id
@@ -52,6 +53,7 @@ async def _drive(run: ChatRun, encoder: MessageEncoder, stops: tuple[str, ...], 
 
 async def messages(request: web.Request) -> web.StreamResponse:
     body: JSONObject = await read_json(request)
+    await inline_remote_images(request, body)
     converted = messages_to_native(body)
     if converted.thread is not None:
         raise thread_refusal(converted.thread)
@@ -86,6 +88,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
 async def count_tokens(request: web.Request) -> web.Response:
     """``{"input_tokens": N}``: the size of the prompt the request would send, tools and system included."""
     body: JSONObject = await read_json(request)
+    await inline_remote_images(request, body)
     converted = messages_to_native(body, count_only=True)
     return web.json_response({"input_tokens": await count_prompt_tokens(request.app[SERVICE], converted.call)})
 

@@ -22,6 +22,7 @@ from ...jsontypes import JSONObject, JSONValue
 from .. import remote
 from ..chat import ChatRun, start_chat, start_completions, upstream_route
 from ..http import SSEStream, read_json
+from ..image_fetch import inline_remote_images
 from ..keys import SERVICE, STORE
 from ..middleware import error_body
 from ..ollama.routes import embed_inputs, resize, truncation
@@ -89,6 +90,7 @@ async def _stream_error(sse: SSEStream, request: web.Request, exc: errors.Localr
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     body: JSONObject = await read_json(request)
+    await inline_remote_images(request, body)
     call = oc.chat_to_native(body)
     run = await start_chat(request.app[SERVICE], call, "/v1/chat/completions", truncation(body, default=False))
     rid, created = new_id("chatcmpl", "-"), int(time.time())

@@ -23,6 +23,7 @@ from ...engine.types import Truncation
 from ...jsontypes import JSONObject
 from ..chat import ChatRun, TokenUsage, count_prompt_tokens, hit_length_limit, output_events, start_chat
 from ..http import EventStream, read_json
+from ..image_fetch import inline_remote_images
 from ..keys import SERVICE
 from ..service import Service
 from .convert import ResponsesCall, responses_to_native
@@ -49,6 +50,7 @@ async def _drive(run: ChatRun, converted: ResponsesCall, encoder: ResponsesEncod
 
 async def create_response(request: web.Request) -> web.StreamResponse:
     body: JSONObject = await read_json(request)
+    await inline_remote_images(request, body)
     converted = responses_to_native(body)
     run, dropped = await _start(request.app[SERVICE], converted)
     encoder = ResponsesEncoder(run.model, {**converted.echo, **dropped})
@@ -133,6 +135,7 @@ async def input_tokens(request: web.Request) -> web.Response:
     """``{"object": "response.input_tokens", "input_tokens": N}``: the prompt the request would send, as
     the model's template renders it (instructions and tools included) and its tokenizer counts it."""
     body: JSONObject = await read_json(request)
+    await inline_remote_images(request, body)
     converted = responses_to_native(body)
     count = await count_prompt_tokens(request.app[SERVICE], converted.call)
     return web.json_response({"object": "response.input_tokens", "input_tokens": count})
