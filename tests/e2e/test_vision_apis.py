@@ -162,3 +162,28 @@ def test_with_the_opt_in_an_image_named_by_url_is_fetched(daemon: str, fetching_
     with pytest.raises(openai.BadRequestError) as refused:
         ask(daemon, pictures + "/cat.png")
     assert "does not fetch images" in str(refused.value)  # without the opt-in, nothing is fetched
+
+
+@pytest.mark.allow_5xx(reason="the runner is killed on purpose: a request that meets its death gets 502")
+def test_a_runner_that_dies_on_an_image_takes_only_itself_down(daemon: str) -> None:
+    """A crash in the image decoder kills the model's runner process (native code), never the daemon:
+    a request that meets the dead runner gets a clear 502 saying the next request loads the model
+    again, and the next one does."""
+    import psutil
+
+    oll = ollama.Client(host=daemon, timeout=120)
+    oll.chat(model="tiny-vl", messages=[{"role": "user", "content": "x", "images": [PNG]}], options={"num_predict": 1})
+    port = daemon.rsplit(":", 1)[1]
+    runners = [p for p in psutil.process_iter(["cmdline"]) if "localrun.runtime.runner" in " ".join(
+        p.info["cmdline"] or []) and p.parent().environ().get("LOCALRUN_HOST", "").endswith(":" + port)]
+    assert runners, "the vision model's runner process"
+    for runner in runners:
+        runner.kill()  # what a segfault in libmtmd's decoder would do
+    ask = {"model": "tiny-vl", "messages": [{"role": "user", "content": "what is this?", "images": [PNG]}],
+           "options": {"temperature": 0, "num_predict": 4}}
+    try:
+        again = oll.chat(**ask)  # type: ignore[arg-type]
+    except ollama.ResponseError as met_the_dead_runner:
+        assert met_the_dead_runner.status_code == 502 and "loads it again" in met_the_dead_runner.error
+        again = oll.chat(**ask)  # type: ignore[arg-type]
+    assert again.message.content and httpx.get(daemon + "/health").status_code == 200
