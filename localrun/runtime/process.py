@@ -161,13 +161,18 @@ class RunnerProcess:
     async def _send(self, message: protocol.ToRunner) -> None:
         stdin = self._proc.stdin
         if stdin is None or stdin.is_closing():
-            raise errors.RunnerCrashed(f"the runner for {self.name} is not running")
+            raise self._not_running()
         async with self._write_lock:
             try:
                 stdin.write(protocol.encode_frame(protocol.encode_message(message)))
                 await stdin.drain()
             except (ConnectionError, BrokenPipeError) as exc:
-                raise errors.RunnerCrashed(f"the runner for {self.name} is not running") from exc
+                raise self._not_running() from exc
+
+    def _not_running(self) -> errors.RunnerCrashed:
+        """What a request meets when this runner is gone (it died, or was stopped)."""
+        return errors.RunnerCrashed(f"the runner for model {self.name!r} is not running; the next request "
+                                    "loads it again")
 
     async def _read_loop(self) -> None:
         assert self._proc.stdout is not None
@@ -253,7 +258,7 @@ class RunnerProcess:
         if not self.alive:
             self._streams.pop(rid, None)
             self._accept.pop(rid, None)
-            raise errors.RunnerCrashed(f"the runner for model {self.name!r} is not running")
+            raise self._not_running()
         try:
             await self._send(protocol.Generate(rid, request))
             trace.mark_request("sent", f"{self.pid}:{rid}")
@@ -279,7 +284,7 @@ class RunnerProcess:
         self._calls[rid] = fut
         if not self.alive:
             self._calls.pop(rid, None)
-            raise errors.RunnerCrashed(f"the runner for model {self.name!r} is not running")
+            raise self._not_running()
         try:
             await self._send(make(rid))
             return await fut
