@@ -74,6 +74,15 @@ def from_base64(value: object, where: str) -> Image:
     return check(data, where)
 
 
+def from_list(value: object, where: str) -> list[Image]:
+    """Ollama's ``images`` field: a list of base64 images (missing or null: none)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidRequest(f"{where} must be a list of base64-encoded images")
+    return [from_base64(item, f"{where}[{i}]") for i, item in enumerate(value)]
+
+
 def from_data_url(url: object, where: str) -> Image:
     """A ``data:image/...;base64,...`` URL checked as an image. Any other URL is refused: nothing
     is fetched from the network (the message says so)."""
@@ -150,10 +159,11 @@ def attach(text: str, images: Sequence[Image], where: str) -> JSONObject:
     """A native message's ``content`` and ``images`` for ``text`` with ``images`` before it (as
     Ollama's ``images`` field means them): one :data:`IMAGE_MARKER` per image, then the text.
     Text that holds the marker itself is refused (it would take an image's place)."""
-    refuse_marker(text, where)
-    if not images:
-        return {"content": text}
-    return {"content": IMAGE_MARKER * len(images) + text, "images": [image.as_base64() for image in images]}
+    built = Content()
+    for image in images:
+        built.image(image)
+    built.text(text, where)
+    return built.fields()
 
 
 def refuse_marker(text: str, where: str) -> None:

@@ -144,10 +144,7 @@ def check_messages(messages: JSONValue) -> list[JSONObject]:
             content = ""
         if not isinstance(content, str):
             raise InvalidRequest(f"messages[{i}].content must be a string")
-        pictures = message.get("images") or []
-        if not isinstance(pictures, list):
-            raise InvalidRequest(f"messages[{i}].images must be a list of base64-encoded images")
-        checked = [images.from_base64(p, f"messages[{i}].images[{j}]") for j, p in enumerate(pictures)]
+        checked = images.from_list(message.get("images"), f"messages[{i}].images")
         item: JSONObject = {"role": role, **images.attach(content, checked, f"messages[{i}].content")}
         if message.get("tool_calls"):
             item["tool_calls"] = _check_calls(message["tool_calls"], f"messages[{i}].tool_calls")

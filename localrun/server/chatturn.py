@@ -16,6 +16,7 @@ holds the calls the model opens to their strict tools' schemas (``auto``: :func:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ..chat import images as chat_images
@@ -64,6 +65,12 @@ class ChatTurn:
         return GenerateRequest(prompt=self.prompt, sampling=sampling, format=format, truncation=truncation)
 
 
+def require_vision(target: Target, images: Sequence[bytes]) -> None:
+    """A 400 before any work when ``images`` go to a model without a vision projector."""
+    if images and not target.spec.options.projector:
+        raise UnsupportedCapability(f"model {target.name!r} does not support images (it has no vision projector)")
+
+
 def template_inputs(target: Target, think: bool | None) -> TemplateInputs:
     """The model's BOS/EOS texts (and whether its tokenizer adds BOS) plus ``think`` for its template."""
     facts = target.geometry.tokenizer
@@ -79,8 +86,7 @@ async def prepare(target: Target, messages: list[JSONObject], *, tools: list[JSO
     """
     fmt = describe(target.template)
     images = chat_images.of_messages(messages)
-    if images and not target.spec.options.projector:
-        raise UnsupportedCapability(f"model {target.name!r} does not support images (it has no vision projector)")
+    require_vision(target, images)
     check_tool_choice(tool_choice, tools)
     if tool_choice == "none":
         tools = None

@@ -130,30 +130,29 @@ async def _load_or_unload(request: web.Request, body: JSONObject, keep_alive: Ke
 async def generate(request: web.Request) -> web.StreamResponse:
     body: JSONObject = await read_json(request)
     prompt = get(body, "prompt", str, "")
-    images = get(body, "images", list, [])
+    pictures = chat_images.from_list(body.get("images"), "images")
     suffix = get(body, "suffix", str, "")
     keep_alive = parse_keep_alive(body.get("keep_alive"))
     stream = get(body, "stream", bool, True)
     think = parse_think(body.get("think"))
-    if not prompt and not images and not suffix:
+    if not prompt and not pictures and not suffix:
         return await _load_or_unload(request, body, keep_alive, chat=False)
     service = request.app[SERVICE]
-    if images and (suffix or (get(body, "raw", bool, False) and upstream_route(service, body.get("model")))):
+    if pictures and (suffix or (get(body, "raw", bool, False) and upstream_route(service, body.get("model")))):
         raise UnsupportedCapability("images with 'suffix', or in a raw prompt for an upstream model, are not supported")
     if upstream_route(service, body.get("model")) is not None:
-        out = await _generate_upstream(service, body, prompt, suffix, think, keep_alive, stream)
+        out = await _generate_upstream(service, body, prompt, pictures, suffix, think, keep_alive, stream)
     else:
-        out = await _generate_local(service, body, prompt, suffix, think, keep_alive)
+        out = await _generate_local(service, body, prompt, pictures, suffix, think, keep_alive)
     try:
         return await _respond(request, out, stream, GENERATE)
     finally:
         await close_reply(out)
 
 
-async def _generate_local(service: Service, body: JSONObject, prompt: str, suffix: str, think: bool | None,
-                          keep_alive: KeepAlive) -> Output:
+async def _generate_local(service: Service, body: JSONObject, prompt: str, pictures: list[chat_images.Image],
+                          suffix: str, think: bool | None, keep_alive: KeepAlive) -> Output:
     target = await service.target(body.get("model"), body.get("options"), keep_alive)
-    pictures = [chat_images.from_base64(p, f"images[{i}]") for i, p in enumerate(get(body, "images", list, []))]
     user = chat_images.attach(prompt, pictures, "prompt")
     context = get(body, "context", list, None)
     if context is not None and pictures:
@@ -177,8 +176,7 @@ async def _generate_local(service: Service, body: JSONObject, prompt: str, suffi
             target = dataclasses.replace(target, template_override=template)
         turn = await chatturn.prepare(target, messages, think=think)
         text, system_prefix, parser = turn.prompt, turn.system_prefix, turn.parser()
-    if pictures and not target.spec.options.projector:
-        raise UnsupportedCapability(f"model {target.name!r} does not support images (it has no vision projector)")
+    chatturn.require_vision(target, [p.data for p in pictures])
     req = GenerateRequest(
         prompt=text, sampling=sampling_with_logprobs(target, body), format=check_format(body.get("format")),
         truncation=truncation(body), images=tuple(p.data for p in pictures),
@@ -187,8 +185,8 @@ async def _generate_local(service: Service, body: JSONObject, prompt: str, suffi
     return LocalOutput(gen, parser)
 
 
-async def _generate_upstream(service: Service, body: JSONObject, prompt: str, suffix: str, think: bool | None,
-                             keep_alive: KeepAlive, stream: bool) -> Output:
+async def _generate_upstream(service: Service, body: JSONObject, prompt: str, pictures: list[chat_images.Image],
+                             suffix: str, think: bool | None, keep_alive: KeepAlive, stream: bool) -> Output:
     """/api/generate on an upstream: a chat turn (its template applies), or a raw prompt (``raw``, ``suffix``)."""
     for name in ("context", "template"):
         if body.get(name):
@@ -202,7 +200,6 @@ async def _generate_upstream(service: Service, body: JSONObject, prompt: str, su
     else:
         system = get(body, "system", str, None)
         turn: list[JSONObject] = [{"role": "system", "content": system}] if system else []
-        pictures = [chat_images.from_base64(p, f"images[{i}]") for i, p in enumerate(get(body, "images", list, []))]
         call.messages = [*turn, {"role": "user", **chat_images.attach(prompt, pictures, "prompt")}]
         run = await start_chat(service, call, "/api/generate")
     return run.outputs[0]
