@@ -14,6 +14,7 @@ from pathlib import Path
 
 import platformdirs
 
+from .engine.limits import MAX_THREADS  # pure: the option range table
 from .errors import ConfigError, InvalidRequest
 from .upstream.spec import UpstreamSpec, parse_env  # pure parsing: stdlib and errors only
 
@@ -225,6 +226,22 @@ def num_parallel() -> int | None:
     if raw is None or raw.lower() == "auto":
         return None
     return _positive_int("LOCALRUN_NUM_PARALLEL", 1)
+
+
+def num_thread() -> int | None:
+    """``LOCALRUN_NUM_THREAD``: threads every model's kernels run on, for decode and prefill alike.
+
+    Default (unset, ``auto`` or ``0``): ``None``, each runner follows the cores other processes leave
+    free and re-checks while it runs (``engine/threads.py``). A number pins the count, as a request's
+    or a Modelfile's ``num_thread`` does (those win over this).
+    """
+    raw = _env("LOCALRUN_NUM_THREAD")
+    if raw is None or raw.lower() == "auto":
+        return None
+    value = _positive_int("LOCALRUN_NUM_THREAD", 0, minimum=0)
+    if value > MAX_THREADS:
+        raise ConfigError(f"LOCALRUN_NUM_THREAD={raw!r}: at most {MAX_THREADS} (ggml's limit)")
+    return value or None
 
 
 def context_length() -> int | None:
@@ -452,6 +469,7 @@ class Settings:
     speculative: bool = True
     context_length: int | None = None  # None: each model's trained context, as memory allows
     fetch_images: bool = False  # download images requests name by URL (off: nothing leaves the machine)
+    num_thread: int | None = None  # None: follow the free cores (engine/threads.py)
 
     def report(self) -> dict[str, str]:
         """Each setting as the variable a user would set for it, with its value written back in that form.
@@ -479,6 +497,7 @@ class Settings:
             "LOCALRUN_SPECULATIVE": "1" if self.speculative else "0",
             "LOCALRUN_CONTEXT_LENGTH": "auto" if self.context_length is None else str(self.context_length),
             "LOCALRUN_FETCH_IMAGES": "1" if self.fetch_images else "0",
+            "LOCALRUN_NUM_THREAD": "auto" if self.num_thread is None else str(self.num_thread),
         }
 
 
@@ -489,6 +508,7 @@ SETTING_VARIABLES = (
     "LOCALRUN_KV_CACHE_TYPE", "LOCALRUN_BATCH_INVARIANT", "LOCALRUN_MAX_QUEUE", "LOCALRUN_ORIGINS", "LOCALRUN_API_KEY",
     "LOCALRUN_LOG_LEVEL", "LOCALRUN_PREFIX_CACHE", "LOCALRUN_PREFIX_CACHE_RAM", "LOCALRUN_UPSTREAMS",
     "LOCALRUN_RPC_SERVERS", "LOCALRUN_SPECULATIVE", "LOCALRUN_CONTEXT_LENGTH", "LOCALRUN_FETCH_IMAGES",
+    "LOCALRUN_NUM_THREAD",
 )
 _SEAMS = ("LOCALRUN_RUNNER_FACTORY", "LOCALRUN_RUNNER_DEBUG", "LOCALRUN_TRACE")
 
@@ -537,5 +557,6 @@ def load_settings() -> Settings:
         speculative=speculative(),
         context_length=context_length(),
         fetch_images=fetch_images(),
+        num_thread=num_thread(),
     )
 

@@ -30,16 +30,37 @@ def ps_table(models: list[JSONObject]) -> str:
     """Ollama's columns (CONTEXT: the most tokens one request may hold), plus POOL: the KV cache's
     tokens, which the running requests share, and SLOTS: requests running / sequence slots (both
     sized from memory at load)."""
-    rows = [("NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "POOL", "SLOTS", "UNTIL")]
+    rows = [("NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "POOL", "SLOTS", "THREADS", "UNTIL")]
+    notes: list[str] = []
     for m in models:
         digest = str(m.get("digest") or "").removeprefix("sha256:")[:12]
         size = int(as_number(m.get("size")) or 0)
         slots = f"{m.get('active', 0)}/{m['num_parallel']}" if m.get("num_parallel") else "-"
+        threads, note = threads_column(m.get("threads"))
+        if note:
+            notes.append(f"  {m.get('name', '')}: {note}")
         rows.append((str(m.get("name", "")), digest, human_bytes(size), processor_column(m),
-                     str(m.get("context_length", "")), str(m.get("context_pool") or "-"), slots,
+                     str(m.get("context_length", "")), str(m.get("context_pool") or "-"), slots, threads,
                      until(_text_or_none(m.get("expires_at")))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("    ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows)
+    lines = ["    ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows]
+    return "\n".join(lines + notes)
+
+
+def threads_column(value: JSONValue) -> tuple[str, str]:
+    """THREADS (decode threads of the cores the runner may use) and, when that is not every core or
+    was pinned, a line saying why (engine/threads.py)."""
+    if not isinstance(value, dict):
+        return "-", ""
+    decode, prefill, cores = (int(as_number(value.get(k)) or 0) for k in ("decode", "prefill", "cores"))
+    column = f"{decode}/{cores}"
+    if value.get("pinned"):
+        return column, f"{decode} threads, pinned by num_thread"
+    if decode == prefill == cores:
+        return column, ""
+    load = as_number(value.get("other_load")) or 0.0
+    return column, (f"{decode} threads decode and {prefill} prefill: other processes use {load:.1f} "
+                    f"of {cores} cores")
 
 
 def daemon_line(status: DaemonStatus) -> str:

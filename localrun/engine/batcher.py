@@ -54,6 +54,7 @@ from .radix import common_prefix_len
 from .sampling import GrammarDeadEnd, TokenData, accept_prompt, sample, token_logprobs
 from .sequence import SeqState, Sequence
 from .stepcost import StepCost
+from .threads import ThreadPolicy
 from .types import DoneEvent, DoneReason, ErrorEvent, TokenEvent, TokenLogprob
 from .vision import ImageSpan, Projector
 
@@ -73,9 +74,11 @@ BURST_MAX = 0.050  # seconds
 class Batcher:
     def __init__(self, ctx: lc.llama_context_p, vocab: Vocab, kv: KVCache, *, n_batch: int,
                  num_parallel: int, speculative: bool = True, projector: Projector | None = None,
-                 wake: Callable[[], None] = lambda: None) -> None:
-        """``speculative``: greedy sequences draft tokens (module docstring) where the KV cache can
-        drop a sequence's tail cells (not in the deterministic mode, not for recurrent models).
+                 wake: Callable[[], None] = lambda: None, threads: ThreadPolicy | None = None) -> None:
+        """``threads``: the thread counts to decode and prefill with, re-checked between steps (threads.py;
+        None: llama.cpp's context keeps the count it was created with). ``speculative``: greedy
+        sequences draft tokens (module docstring) where the KV cache can drop a sequence's tail
+        cells (not in the deterministic mode, not for recurrent models).
         ``projector``: a vision model's mmproj; its encodes run on a thread that calls ``wake``
         when one is done."""
         self.ctx = ctx
@@ -101,6 +104,8 @@ class Batcher:
         self._wake = wake
         self._encoder = ThreadPoolExecutor(1, thread_name_prefix="vision") if projector is not None else None
         self.image_tokens = 0      # cumulative: image positions computed (not taken from the cache)
+        self.threads = threads
+        self._n_threads = threads.current().prefill if threads is not None else 0  # the context's count now
 
     # -- accounting --------------------------------------------------------------------
     def used_cells(self) -> int:
@@ -357,6 +362,7 @@ class Batcher:
     def _decode(self, participants: list[Sequence]) -> bool:
         """Decode the batch; a step of decode rows only is timed for the cost model (stepcost.py)."""
         pure_decode = not self._placeholder and all(s.state is SeqState.DECODE for s in participants)
+        self._set_threads(prefill=any(s.state is SeqState.PREFILL for s in participants))
         rows, started = self.batch.n_tokens, time.perf_counter()
         try:
             decoded = self._decode_batch(participants)
@@ -370,6 +376,17 @@ class Batcher:
             lc.llama_synchronize(self.ctx)
             self.step_cost.record(rows, time.perf_counter() - started)
         return decoded
+
+    def _set_threads(self, *, prefill: bool) -> None:
+        """Give this step the threads its kind gets now (threads.py); llama.cpp takes the change at once."""
+        if self.threads is None:
+            return
+        chosen = self.threads.update()
+        n = chosen.prefill if prefill else chosen.decode
+        if n != self._n_threads:
+            lc.llama_set_n_threads(self.ctx, n, n)
+            trace.mark("threads", 0, n)
+            self._n_threads = n
 
     def _decode_batch(self, participants: list[Sequence]) -> bool:
         rc = self.batch.decode(self.ctx)

@@ -37,6 +37,7 @@ from .load_report import parse_load_report
 from .prefix_store import PrefixStore
 from .sampling import assert_valid, build_sampler
 from .sequence import RequestHandle, Sequence
+from .threads import ThreadPolicy
 from .types import (
     EmbedInput,
     EmbedResult,
@@ -116,7 +117,8 @@ class Engine:
             log.info("num_ctx %d capped at %d (trained context %d, pool %d)", options.num_ctx, num_ctx,
                      n_ctx_train, pool)
         self.num_ctx = num_ctx
-        self.threads = options.num_thread or native.default_threads()
+        self.thread_policy = ThreadPolicy(pinned=options.num_thread)
+        self.threads = self.thread_policy.current().prefill  # the context's, the embedder's and the projector's
         n_swa = int(lc.llama_model_n_swa(model))
         recurrent = bool(lc.llama_model_is_recurrent(model) or lc.llama_model_is_hybrid(model))
         generation = not options.embedding and bool(lc.llama_model_has_decoder(model)) and not (
@@ -148,7 +150,7 @@ class Engine:
                                            use_gpu=bool(options.num_gpu))
             self.batcher = Batcher(self._ctx, self.vocab, kv, n_batch=n_batch,
                                    num_parallel=options.num_parallel, speculative=options.speculative,
-                                   projector=self.projector, wake=self._wake)
+                                   projector=self.projector, wake=self._wake, threads=self.thread_policy)
             if prefix_cache is not None and kv.enabled:
                 self._prefix_store = PrefixStore(Path(prefix_cache.directory), prefix_cache.model_digest,
                                                  prefix_store.fingerprint(Path(model_path)), spec.kv_type,
@@ -232,7 +234,7 @@ class Engine:
     def stats(self) -> EngineStats:
         b = self.batcher
         if b is None:
-            return EngineStats(0, 0, 0, 0, 0, 0, 0, 0)
+            return EngineStats(0, 0, 0, 0, 0, 0, 0, 0, **self._thread_stats())
         host = b.kv.host
         return EngineStats(
             slots_total=b.num_parallel, slots_active=len(b.running), queued=len(b.waiting) + len(self._incoming),
@@ -240,8 +242,13 @@ class Engine:
             prompt_tokens=b.prompt_tokens, generated_tokens=b.generated_tokens, kv_cache_resets=b.kv.resets,
             host_cache_tokens=host.n_tokens if host else 0, host_cache_bytes=host.n_bytes if host else 0,
             draft_tokens=b.draft_tokens, accepted_tokens=b.accepted_tokens, preemptions=b.preemptions,
-            image_tokens=b.image_tokens,
+            image_tokens=b.image_tokens, **self._thread_stats(),
         )
+
+    def _thread_stats(self) -> dict[str, int]:
+        t = self.thread_policy.current()
+        return {"threads_decode": t.decode, "threads_prefill": t.prefill, "threads_cores": t.cores,
+                "threads_pinned": int(t.pinned), "other_load_pct": round(t.other_load * 100)}
 
     def close(self) -> None:
         """Stop the engine thread, end every open request with an error, free native memory."""

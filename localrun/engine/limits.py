@@ -74,7 +74,7 @@ OPTIONS: dict[str, Limit] = {
     "num_batch": Limit(_W, _LOAD, 1),
     "num_gpu": Limit(_W, _LOAD, -1, INT32_MAX, "-1: as many layers as fit"),
     "main_gpu": Limit(_W, _LOAD, 0, INT32_MAX),
-    "num_thread": Limit(_W, _LOAD, 0, MAX_THREADS, "0: every physical core"),
+    "num_thread": Limit(_W, _LOAD, 0, MAX_THREADS, "0: follow the free cores"),
     "use_mmap": Limit(_F, _LOAD),
     "batch_invariant": Limit(_F, _LOAD),
     # per request: SamplingOptions (num_keep: the request's truncation)

@@ -114,14 +114,6 @@ def use_batch_invariant_matmuls() -> None:
     os.environ.setdefault("GGML_CPU_TILED_MM", "0")
 
 
-def default_threads() -> int:
-    """Threads for decoding: the CPUs this process may use (llama.cpp's kernels scale to all of them)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def check_gguf(path: str) -> None:
     """Raise InvalidModelFile unless ``path`` is a readable file starting with the GGUF magic."""
     p = Path(path)

@@ -28,7 +28,7 @@ class LoadOptions:
     num_batch: int = 2048
     num_gpu: int | None = None   # layers to offload; None = decided by the fit check
     main_gpu: int = 0
-    num_thread: int | None = None  # None = all physical cores
+    num_thread: int | None = None  # None = follow the free cores (threads.py); a number pins it
     use_mmap: bool = True
     num_parallel: int = 4        # sequence slots (the daemon sizes them from memory: hardware/memory.py)
     # KV cells the running requests share (the unified KV cache, the "pool"); None: num_ctx x num_parallel.
@@ -207,6 +207,11 @@ class EngineStats:
     accepted_tokens: int = 0       # cumulative: drafted tokens greedy sampling confirmed
     preemptions: int = 0           # cumulative: requests paused because the KV pool was full (admission.py)
     image_tokens: int = 0          # cumulative: image positions computed (an image from the cache counts none)
+    threads_decode: int = 0        # threads a decode step runs on now (engine/threads.py); 0 = not reported
+    threads_prefill: int = 0       # ... a step with prompt tokens
+    threads_cores: int = 0         # the cores this runner may use
+    threads_pinned: int = 0        # 1 when num_thread fixed the counts
+    other_load_pct: int = 0        # CPU other processes took at the last sample, in percent of one core
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,7 +148,8 @@ def create_app(
                            load_defaults=LoadOptions(batch_invariant=settings.batch_invariant,
                                                      kv_cache_type=settings.kv_cache_type,
                                                      prefix_cache_ram=settings.prefix_cache_ram,
-                                                     speculative=settings.speculative),
+                                                     speculative=settings.speculative,
+                                                     num_thread=settings.num_thread),
                            executors=executors, upstreams=upstreams)
     app[STARTED_AT] = 0.0
     app[DAEMON] = daemon or DaemonInfo(pid=os.getpid(), started_at=time.time())

@@ -70,6 +70,10 @@ class Metrics:
             "localrun_image_tokens", "Image positions the vision encoder computed since the model loaded (an image "
             "the prefix cache held counts none)", ["model"], registry=r,
         )
+        self.threads = Gauge(
+            "localrun_threads", "Threads the model's kernels run on now, by step kind (decode or prefill), chosen "
+            "from the cores other processes leave free", ["model", "kind"], registry=r,
+        )
         self.active = Gauge("localrun_active_requests", "Requests holding a sequence slot", ["model"], registry=r)
         self.loads = Counter("localrun_model_loads", "Model loads, unloads and crashes", ["event"], registry=r)
 
@@ -82,7 +86,8 @@ class Metrics:
 
     def clear_model_gauges(self) -> None:
         for gauge in (self.model_memory, self.kv_used, self.kv_total, self.host_cache_tokens, self.host_cache_bytes,
-                      self.draft_tokens, self.accepted_tokens, self.preemptions, self.image_tokens, self.active):
+                      self.draft_tokens, self.accepted_tokens, self.preemptions, self.image_tokens, self.threads,
+                      self.active):
             gauge.clear()
 
 

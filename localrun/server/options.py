@@ -101,7 +101,7 @@ def merge_options(
     if load_kwargs.get("num_gpu") == -1:
         load_kwargs["num_gpu"] = None  # Ollama's "-1": let the fit check decide
     if load_kwargs.get("num_thread") == 0:
-        load_kwargs["num_thread"] = None  # Ollama's 0 (its default): every physical core
+        load_kwargs["num_thread"] = None  # Ollama's 0 (its default): chosen by the engine (engine/threads.py)
     # A batch smaller than the engine's sequence count aborts the runner in llama.cpp (GGML_ASSERT
     # n_outputs_max, e.g. num_batch 8 with 8 parallel sequences); the service caps it at the pool.
     load_kwargs["num_batch"] = max(load_kwargs.get("num_batch", _DEFAULT_LOAD.num_batch), MIN_BATCH)

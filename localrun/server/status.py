@@ -8,6 +8,7 @@ import logging
 from aiohttp import web
 
 from .. import __version__
+from ..engine.types import EngineStats
 from ..hardware.memory import ModelGeometry
 from ..jsontypes import JSONObject, JSONValue
 from ..runtime.scheduler import ResidentModel, Scheduler
@@ -57,7 +58,23 @@ async def health(request: web.Request) -> web.Response:
     })
 
 
-def ps_entry(scheduler: Scheduler, model: ResidentModel) -> JSONObject:
+def threads_entry(stats: EngineStats | None) -> JSONObject | None:
+    """What a runner's kernels run on now (engine/threads.py), or None when it did not say."""
+    if stats is None or not stats.threads_decode:
+        return None
+    return {"decode": stats.threads_decode, "prefill": stats.threads_prefill, "cores": stats.threads_cores,
+            "pinned": bool(stats.threads_pinned), "other_load": stats.other_load_pct / 100}
+
+
+async def _stats(model: ResidentModel, timeout: float = 1.0) -> EngineStats | None:
+    try:
+        return await asyncio.wait_for(model.backend.stats(), timeout=timeout)
+    except Exception as exc:  # a busy or dying runner costs the column, never the listing
+        log.debug("stats for %s unavailable: %s", model.name, exc)
+        return None
+
+
+def ps_entry(scheduler: Scheduler, model: ResidentModel, stats: EngineStats | None = None) -> JSONObject:
     from ..hardware.memory import read_geometry
 
     try:
@@ -87,6 +104,7 @@ def ps_entry(scheduler: Scheduler, model: ResidentModel) -> JSONObject:
         # where llama.cpp put the weights, per buffer (``RPC0[host:port]`` for an RPC worker)
         "split": [{"device": name, "bytes": size} for name, size in (info.buffer_bytes if info else {}).items()],
         "rpc_servers": list(info.rpc_servers if info else ()),
+        "threads": threads_entry(stats),
     }
 
 
@@ -95,7 +113,9 @@ async def ps(request: web.Request) -> web.Response:
     models = sorted(scheduler.models.values(), key=lambda m: m.name)
     # a localrun extension (a list[JSONValue], as JSONObject's values are)
     pulls: list[JSONValue] = [p for p in sorted(request.app[PULLS].values(), key=lambda p: str(p["model"]))]
-    out: JSONObject = {"models": [ps_entry(scheduler, m) for m in models], "pulls": pulls}
+    stats = await asyncio.gather(*(_stats(m) for m in models))
+    out: JSONObject = {"models": [ps_entry(scheduler, m, st) for m, st in zip(models, stats, strict=True)],
+                       "pulls": pulls}
     upstreams = request.app[SERVICE].upstreams
     if upstreams is not None:  # a localrun extension: each upstream member's state
         out["upstreams"] = [remote.ps_row(s) for s in upstreams.snapshot()]
@@ -112,10 +132,8 @@ async def metrics(request: web.Request) -> web.Response:
         m.model_memory.labels(model.name, "ram").set(model.placement.ram)
         m.model_memory.labels(model.name, "vram").set(model.placement.vram)
         m.active.labels(model.name).set(model.active)
-        try:
-            stats = await asyncio.wait_for(model.backend.stats(), timeout=2.0)
-        except Exception as exc:  # a busy or dying runner must not break the scrape
-            log.debug("stats for %s unavailable: %s", model.name, exc)
+        stats = await _stats(model, timeout=2.0)
+        if stats is None:  # a busy or dying runner must not break the scrape
             continue
         m.kv_used.labels(model.name).set(stats.kv_cells_used)
         m.kv_total.labels(model.name).set(stats.kv_cells_total)
@@ -125,6 +143,9 @@ async def metrics(request: web.Request) -> web.Response:
         m.accepted_tokens.labels(model.name).set(stats.accepted_tokens)
         m.preemptions.labels(model.name).set(stats.preemptions)
         m.image_tokens.labels(model.name).set(stats.image_tokens)
+        if stats.threads_decode:
+            m.threads.labels(model.name, "decode").set(stats.threads_decode)
+            m.threads.labels(model.name, "prefill").set(stats.threads_prefill)
     return web.Response(body=m.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 

@@ -76,6 +76,22 @@ def test_ps_table_matches_ollamas_columns() -> None:
                        "size_vram": 0, "processor": "48%/52% CPU/GPU", "context_length": 32768,
                        "context_pool": 65536, "num_parallel": 16, "active": 3, "expires_at": "2318-11-22T00:00:00Z"}])
     header, row = table.splitlines()
-    assert header.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "POOL", "SLOTS", "UNTIL"]
+    assert header.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "POOL", "SLOTS", "THREADS", "UNTIL"]
     assert row.split() == ["gemma3:270m", "abababababab", "921", "MB", "48%/52%", "CPU/GPU", "32768", "65536", "3/16",
-                           "Forever"]
+                           "-", "Forever"]
+
+
+def test_ps_says_why_a_model_runs_on_fewer_threads_than_cores() -> None:
+    from localrun.cli.daemon_cmds import ps_table
+
+    base = {"name": "qwen", "digest": "", "size": 1, "num_parallel": 16, "active": 1}
+    quiet = ps_table([{**base, "threads": {"decode": 2, "prefill": 2, "cores": 2, "pinned": False,
+                                           "other_load": 0.0}}])
+    assert len(quiet.splitlines()) == 2 and "2/2" in quiet
+    busy = ps_table([{**base, "threads": {"decode": 1, "prefill": 2, "cores": 2, "pinned": False,
+                                          "other_load": 0.4}}]).splitlines()
+    assert "1/2" in busy[1]
+    assert busy[2] == "  qwen: 1 threads decode and 2 prefill: other processes use 0.4 of 2 cores"
+    pinned = ps_table([{**base, "threads": {"decode": 3, "prefill": 3, "cores": 8, "pinned": True,
+                                            "other_load": 0.0}}]).splitlines()
+    assert pinned[2] == "  qwen: 3 threads, pinned by num_thread"

@@ -274,6 +274,28 @@ async def test_a_request_may_use_the_trained_context_by_default_and_ps_says_so(
     assert model["context_pool"] == MAX_AUTO_SLOTS * 2048
 
 
+async def test_ps_says_how_many_threads_a_model_runs_on_and_num_thread_pins_them(
+        serve_app: Any, store: DictStore) -> None:
+    """The runner reports its thread counts (engine/threads.py): every usable core on a machine no
+    other process loads much, or the count num_thread pins."""
+    from localrun.engine.threads import usable_cores
+
+    client = await serve_app(store)
+    r = await client.post("/api/generate", json={"model": "a", "prompt": "hi", "stream": False,
+                                                 "options": {"num_predict": 2}})
+    assert r.status == 200
+    threads = (await ps(client))["a:latest"]["threads"]
+    assert threads["cores"] == len(usable_cores()) and not threads["pinned"]
+    assert 1 <= threads["decode"] <= threads["cores"] and 1 <= threads["prefill"] <= threads["cores"]
+    r = await client.post("/api/generate", json={"model": "b", "prompt": "hi", "stream": False,
+                                                 "options": {"num_predict": 2, "num_thread": 1}})
+    assert r.status == 200
+    assert (await ps(client))["b:latest"]["threads"] == {"decode": 1, "prefill": 1, "cores": len(usable_cores()),
+                                                         "pinned": True, "other_load": 0.0}
+    metrics = await (await client.get("/metrics")).text()
+    assert 'localrun_threads{kind="decode",model="b:latest"} 1.0' in metrics
+
+
 async def test_num_ctx_above_the_trained_context_is_a_400_naming_both(serve_app: Any, store: DictStore) -> None:
     client = await serve_app(store)
     for path, extra in (("/api/generate", {"prompt": "hi"}), ("/v1/chat/completions", {

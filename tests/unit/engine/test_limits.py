@@ -108,7 +108,7 @@ def test_stop_strings() -> None:
 
 @pytest.mark.parametrize(("name", "value", "words"), [
     ("num_ctx", 1, "at least 16"),
-    ("num_thread", -1, "between 0 and 512 (0: every physical core)"),
+    ("num_thread", -1, "between 0 and 512 (0: follow the free cores)"),
     ("num_thread", 513, "between 0 and 512"),
     ("num_gpu", -2, "between -1 and 2147483647 (-1: as many layers as fit)"),
     ("top_k", 2**31, "between 0 and 2147483647"),

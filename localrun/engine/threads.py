@@ -1,0 +1,189 @@
+"""How many threads llama.cpp's CPU kernels get: the cores that are free, re-checked while the engine runs.
+
+ggml's worker threads spin at every barrier of a step, so one thread that waits for a core another
+process holds stalls all of them: on a 2-vCPU EPYC with one core kept busy, Qwen2.5-Coder 0.5B
+decoded at 1-5 tok/s with 2 threads and at 50 with 1 (ENGINE_NOTES.md). The right count is the
+number of cores nobody else is using, and it changes while a desktop runs (a build starts, a
+browser tab goes quiet, another model starts streaming).
+
+:class:`ThreadPolicy` measures it. Every :data:`INTERVAL` seconds of engine work it reads how much
+CPU time the cores this process may run on spent busy (``/proc/stat``, steal included: a VM whose
+host takes the core is as busy as one a build takes) and subtracts what this process and its
+parent (the daemon feeding the runner) spent: the rest, in cores' worth, is other load. A core
+counts as free while the other load on it stays under a tolerance, which differs by the kind of
+step:
+
+- **decode** (a token per sequence, memory-bound): a thread fewer costs little, a contended one
+  costs up to 30x, so any core with more than :data:`DECODE_TOLERANCE` of other load is left out;
+- **prefill** (prompt chunks, compute-bound): each thread does real work, so a core is given up only
+  when other load on it passes :data:`PREFILL_TOLERANCE`.
+
+Fewer threads take effect at the next sample (load appeared: act at once); more only when two
+samples in a row allow them (load went away: make sure), so the count follows a change within
+one to two seconds and does not flap. Two models streaming at once see each other as other load
+and settle on sharing the cores instead of each spinning on all of them.
+
+``num_thread`` (a request, a Modelfile, ``LOCALRUN_NUM_THREAD``) pins both counts. Where
+``/proc/stat`` does not exist (macOS, Windows) the policy keeps every core, as before.
+
+Owned by the engine thread; :meth:`ThreadPolicy.current` may be read from any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+INTERVAL = 0.5           # seconds of engine work between two samples
+DECODE_TOLERANCE = 0.2   # other load (in cores) a core may carry and still decode
+PREFILL_TOLERANCE = 0.5  # ... and still prefill
+_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # /proc/stat: user nice system irq softirq steal (guest is inside user)
+
+
+@dataclass(frozen=True, slots=True)
+class CpuTimes:
+    """A reading: ``busy`` seconds the usable cores spent working since boot, ``own`` seconds of it
+    this process and its parent used, at monotonic time ``wall``."""
+
+    wall: float
+    busy: float
+    own: float
+
+
+@dataclass(frozen=True, slots=True)
+class Threads:
+    """The counts in use and why: ``other_load`` is the cores' worth of CPU other processes took in
+    the last sample (0.0 before the first, or when pinned)."""
+
+    decode: int
+    prefill: int
+    cores: int
+    other_load: float = 0.0
+    pinned: bool = False
+
+    def reason(self) -> str:
+        """One line for ``localrun ps``."""
+        if self.pinned:
+            return f"{self.decode} threads, pinned by num_thread"
+        if self.decode == self.prefill == self.cores:
+            return f"{self.cores} threads: every core is free"
+        return (f"{self.decode} threads to decode, {self.prefill} to prefill, of {self.cores} cores: "
+                f"other processes use {self.other_load:.1f} cores")
+
+
+def usable_cores() -> list[int]:
+    """The CPUs this process may run on (its affinity), capped by a cgroup CPU quota."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = list(range(os.cpu_count() or 1))
+    quota = _cgroup_quota()
+    if quota is not None and quota < len(cpus):
+        cpus = cpus[:max(1, math.ceil(quota))]
+    return cpus or [0]
+
+
+def _cgroup_quota() -> float | None:
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    return None if quota == "max" else int(quota) / int(period)
+
+
+def _ticks() -> float:
+    try:
+        return float(os.sysconf("SC_CLK_TCK"))
+    except (AttributeError, ValueError, OSError):
+        return 100.0
+
+
+def proc_reader(cpus: list[int]) -> Callable[[], CpuTimes | None]:
+    """A reader of :class:`CpuTimes` for ``cpus`` from ``/proc``; it returns None where there is none."""
+    names = {f"cpu{c}" for c in cpus}
+    hz = _ticks()
+    parent = os.getppid()
+
+    def read() -> CpuTimes | None:
+        try:
+            with open("/proc/stat", "rb") as f:
+                busy = 0
+                for line in f:
+                    if not line.startswith(b"cpu"):
+                        break
+                    fields = line.split()
+                    if fields[0].decode() in names:
+                        busy += sum(int(fields[1 + i]) for i in _BUSY_FIELDS if 1 + i < len(fields))
+        except (OSError, ValueError):
+            return None
+        t = os.times()
+        own = t.user + t.system
+        try:
+            with open(f"/proc/{parent}/stat", "rb") as f:  # after the name, which may hold spaces
+                rest = f.read().rsplit(b")", 1)[1].split()
+            own += (int(rest[11]) + int(rest[12])) / hz  # utime, stime (fields 14 and 15)
+        except (OSError, ValueError, IndexError):
+            pass
+        return CpuTimes(time.monotonic(), busy / hz, own)
+
+    return read
+
+
+class ThreadPolicy:
+    """Chooses decode and prefill thread counts from the free cores (module docstring)."""
+
+    def __init__(self, *, pinned: int | None = None, cores: int | None = None,
+                 reader: Callable[[], CpuTimes | None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``reader`` and ``clock`` are seams for tests (a reader's ``wall`` comes from ``clock``)."""
+        cpus = usable_cores()
+        self._clock = clock
+        self.cores = cores or len(cpus)
+        if pinned:
+            self._current = Threads(pinned, pinned, self.cores, pinned=True)
+            self._read: Callable[[], CpuTimes | None] | None = None
+            return
+        self._current = Threads(self.cores, self.cores, self.cores)
+        self._read = reader or proc_reader(cpus)
+        self._last = self._read()
+        self._allowed = (self.cores, self.cores)  # what the previous sample allowed
+
+    def current(self) -> Threads:
+        return self._current
+
+    def update(self) -> Threads:
+        """Take a sample if :data:`INTERVAL` has passed since the last one; the counts to use now."""
+        if self._read is None or self._last is None:
+            return self._current
+        if self._clock() - self._last.wall < INTERVAL:
+            return self._current
+        reading = self._read()
+        if reading is None or reading.wall <= self._last.wall:
+            return self._current
+        last, self._last = self._last, reading
+        other = max(0.0, ((reading.busy - last.busy) - (reading.own - last.own)) / (reading.wall - last.wall))
+        allowed = (self._fit(other, DECODE_TOLERANCE), self._fit(other, PREFILL_TOLERANCE))
+        cur = self._current
+        # fewer threads at once, more only when the previous sample allowed them too
+        decode = allowed[0] if allowed[0] <= cur.decode else max(cur.decode, min(allowed[0], self._allowed[0]))
+        prefill = allowed[1] if allowed[1] <= cur.prefill else max(cur.prefill, min(allowed[1], self._allowed[1]))
+        self._allowed = allowed
+        self._current = Threads(decode, prefill, self.cores, round(min(other, float(self.cores)), 2))
+        if (decode, prefill) != (cur.decode, cur.prefill):
+            log.info("threads now %s", self._current.reason())
+        return self._current
+
+    def _fit(self, other: float, tolerance: float) -> int:
+        """Cores left when every core carrying more than ``tolerance`` of the other load is given up."""
+        taken = max(0, math.ceil(other - tolerance))
+        return max(1, min(self.cores, self.cores - taken))
+
+
+__all__ = ["CpuTimes", "ThreadPolicy", "Threads", "usable_cores"]
