@@ -34,12 +34,12 @@ captures carry the agents' tools; localrun refuses them for a model without). Fo
 llama-server built by ``../shared/bench/build_llama_server.sh`` (``BIN`` its output):
 
     localrun serve &                                     # LOCALRUN_HOST=127.0.0.1:11435
-    LD_LIBRARY_PATH=$BIN $BIN/llama-server -m MODEL.gguf --jinja -c 65536 -t 2 --no-repack --port 8080 &
+    LD_LIBRARY_PATH=$BIN $BIN/llama-server -m MODEL.gguf --jinja -c 65536 --port 8080 &
     echo $! > /tmp/llama.pid
     python benchmarks/agent_replay.py --model qwen2.5-coder:7b --llama-server http://127.0.0.1:8080 \\
         --restart-localrun 'localrun daemon stop && (setsid localrun serve >> /tmp/serve.log 2>&1 &)' \\
         --restart-llama 'kill $(cat /tmp/llama.pid); sleep 1; (LD_LIBRARY_PATH=$BIN setsid $BIN/llama-server \\
-            -m MODEL.gguf --jinja -c 65536 -t 2 --no-repack --port 8080 & echo $! > /tmp/llama.pid)'
+            -m MODEL.gguf --jinja -c 65536 --port 8080 & echo $! > /tmp/llama.pid)'
 
 A dry run against the stand-in, with no model:
 

@@ -17,8 +17,9 @@ HOME_LR=$(mktemp -d); mkdir -p "$OUT"
 export LOCALRUN_HOST=127.0.0.1:11590
 LR="env HOME=$HOME_LR LOCALRUN_HOST=$LOCALRUN_HOST $PY -m localrun"
 start_lr() { (setsid $LR serve >> "$OUT/localrun.log" 2>&1 &); }
-start_ls() { (LD_LIBRARY_PATH=$BIN setsid "$BIN/llama-server" -m "$GGUF" --jinja -np 16 --kv-unified -c 65536 -t 2 \
-              --no-repack --port 8090 >> "$OUT/llama-server.log" 2>&1 & echo $! > "$OUT/llama.pid"); }
+NO_REPACK=$($PY -c 'from localrun.hardware import repack; print("" if repack.allowed() else "--no-repack")')
+start_ls() { (LD_LIBRARY_PATH=$BIN setsid "$BIN/llama-server" -m "$GGUF" --jinja -np 16 --kv-unified -c 65536 \
+              $NO_REPACK --port 8090 >> "$OUT/llama-server.log" 2>&1 & echo $! > "$OUT/llama.pid"); }
 stop_all() { $LR daemon stop >/dev/null 2>&1 || true; kill "$(cat "$OUT/llama.pid" 2>/dev/null)" 2>/dev/null || true; }
 trap stop_all EXIT
 start_lr; start_ls
@@ -28,4 +29,4 @@ lscpu | grep -E "Model name" | tee "$OUT/cpu.txt"
 $PY benchmarks/agent_replay.py --model "$MODEL" --localrun "http://$LOCALRUN_HOST" \
     --llama-server http://127.0.0.1:8090 --llama-model "$(basename "$GGUF")" --agents $AGENTS --out "$OUT" \
     --restart-localrun "$LR daemon stop && (setsid $LR serve >> $OUT/localrun.log 2>&1 &)" \
-    --restart-llama "kill \$(cat $OUT/llama.pid); sleep 1; (LD_LIBRARY_PATH=$BIN setsid $BIN/llama-server -m $GGUF --jinja -np 16 --kv-unified -c 65536 -t 2 --no-repack --port 8090 >> $OUT/llama-server.log 2>&1 & echo \$! > $OUT/llama.pid)"
+    --restart-llama "kill \$(cat $OUT/llama.pid); sleep 1; (LD_LIBRARY_PATH=$BIN setsid $BIN/llama-server -m $GGUF --jinja -np 16 --kv-unified -c 65536 $NO_REPACK --port 8090 >> $OUT/llama-server.log 2>&1 & echo \$! > $OUT/llama.pid)"

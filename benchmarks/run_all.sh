@@ -9,7 +9,8 @@
 #      - localrun with its defaults (slots sized from memory, fastest kernels), its own HOME and store;
 #      - llama-server "tuned":          -np 16 --kv-unified -c 65536   (llama.cpp's C++ server)
 #      - llama-server "Ollama default": -np 1 -c 4096                 (what Ollama v0.30+ runs per model)
-#        both --no-repack (the AMX crash, ../shared/ENGINE_NOTES.md) and -t = all cores;
+#        both at llama.cpp's default threads and repacking (--no-repack only where localrun's probe,
+#        hardware/repack.py, found repacked weights crash this CPU: the AMX VM of ../shared/ENGINE_NOTES.md);
 #      - llama-cpp-python's server, all cores, n_ctx 4096, --interrupt_requests False
 #        (through benchmarks/launch_llama_cpp_server.py, for the same crash);
 #   3. scenarios (streaming /v1/completions, prompts built with the model's own tokenizer, exact
@@ -46,6 +47,7 @@ if [ -z "${LLAMA_SERVER:-}" ]; then
     LLAMA_SERVER=$(bash "$SHARED/bench/build_llama_server.sh" | tail -1)/llama-server
 fi
 BIN_DIR=$(dirname "$LLAMA_SERVER")
+NO_REPACK=$("$PY" -c 'from localrun.hardware import repack; print("" if repack.allowed() else "--no-repack")')
 [ "$LCP" = 1 ] && { "$PY" -c 'import uvicorn, fastapi, sse_starlette, starlette_context, pydantic_settings' 2>/dev/null ||
     "$PY" -m pip install -q uvicorn fastapi sse-starlette starlette-context pydantic-settings; }  # the [bench] extra
 
@@ -86,7 +88,7 @@ start_localrun() {  # DIR -> sets LR_PID (the daemon keeps its store and prefix 
 }
 
 start_tuned() {  # MODEL LOG
-    LD_LIBRARY_PATH=$BIN_DIR setsid "$LLAMA_SERVER" -m "$1" -t "$THREADS" --no-repack --host 127.0.0.1 \
+    LD_LIBRARY_PATH=$BIN_DIR setsid "$LLAMA_SERVER" -m "$1" $NO_REPACK --host 127.0.0.1 \
         --port "$LST_PORT" -np 16 --kv-unified -c 65536 >>"$2" 2>&1 &
     LST_PID=$!; PIDS+=("$LST_PID")
     wait_ready "http://127.0.0.1:$LST_PORT" "llama-server (tuned)" "$LST_PID" "$2"
@@ -111,7 +113,7 @@ for MODEL_KEY in $MODELS; do
 
     start_localrun "$DIR/home"
     start_tuned "$MODEL_PATH" "$DIR/llama_server_tuned.log"
-    LD_LIBRARY_PATH=$BIN_DIR setsid "$LLAMA_SERVER" -m "$MODEL_PATH" -t "$THREADS" --no-repack --host 127.0.0.1 \
+    LD_LIBRARY_PATH=$BIN_DIR setsid "$LLAMA_SERVER" -m "$MODEL_PATH" $NO_REPACK --host 127.0.0.1 \
         --port "$LSO_PORT" -np 1 -c 4096 >"$DIR/llama_server_np1.log" 2>&1 &
     LSO_PID=$!; PIDS+=("$LSO_PID")
     if [ "$LCP" = 1 ]; then

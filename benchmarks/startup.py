@@ -144,7 +144,9 @@ def llama_server_cold(binary: Path, model: Path) -> float:
     port = free_port()
     env = {**os.environ, "LD_LIBRARY_PATH": str(binary.parent)}
     started = time.perf_counter()
-    proc = subprocess.Popen([str(binary), "-m", str(model), "-t", str(os.cpu_count() or 1), "--no-repack",
+    from localrun.hardware import repack  # llama-server at its defaults, unless repacking crashes this CPU
+
+    proc = subprocess.Popen([str(binary), "-m", str(model), *([] if repack.allowed() else ["--no-repack"]),
                              "--host", "127.0.0.1", "--port", str(port), "-np", "1", "-c", "4096"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:

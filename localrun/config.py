@@ -294,6 +294,17 @@ def _switch(name: str, *, default: bool) -> bool:
     return value in _TRUE
 
 
+def repack() -> bool | None:
+    """``LOCALRUN_REPACK``: load CPU weights in llama.cpp's repacked layouts (``1``) or not (``0``, its
+    ``--no-repack``). Default (unset or ``auto``): ``None``, a child process tries them once per CPU
+    model and the answer is remembered (``hardware/repack.py``); where they crash, models load without.
+    """
+    raw = _env("LOCALRUN_REPACK")
+    if raw is None or raw.lower() == "auto":
+        return None
+    return _switch("LOCALRUN_REPACK", default=False)
+
+
 def batch_invariant() -> bool:
     """``LOCALRUN_BATCH_INVARIANT``: the default of the ``batch_invariant`` load option (deterministic
     mode: seeded output independent of the requests decoded alongside). Default off.
@@ -470,6 +481,7 @@ class Settings:
     context_length: int | None = None  # None: each model's trained context, as memory allows
     fetch_images: bool = False  # download images requests name by URL (off: nothing leaves the machine)
     num_thread: int | None = None  # None: follow the free cores (engine/threads.py)
+    repack: bool | None = None  # None: as the probe found (hardware/repack.py)
 
     def report(self) -> dict[str, str]:
         """Each setting as the variable a user would set for it, with its value written back in that form.
@@ -498,6 +510,7 @@ class Settings:
             "LOCALRUN_CONTEXT_LENGTH": "auto" if self.context_length is None else str(self.context_length),
             "LOCALRUN_FETCH_IMAGES": "1" if self.fetch_images else "0",
             "LOCALRUN_NUM_THREAD": "auto" if self.num_thread is None else str(self.num_thread),
+            "LOCALRUN_REPACK": "auto" if self.repack is None else "1" if self.repack else "0",
         }
 
 
@@ -508,7 +521,7 @@ SETTING_VARIABLES = (
     "LOCALRUN_KV_CACHE_TYPE", "LOCALRUN_BATCH_INVARIANT", "LOCALRUN_MAX_QUEUE", "LOCALRUN_ORIGINS", "LOCALRUN_API_KEY",
     "LOCALRUN_LOG_LEVEL", "LOCALRUN_PREFIX_CACHE", "LOCALRUN_PREFIX_CACHE_RAM", "LOCALRUN_UPSTREAMS",
     "LOCALRUN_RPC_SERVERS", "LOCALRUN_SPECULATIVE", "LOCALRUN_CONTEXT_LENGTH", "LOCALRUN_FETCH_IMAGES",
-    "LOCALRUN_NUM_THREAD",
+    "LOCALRUN_NUM_THREAD", "LOCALRUN_REPACK",
 )
 _SEAMS = ("LOCALRUN_RUNNER_FACTORY", "LOCALRUN_RUNNER_DEBUG", "LOCALRUN_TRACE")
 
@@ -558,5 +571,6 @@ def load_settings() -> Settings:
         context_length=context_length(),
         fetch_images=fetch_images(),
         num_thread=num_thread(),
+        repack=repack(),
     )
 

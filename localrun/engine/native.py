@@ -2,7 +2,7 @@
 
 Everything that touches a raw ``llama_cpp`` pointer for loading and tokenising lives here, so
 the engine loop reads in domain terms. Pitfalls handled here (see ENGINE_NOTES.md):
-``use_extra_bufts=False`` always (AMX buffers crash this VM), ``swa_full=True`` for sliding-
+``use_extra_bufts`` only as ``LoadOptions.repack`` says (AMX buffers crash one VM), ``swa_full=True`` for sliding-
 window models so that reused prefixes stay valid, ``n_seq_max`` covering every sequence id.
 
 Thread-safety: the model and vocab are read-only after load, so tokenising and detokenising are
@@ -137,7 +137,9 @@ def load_model(path: str, options: LoadOptions) -> lc.llama_model_p:
     init_backend()
     rpc.add_servers(options.rpc_servers)  # before the load: devices are chosen from those registered
     params = lc.llama_model_default_params()
-    params.use_extra_bufts = False  # AMX repacked buffers SIGSEGV under this VM (ENGINE_NOTES.md)
+    # repacked weight layouts (llama.cpp's default) only where the probe found them safe: AMX ones
+    # SIGSEGV on a VM that advertises AMX it does not allow (ENGINE_NOTES.md, hardware/repack.py)
+    params.use_extra_bufts = options.repack
     # use_mmap false (Ollama's option): read the weights into memory instead of mapping the file;
     # true leaves llama.cpp's auto mode (mmap where the device allows it). llama_model_params has no
     # use_mmap field since load_mode replaced it: ctypes would take the old name silently.

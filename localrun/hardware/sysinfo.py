@@ -30,7 +30,7 @@ from typing import TypedDict
 from .. import __version__, config
 from ..errors import LocalrunError
 from ..jsontypes import JSONObject, JSONValue
-from . import hostgpu
+from . import hostgpu, repack
 from .devices import NativeReport, probe_native, with_current_ram
 
 # CPU flags worth showing (Linux /proc/cpuinfo names); AMX is the one with a workaround.
@@ -38,11 +38,10 @@ _FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512
           "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16", "asimd", "asimddp", "i8mm", "sve", "sve2", "sme")
 AMX_FLAGS = ("amx_tile", "amx_int8", "amx_bf16")
 NO_EXTRA_BUFTS_REASON = (
-    "Every model is loaded with llama_model_params.use_extra_bufts=False (llama.cpp's --no-repack): "
-    "with llama.cpp's default extra buffer types, a CPU that advertises AMX inside a VM that does not "
-    "let processes use it crashes the runner with SIGSEGV in ggml_backend_amx_mul_mat. The cost: no "
-    "repacked CPU weight layouts (AMX, and the Q4_0/IQ4_NL interleaving), so prompt processing of "
-    "those quantisations on CPU can be slower."
+    "llama.cpp repacks CPU weights into the layouts its fastest kernels read (use_extra_bufts, what "
+    "--no-repack turns off), as llama-server and Ollama do by default. A CPU that advertises AMX inside a "
+    "VM that does not let processes use it crashes with SIGSEGV in ggml_backend_amx_mul_mat, so a child "
+    "process tries it once per CPU model and models load without repacking where it crashed."
 )
 
 
@@ -201,6 +200,7 @@ def collect_info(
     native: Callable[[], NativeReport] = probe_native,
     host_gpus: Callable[[], list[hostgpu.HostGpu]] = hostgpu.detect,
     cpuinfo: Path = Path("/proc/cpuinfo"),
+    repack_known: Callable[[], tuple[bool | None, str]] = repack.known,
 ) -> Info:
     """Everything ``localrun info`` shows, as a JSON-ready dict (see the module docstring)."""
     import psutil
@@ -224,6 +224,13 @@ def collect_info(
         models = DirUsage()
     vm = psutil.virtual_memory()
     has_amx = any(f in flags for f in AMX_FLAGS)
+    repack_ok, repack_why = repack_known()
+    if repack_ok is None:
+        verdict = " Not probed on this CPU yet: the first model load asks."
+    elif repack_ok:
+        verdict = " On this CPU it works: models load with repacked weights."
+    else:
+        verdict = f" On this CPU it crashed ({repack_why}): models load without repacked weights."
     return {
         "localrun": {"version": __version__, "python": platform.python_version(),
                      "executable": sys.executable, "platform": platform.platform()},
@@ -251,9 +258,9 @@ def collect_info(
         },
         "memory": {"total_bytes": int(vm.total), "available_bytes": int(vm.available)},
         "workarounds": [{
-            "name": "no_extra_bufts", "setting": "use_extra_bufts=False", "active": True,
-            "applies": has_amx,
-            "reason": NO_EXTRA_BUFTS_REASON + (" This CPU advertises AMX (" + ", ".join(
+            "name": "no_extra_bufts", "setting": "use_extra_bufts=False", "active": repack_ok is False,
+            "applies": repack_ok is False,
+            "reason": NO_EXTRA_BUFTS_REASON + verdict + (" This CPU advertises AMX (" + ", ".join(
                 f for f in flags if f in AMX_FLAGS) + ")." if has_amx else " This CPU does not advertise AMX."),
         }],
         "models": models,

@@ -10,6 +10,7 @@ the one log line per request.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import inspect
@@ -32,7 +33,7 @@ from ..engine.types import (
     TokenEvent,
 )
 from ..fmt import human_bytes
-from ..hardware import memory
+from ..hardware import memory, repack
 from ..hardware.memory import ContextPlan, ModelGeometry
 from ..jsontypes import JSONObject
 from ..runtime.resident import Backend, EventStream, Phase, ProbeFn
@@ -183,7 +184,11 @@ class Service:
         # Context plans per (model file, other load options, explicit num_ctx), kept so that requests
         # arriving while the model loads, or after free memory moved a little, ask for the same options.
         self._plans: dict[tuple[str, LoadOptions, int | None], ContextPlan] = {}
-        self._store_pool = (executors or Executors()).store
+        pools = executors or Executors()
+        self._store_pool = pools.store
+        self._probe_pool = pools.probe
+        self._repack: bool | None = None  # hardware/repack.py's answer, asked at the first load
+        self._repack_lock = asyncio.Lock()
 
     async def target(self, name: object, options: object = None, keep_alive: KeepAlive = DEFAULT) -> Target:
         """Resolve ``name`` in the store and merge its parameters with the request's options.
@@ -200,6 +205,7 @@ class Service:
         params = resolved.parameters or {}
         load, sampling, extras = merge_options(params, options, n_ctx_train=geometry.n_ctx_train,
                                                base=self._load_defaults)
+        load = replace(load, repack=await self.repack_allowed())
         if resolved.projector_path:  # before the memory plan: the projector's bytes count in it
             load = replace(load, projector=str(resolved.projector_path))
         plan = await self.context_plan(str(resolved.model_path), load, geometry, extras["num_ctx"])
@@ -219,6 +225,15 @@ class Service:
             name=spec.name, resolved=resolved, geometry=geometry, spec=spec, sampling=sampling,
             num_keep=extras.get("num_keep"), keep_alive=keep_alive,
         )
+
+    async def repack_allowed(self) -> bool:
+        """Whether models load with llama.cpp's repacked CPU weights (hardware/repack.py): probed in a
+        child process the first time this CPU is seen, then remembered (the daemon asks once)."""
+        if self._repack is None:
+            async with self._repack_lock:
+                if self._repack is None:
+                    self._repack = await run_in(self._probe_pool, repack.allowed)
+        return self._repack
 
     async def context_plan(self, model_path: str, load: LoadOptions, geometry: ModelGeometry,
                            num_ctx: int | None) -> ContextPlan:

@@ -88,10 +88,14 @@ def test_models_dir_usage_counts_stored_files(isolated_env: Path) -> None:
 def test_amx_workaround_says_whether_this_cpu_needs_it(tmp_path: Path) -> None:
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("model name\t: Intel Xeon Platinum 8480+\nflags\t\t: fpu avx2 avx512f amx_tile amx_int8\n")
-    info = sysinfo.collect_info(native=lambda: _report(), host_gpus=lambda: [], cpuinfo=cpuinfo)
+    info = sysinfo.collect_info(native=lambda: _report(), host_gpus=lambda: [], cpuinfo=cpuinfo,
+                                repack_known=lambda: (False, "killed by signal 11"))
     (w,) = info["workarounds"]
     assert w["setting"] == "use_extra_bufts=False" and w["active"] and w["applies"]
-    assert "SIGSEGV" in w["reason"] and "amx_tile" in w["reason"]
+    assert "SIGSEGV" in w["reason"] and "amx_tile" in w["reason"] and "killed by signal 11" in w["reason"]
+    fine = sysinfo.collect_info(native=lambda: _report(), host_gpus=lambda: [], cpuinfo=cpuinfo,
+                                repack_known=lambda: (True, ""))["workarounds"][0]
+    assert not fine["active"] and "models load with repacked weights" in fine["reason"]
     assert info["cpu"]["model"] == "Intel Xeon Platinum 8480+"
     assert info["cpu"]["features"] == {"SSE3": True, "AVX2": True, "AVX512": False, "OPENMP": True,
                                        "REPACK": True}
