@@ -6,7 +6,7 @@ decoded at 1-5 tok/s with 2 threads and at 50 with 1 (ENGINE_NOTES.md). The righ
 number of cores nobody else is using, and it changes while a desktop runs (a build starts, a
 browser tab goes quiet, another model starts streaming).
 
-:class:`ThreadPolicy` measures it. Every :data:`INTERVAL` seconds of engine work it reads how much
+:class:`ThreadPolicy` measures it. Every :data:`INTERVAL` seconds of engine work (a quarter second) it reads how much
 CPU time the cores this process may run on spent busy (``/proc/stat``, steal included: a VM whose
 host takes the core is as busy as one a build takes) and subtracts what this process and its
 parent (the daemon feeding the runner) spent: the rest, in cores' worth, is other load. A core
@@ -20,7 +20,7 @@ step:
 
 Fewer threads take effect at the next sample (load appeared: act at once); more only when two
 samples in a row allow them (load went away: make sure), so the count follows a change within
-one to two seconds and does not flap. Two models streaming at once see each other as other load
+a quarter to half a second and does not flap. Two models streaming at once see each other as other load
 and settle on sharing the cores instead of each spinning on all of them.
 
 ``num_thread`` (a request, a Modelfile, ``LOCALRUN_NUM_THREAD``) pins both counts. Where
@@ -41,7 +41,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-INTERVAL = 0.5           # seconds of engine work between two samples
+INTERVAL = 0.25          # seconds of engine work between two samples
 DECODE_TOLERANCE = 0.2   # other load (in cores) a core may carry and still decode
 PREFILL_TOLERANCE = 0.5  # ... and still prefill
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # /proc/stat: user nice system irq softirq steal (guest is inside user)

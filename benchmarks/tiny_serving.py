@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""The serving path's own cost: a tiny random-weight model, localrun against llama-server (issue #29 point 3).
+
+With 2 layers of dimension 64 the kernels cost almost nothing, so what is measured is each
+server: HTTP, templating-free completions, scheduling, sampling, detokenizing, the runner pipe
+(localrun), streaming. A GPU makes every decode step nearly that cheap, so this is what a GPU user
+pays. The script writes the GGUF (``tests/tinymodel.py``), creates it in a localrun daemon of its
+own (``LOCALRUN_NUM_PARALLEL`` = the highest level), starts ``llama-server -np LEVEL --kv-unified``
+on the same file, and runs ``localrun bench`` with llama-server as ``--compare`` (interleaved, one
+run) at ``--levels``; prints the table and writes ``tiny_serving.json`` / ``.md`` to ``--out``.
+
+    .venv/bin/python benchmarks/tiny_serving.py --llama-server PATH/llama-server --out benchmarks/out/tiny
+
+Targets (#29): aggregate >= 1.0x llama-server at every level, first token <= llama-server's + 2 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"{what} not ready after {timeout:.0f} s")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--llama-server", type=Path, required=True)
+    ap.add_argument("--levels", default="1,8,32,64")
+    ap.add_argument("--input-tokens", type=int, default=64)
+    ap.add_argument("--output-tokens", type=int, default=128)
+    ap.add_argument("--duration", type=float, default=10.0, help="measurement window per level and target")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "out" / "tiny")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    top = max(int(x) for x in args.levels.split(","))
+    work = Path(tempfile.mkdtemp(prefix="tiny-serving-"))
+    sys.path.insert(0, str(ROOT / "tests"))
+    from tinymodel import write_tiny_gguf
+
+    gguf = write_tiny_gguf(work / "tiny.gguf", context_length=8192)
+    env = {**os.environ, "HOME": str(work), "XDG_CACHE_HOME": str(work / "cache"), "XDG_DATA_HOME": str(work / "data"),
+           "LOCALRUN_MODELS": str(work / "models"), "LOCALRUN_HOST": "127.0.0.1:11630", "LOCALRUN_KEEP_ALIVE": "-1",
+           "LOCALRUN_NUM_PARALLEL": str(top)}
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        log = (work / "localrun.log").open("ab")
+        procs.append(subprocess.Popen([sys.executable, "-m", "localrun", "serve"], env=env, stdout=log, stderr=log,
+                                      start_new_session=True))
+        wait_ready("http://127.0.0.1:11630/api/version", procs[-1], "localrun")
+        (work / "Modelfile").write_text(f"FROM {gguf}\n")
+        subprocess.run([sys.executable, "-m", "localrun", "create", "tiny", "-f", str(work / "Modelfile")], env=env,
+                       check=True, stdout=subprocess.DEVNULL)
+        llog = (work / "llama-server.log").open("ab")
+        procs.append(subprocess.Popen(
+            [str(args.llama_server), "-m", str(gguf), "--host", "127.0.0.1", "--port", "18097", "-np", str(top),
+             "--kv-unified", "-c", str(top * (args.input_tokens + args.output_tokens + 64))],
+            env={**os.environ, "LD_LIBRARY_PATH": str(args.llama_server.parent)}, stdout=llog, stderr=llog,
+            start_new_session=True))
+        wait_ready("http://127.0.0.1:18097/health", procs[-1], "llama-server")
+        bench = [sys.executable, "-m", "localrun", "bench", "--base-url", "http://127.0.0.1:11630", "--model", "tiny",
+                 "--label", "localrun", "--compare", "http://127.0.0.1:18097", "--compare-label", "llama-server",
+                 "--concurrency", args.levels, "--input-tokens", str(args.input_tokens),
+                 "--output-tokens", str(args.output_tokens), "--duration", str(args.duration), "--warmup", "2",
+                 "--json", str(args.out / "tiny_serving.json"), "--markdown", str(args.out / "tiny_serving.md")]
+        return subprocess.run(bench, env=env, check=False).returncode
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
