@@ -14,7 +14,7 @@ from pathlib import Path
 
 import platformdirs
 
-from .engine.limits import MAX_THREADS  # pure: the option range table
+from .engine.limits import MAX_PARALLEL, MAX_THREADS  # pure: the option range table
 from .errors import ConfigError, InvalidRequest
 from .upstream.spec import UpstreamSpec, parse_env  # pure parsing: stdlib and errors only
 
@@ -225,7 +225,10 @@ def num_parallel() -> int | None:
     raw = _env("LOCALRUN_NUM_PARALLEL")
     if raw is None or raw.lower() == "auto":
         return None
-    return _positive_int("LOCALRUN_NUM_PARALLEL", 1)
+    value = _positive_int("LOCALRUN_NUM_PARALLEL", 1)
+    if value > MAX_PARALLEL:
+        raise ConfigError(f"LOCALRUN_NUM_PARALLEL={raw!r}: at most {MAX_PARALLEL} sequence slots per model")
+    return value
 
 
 def num_thread() -> int | None:

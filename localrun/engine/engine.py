@@ -53,7 +53,8 @@ from .vision import MediaPrompt, Projector
 
 log = logging.getLogger(__name__)
 
-MAX_SEQ_IDS = 64  # llama.cpp's LLAMA_MAX_SEQ is larger; running + cached sequences fit well within
+MAX_SEQ_IDS = 256  # llama.cpp's LLAMA_MAX_SEQ: running sequences and cached prefixes share them
+LONE_BEFORE_SKIP = 2  # lone arrivals in a row after which an idle engine stops waiting for a burst
 INTERACTIVE_PROMPT_TOKENS = 512  # a request that does not say counts as interactive up to this prompt length
 
 
@@ -79,7 +80,7 @@ def check_load_options(options: LoadOptions) -> None:
         assert isinstance(value, int) and not isinstance(value, bool) and value >= low, f"{name}={value!r} < {low}"
     assert options.num_thread is None or limits.within("num_thread", options.num_thread), \
         f"num_thread={options.num_thread!r}"
-    assert options.num_parallel <= MAX_SEQ_IDS // 2, f"num_parallel={options.num_parallel} > {MAX_SEQ_IDS // 2}"
+    assert options.num_parallel <= limits.MAX_PARALLEL, f"num_parallel={options.num_parallel} > {limits.MAX_PARALLEL}"
     assert options.kv_cache_type in native.KV_CACHE_TYPES, f"kv_cache_type={options.kv_cache_type!r}"
 
 
@@ -128,6 +129,8 @@ class Engine:
         self.embedder = Embedder(model, self.vocab, arch, num_ctx, self.threads)
         self._cond = threading.Condition()
         self._incoming: deque[Sequence] = deque()
+        self._lone_arrivals = 0  # idle arrivals in a row that found no companion (_gather_burst)
+        self._watch_first_step = False  # the request being started was not waited on (_gather_burst)
         self._next_id = 0
         if generation:
             n_seq_max = min(MAX_SEQ_IDS, options.num_parallel + max(8, 2 * options.num_parallel))
@@ -337,6 +340,9 @@ class Engine:
                     break
                 if not batcher.has_work():
                     self._gather_burst()
+                elif self._watch_first_step:  # a request came during the first step of a lone one: bursts again
+                    self._lone_arrivals = 0 if self._incoming else self._lone_arrivals
+                    self._watch_first_step = False
                 batcher.waiting.extend(self._incoming)
                 self._incoming.clear()
             try:
@@ -357,19 +363,28 @@ class Engine:
         Requests sent together reach the engine one or two milliseconds apart (each crosses the
         daemon and the runner pipe). Without this the first one's prefill runs alone and the others
         wait for that whole step; gathered, their prefills share one decode batch. Waits while
-        requests keep arriving at most :data:`BURST_GAP` apart, never over :data:`BURST_MAX`;
-        a lone request pays one gap. Called with ``self._cond`` held (wait releases it).
+        requests keep arriving at most :data:`BURST_GAP` apart, never over :data:`BURST_MAX`.
+
+        A lone request would pay one gap (4 ms of its first token), so the engine stops waiting
+        once :data:`LONE_BEFORE_SKIP` arrivals in a row found no companion (one client sending one
+        request at a time: a chat, an agent), and waits again as soon as a request arrives during
+        the first step of one it did not wait for. Called with ``self._cond`` held (wait releases it).
         """
-        deadline = time.monotonic() + BURST_MAX
         seen = len(self._incoming)
+        if seen == 1 and self._lone_arrivals >= LONE_BEFORE_SKIP:
+            self._watch_first_step = True
+            return
+        first = seen
+        deadline = time.monotonic() + BURST_MAX
         while not self._closed:
             left = deadline - time.monotonic()
             if left <= 0:
-                return
+                break
             self._cond.wait(timeout=min(BURST_GAP, left))
             if len(self._incoming) == seen:
-                return
+                break
             seen = len(self._incoming)
+        self._lone_arrivals = self._lone_arrivals + 1 if first == seen == 1 else 0
 
     def _free_native(self) -> None:
         if self.batcher is not None:

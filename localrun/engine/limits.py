@@ -29,6 +29,9 @@ MAX_STOP = 16
 MAX_STOP_CHARS = 1000
 MIN_CTX = 16  # the smallest context the engine loads: llama.cpp's embeddings need 16 cells (engine/embedding.py)
 MAX_THREADS = 512  # ggml's GGML_MAX_N_THREADS: more aborts the runner process
+# Sequence slots per model: each slot takes up to three of llama.cpp's LLAMA_MAX_SEQ (256) sequence ids
+# (itself, and cached prefixes: engine.py), and llama-server's largest common -np is 64
+MAX_PARALLEL = 64
 INT32_MAX = 2**31 - 1  # options llama.cpp takes as int32_t: ctypes would wrap a larger value silently
 
 

@@ -410,3 +410,18 @@ def test_use_mmap_false_reads_the_weights_into_memory(tiny_gguf: Path, use_mmap:
     with Engine(str(tiny_gguf), LoadOptions(num_ctx=64, num_parallel=1, num_batch=64, use_mmap=use_mmap)) as engine:
         assert buffer in engine.info.buffer_bytes, engine.info.buffer_bytes
         assert ("CPU_Mapped" in engine.info.buffer_bytes) is use_mmap
+
+
+def test_a_lone_client_stops_paying_the_burst_wait_and_a_burst_brings_it_back(tiny_engine: Engine) -> None:
+    """One request at a time (a chat, an agent): after LONE_BEFORE_SKIP of them the idle engine starts the
+    next at once instead of waiting 4 ms for companions; requests arriving together turn the wait back on."""
+    from localrun.engine.engine import LONE_BEFORE_SKIP
+
+    for i in range(LONE_BEFORE_SKIP + 1):
+        collect(tiny_engine.submit(GenerateRequest(words(8, i), GREEDY)))
+    assert tiny_engine._lone_arrivals >= LONE_BEFORE_SKIP
+    with tiny_engine._cond:  # the four arrive together (the condition's lock is re-entrant: submit takes it too)
+        handles = [tiny_engine.submit(GenerateRequest(words(40, 50 + i), SamplingOptions(temperature=0, num_predict=8)))
+                   for i in range(4)]
+    assert all(collect(h).done.eval_count > 0 for h in handles)
+    assert tiny_engine._lone_arrivals == 0
