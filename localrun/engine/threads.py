@@ -18,7 +18,8 @@ step:
 - **prefill** (prompt chunks, compute-bound): each thread does real work, so a core is given up only
   when other load on it passes :data:`PREFILL_TOLERANCE`.
 
-Fewer threads take effect at the next sample (load appeared: act at once); more only when two
+A sample spanning more than :data:`STALE` (the engine sat idle) only starts the next one. Fewer
+threads take effect at the next sample (load appeared: act at once); more only when two
 samples in a row allow them (load went away: make sure), so the count follows a change within
 a quarter to half a second and does not flap. Two models streaming at once see each other as other load
 and settle on sharing the cores instead of each spinning on all of them.
@@ -42,6 +43,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 INTERVAL = 0.25          # seconds of engine work between two samples
+STALE = 1.0              # a sample over a longer span (the engine was idle) only starts the next one
 DECODE_TOLERANCE = 0.2   # other load (in cores) a core may carry and still decode
 PREFILL_TOLERANCE = 0.5  # ... and still prefill
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # /proc/stat: user nice system irq softirq steal (guest is inside user)
@@ -168,6 +170,10 @@ class ThreadPolicy:
         if reading is None or reading.wall <= self._last.wall:
             return self._current
         last, self._last = self._last, reading
+        if reading.wall - last.wall > STALE:
+            # the engine sat idle: what ran meanwhile (often the very load that kept it idle, e.g. another
+            # server being measured) says nothing about now; the next INTERVAL of work decides
+            return self._current
         other = max(0.0, ((reading.busy - last.busy) - (reading.own - last.own)) / (reading.wall - last.wall))
         allowed = (self._fit(other, DECODE_TOLERANCE), self._fit(other, PREFILL_TOLERANCE))
         cur = self._current

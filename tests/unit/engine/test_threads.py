@@ -62,6 +62,22 @@ def test_a_busy_core_is_given_up_within_a_second_and_taken_back_within_two() -> 
     assert run(cpu, p, 1.2) == (2, 2)
 
 
+def test_what_ran_while_the_engine_was_idle_does_not_count() -> None:
+    """Another server busy while this engine waited (a benchmark measuring them in turn): the first sample
+    after the pause spans that load and is not acted on; the next quarter second of work decides."""
+    cpu = FakeCpu()
+    p = policy(cpu)
+    run(cpu, p, 1.0)
+    cpu.own, cpu.other = 0.0, 2.0  # idle here, the other server computes
+    cpu.advance(5.0)
+    cpu.own, cpu.other = 2.0, 0.0
+    assert run(cpu, p, 0.1) == (2, 2)
+    assert run(cpu, p, 1.0) == (2, 2)
+    cpu.own, cpu.other = 0.0, 1.0  # and a load that stays is seen within a quarter second of work
+    cpu.advance(5.0)
+    assert run(cpu, p, 0.6) == (1, 1)
+
+
 def test_light_load_keeps_prefill_threads_but_not_decode_ones() -> None:
     """A core a browser uses 30 % of still prefills (compute-bound) but no longer decodes (a stalled barrier
     costs a memory-bound step far more than the thread brings)."""
