@@ -210,6 +210,13 @@ def main() -> int:
                         table.setdefault(key, {})[phase] = round(best(args.repeat, rate, base, model, streams, t), 2)
                         print(f"{phase:5} {key:15} {table[key][phase]:8.2f} tok/s", flush=True)
         results["decode"] = table
+        if "decode" in args.phases:  # the ceiling with the free cores only: localrun pinned to them, quiet
+            free = max(1, cores - args.busy)
+            ceiling = {streams: round(best(args.repeat, rate, lr, args.model, streams, t, {"num_thread": free}), 2)
+                       for streams in (1, 4)}
+            results["ceiling"] = {"num_thread": free, "tok_s": ceiling}
+            print(f"quiet localrun pinned to {free} thread(s): {ceiling}", flush=True)
+            rate(lr, args.model, 1, 4)  # back to the followed thread count (a reload)
         if "two" in args.phases:
             half = max(1, cores // 2)
             two: dict[str, float] = {}
@@ -255,6 +262,11 @@ def markdown(r: dict[str, object], args: argparse.Namespace) -> str:
              "| target, streams | quiet tok/s | busy tok/s | busy / quiet |", "|---|---|---|---|"]
     for key, v in decode.items():
         lines.append(f"| {key} | {v['quiet']:.1f} | {v['busy']:.1f} | {v['busy'] / v['quiet']:.2f} |")
+    ceiling = r.get("ceiling")
+    if isinstance(ceiling, dict):
+        tok = ceiling["tok_s"]
+        lines += ["", f"Ceiling with the free cores only (localrun, quiet, num_thread {ceiling['num_thread']}): "
+                  + ", ".join(f"{n} stream(s) {v:.1f} tok/s" for n, v in tok.items())]
     two = r.get("two_models")
     if isinstance(two, dict):
         lines += ["", "| two models | tok/s |", "|---|---|"] + [f"| {k} | {v:.1f} |" for k, v in two.items()]
