@@ -466,6 +466,8 @@ share = {}
 if (out / "step_share.json").exists():
     share = {int(k): v for k, v in json.loads((out / "step_share.json").read_text()).items()}
 by = {(lv["target"], lv["concurrency"]): lv for lv in d["levels"]}
+def ms(value):  # a p50 is None when no request of the level finished inside the window
+    return "-" if value is None else f"{value * 1000:.0f}"
 lines = ["| streams | localrun tok/s | llama-server tok/s | aggregate ratio (>= 1.0) | TTFT p50 localrun / llama-server "
          "| TTFT ratio (<= 1.05) | TPOT p50 ms localrun / llama-server | ok / requests | Python share of a step (<= 10 %) |",
          "|---|---|---|---|---|---|---|---|---|"]
@@ -479,7 +481,7 @@ for c in d["config"]["concurrency"]:
     pa, pb = a["tpot"]["p50"], b["tpot"]["p50"]
     s = share.get(c)
     lines.append(f"| {c} | {a['output_tok_s']:.0f} | {b['output_tok_s']:.0f} | {agg:.2f} {'ok' if agg >= 1.0 else 'MISS'} | "
-                 f"{ta * 1000:.0f} / {tb * 1000:.0f} ms | {tr:.2f} {'ok' if tr <= 1.05 else 'MISS'} | "
+                 f"{ms(ta)} / {ms(tb)} ms | {tr:.2f} {'ok' if tr <= 1.05 else 'MISS'} | "
                  f"{(pa or 0) * 1000:.1f} / {(pb or 0) * 1000:.1f} | {a['ok']}/{a['requests']}, {b['ok']}/{b['requests']} | "
                  + (f"{s['python_share_of_time']:.1%} ({s['python_ms_p50']:.2f} of {s['step_ms_p50']:.2f} ms)" if s else "-") + " |")
 text = "\n".join(lines)
