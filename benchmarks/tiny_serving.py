@@ -22,26 +22,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
+from busy_desktop import wait_ready  # this folder is on sys.path when a script here runs
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def wait_ready(url: str, proc: subprocess.Popen[bytes], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{what} exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"{what} not ready after {timeout:.0f} s")
 
 
 def main() -> int:
