@@ -33,7 +33,7 @@ def test_ensure_daemon_starts_one_in_the_background_and_ps_stop_use_it(
     assert main(["ps"]) == 0
     header, table = capsys.readouterr().out.split("\n", 1)  # a line about the daemon, then Ollama's table
     assert header.startswith(f"localrun daemon at {config.host().url} (pid {pid},")
-    assert table.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "POOL", "SLOTS", "UNTIL"]
+    assert table.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "POOL", "SLOTS", "THREADS", "UNTIL"]
     list(client.generate("tiny", "hello", keep_alive="10m"))
     assert main(["ps"]) == 0
     row = capsys.readouterr().out.splitlines()[2]

@@ -53,7 +53,7 @@ def test_status_logs_and_ps_show_the_daemon(store_with_tiny: None) -> None:
     ps = localrun("ps")
     header, columns = ps.stdout.splitlines()[:2]
     assert config.host().url in header and f"pid {pid}" in header
-    assert columns.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "POOL", "SLOTS", "UNTIL"]
+    assert columns.split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "POOL", "SLOTS", "THREADS", "UNTIL"]
 
 
 def _squeeze(text: str) -> str:
