@@ -28,6 +28,7 @@ from pathlib import Path
 
 from .. import config
 from ..errors import ConfigError
+from .cpuinfo import cpu_flags
 
 log = logging.getLogger(__name__)
 
@@ -35,20 +36,10 @@ PROBE_TIMEOUT = 120.0  # seconds: a probe still running then counts as a failure
 
 
 def cpu_key() -> str:
-    """The CPU's model name and a digest of its flags (``/proc/cpuinfo``; elsewhere ``platform``)."""
-    name, flags = platform.processor() or platform.machine(), ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            key = key.strip()
-            if key in ("model name", "Model", "CPU part") and not name.startswith(value.strip()):
-                name = value.strip()
-            elif key in ("flags", "Features") and not flags:
-                flags = value.strip()
-    except OSError:
-        pass
-    digest = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:12]
-    return f"{name} [{platform.machine()} {digest}]"
+    """The CPU's model name and a digest of the flags that matter to llama.cpp's kernels (cpuinfo.py)."""
+    name, flags = cpu_flags()
+    digest = hashlib.sha256(" ".join(flags).encode()).hexdigest()[:12]
+    return f"{name or 'unknown CPU'} [{platform.machine()} {digest}]"
 
 
 def _cache_file() -> Path:

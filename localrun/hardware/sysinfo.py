@@ -21,7 +21,6 @@ import os
 import platform
 import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -31,11 +30,9 @@ from .. import __version__, config
 from ..errors import LocalrunError
 from ..jsontypes import JSONObject, JSONValue
 from . import hostgpu, repack
+from .cpuinfo import cpu_flags
 from .devices import NativeReport, probe_native, with_current_ram
 
-# CPU flags worth showing (Linux /proc/cpuinfo names); AMX is the one with a workaround.
-_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16",
-          "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16", "asimd", "asimddp", "i8mm", "sve", "sve2", "sme")
 AMX_FLAGS = ("amx_tile", "amx_int8", "amx_bf16")
 NO_EXTRA_BUFTS_REASON = (
     "llama.cpp repacks CPU weights into the layouts its fastest kernels read (use_extra_bufts, what "
@@ -123,35 +120,6 @@ class Info(TypedDict):
 def parse_system_info(text: str) -> dict[str, bool]:
     """``llama_print_system_info()`` (``CPU : AVX2 = 1 | ...``) as {"AVX2": True, ...}."""
     return {k: v != "0" for k, v in re.findall(r"([A-Z][A-Z0-9_]*) = (\d+)", text)}
-
-
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str | None, list[str]]:
-    """CPU model name and the interesting flags the OS reports (Linux /proc/cpuinfo, macOS sysctl)."""
-    model: str | None = None
-    flags: set[str] = set()
-    try:
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            key = key.strip().lower()
-            if key in ("model name", "hardware") and model is None:
-                model = value.strip()
-            elif key in ("flags", "features"):
-                flags.update(value.split())
-                break
-    except OSError:
-        if sys.platform == "darwin":
-            model = _sysctl("machdep.cpu.brand_string")
-            feats = f"{_sysctl('machdep.cpu.features') or ''} {_sysctl('machdep.cpu.leaf7_features') or ''}"
-            flags.update(f.lower().replace(".", "_") for f in feats.split())
-    return model or platform.processor() or None, [f for f in _FLAGS if f in flags]
-
-
-def _sysctl(name: str) -> str | None:
-    try:
-        out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
 
 
 def dir_usage(path: Path) -> DirUsage:
