@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..errors import InvalidRequest, TemplateError, UnsupportedCapability
+from ..modelkind import ModelKind
 from .template import ChatTemplate
 
 
@@ -149,14 +150,15 @@ def resolve_think(fmt: ChatFormat, think: bool | None, model: str) -> bool:
     return think is not False
 
 
-def capabilities(fmt: ChatFormat, *, embedding: bool, fim: bool, vision: bool = False) -> list[str]:
+def capabilities(fmt: ChatFormat, *, kind: ModelKind, fim: bool, vision: bool = False) -> list[str]:
     """What ``/api/show`` lists, in Ollama's order: completion or embedding, vision, tools, insert, thinking.
 
-    ``embedding``: the GGUF is an embedding model (it cannot chat); ``fim``: its vocabulary has
-    fill-in-the-middle tokens (``suffix`` works); ``vision``: a projector is there (images).
+    ``kind``: an embedding model lists only ``embedding``, a reranker only ``rerank`` (neither can
+    chat); ``fim``: the vocabulary has fill-in-the-middle tokens (``suffix`` works); ``vision``: a
+    projector is there (images).
     """
-    if embedding:
-        return ["embedding"]
+    if kind is not ModelKind.GENERATION:
+        return [str(kind)]
     out = ["completion", *(["vision"] if vision else [])]
     if fmt.renders_tools:
         out.append("tools")

@@ -26,6 +26,7 @@ import llama_cpp as lc
 
 from .. import trace
 from ..errors import ContextOverflow, EngineError, InvalidRequest, UnsupportedCapability
+from ..modelkind import ModelKind, kind_refusal, model_kind
 from . import limits, native, prefix_store
 from .batcher import BURST_GAP, BURST_MAX, Batcher
 from .detok import TextStream
@@ -35,6 +36,7 @@ from .host_cache import HostCache
 from .kvcache import KVCache
 from .load_report import parse_load_report
 from .prefix_store import PrefixStore
+from .rerank import Reranker
 from .sampling import assert_valid, build_sampler
 from .sequence import RequestHandle, Sequence
 from .threads import ThreadPolicy
@@ -47,6 +49,7 @@ from .types import (
     LoadOptions,
     ModelInfo,
     PrefixCacheLocation,
+    RerankResult,
     Truncation,
 )
 from .vision import MediaPrompt, Projector
@@ -56,6 +59,18 @@ log = logging.getLogger(__name__)
 MAX_SEQ_IDS = 256  # llama.cpp's LLAMA_MAX_SEQ: running sequences and cached prefixes share them
 LONE_BEFORE_SKIP = 2  # lone arrivals in a row after which an idle engine stops waiting for a burst
 INTERACTIVE_PROMPT_TOKENS = 512  # a request that does not say counts as interactive up to this prompt length
+
+
+def kind_of(model: lc.llama_model_p, arch: str) -> ModelKind:
+    """What a loaded model does: :func:`~.types.model_kind` on its metadata; an encoder without a
+    decoder (T5's encoder) embeds whatever its metadata says."""
+    pooling = native.meta(model, f"{arch}.pooling_type")
+    causal = native.meta(model, f"{arch}.attention.causal")
+    kind = model_kind(arch, int(pooling) if pooling and pooling.lstrip("-").isdigit() else None,
+                      {"true": True, "false": False}.get((causal or "").lower()))
+    if kind is ModelKind.GENERATION and lc.llama_model_has_encoder(model) and not lc.llama_model_has_decoder(model):
+        return ModelKind.EMBEDDING
+    return kind
 
 
 def kv_type(options: LoadOptions) -> str:
@@ -100,7 +115,8 @@ class Engine:
         self._ctx: lc.llama_context_p | None = None
         self._closed = False
         self.batcher: Batcher | None = None     # set by _setup for generation models
-        self.embedder: Embedder | None = None   # set by _setup (None until then, and once freed)
+        self.embedder: Embedder | None = None   # set by _setup unless a reranker (None once freed)
+        self.reranker: Reranker | None = None   # set by _setup for rerank models (None once freed)
         self.projector: Projector | None = None  # set by _setup when the options name an mmproj
         try:
             self._setup(model, model_path, options, prefix_cache)
@@ -122,11 +138,14 @@ class Engine:
         self.threads = self.thread_policy.current().prefill  # the context's, the embedder's and the projector's
         n_swa = int(lc.llama_model_n_swa(model))
         recurrent = bool(lc.llama_model_is_recurrent(model) or lc.llama_model_is_hybrid(model))
-        generation = not options.embedding and bool(lc.llama_model_has_decoder(model)) and not (
-            lc.llama_model_has_encoder(model) and not lc.llama_model_has_decoder(model))
         arch = native.meta(model, "general.architecture") or "unknown"
+        self.kind = kind_of(model, arch)
+        generation = self.kind is ModelKind.GENERATION
         chat_template = native.meta(model, "tokenizer.chat_template")
-        self.embedder = Embedder(model, self.vocab, arch, num_ctx, self.threads)
+        if self.kind is ModelKind.RERANK:
+            self.reranker = Reranker(model, self.vocab, num_ctx, self.thread_policy)
+        else:
+            self.embedder = Embedder(model, self.vocab, arch, num_ctx, self.thread_policy)
         self._cond = threading.Condition()
         self._incoming: deque[Sequence] = deque()
         self._lone_arrivals = 0  # idle arrivals in a row that found no companion (_gather_burst)
@@ -168,7 +187,7 @@ class Engine:
             bos_text=self.vocab.special_text(self.vocab.bos), eos_text=self.vocab.special_text(self.vocab.eos),
             size_bytes=int(lc.llama_model_size(model)), num_ctx=num_ctx, num_parallel=options.num_parallel,
             context_pool=pool if generation else 0, vision=self.projector is not None,
-            n_swa=n_swa, generation=generation, prefix_cache=generation and not recurrent,
+            n_swa=n_swa, kind=self.kind, prefix_cache=generation and not recurrent,
             gpu_layers=report.gpu_layers, offload_layers=report.total_layers,
             gpu_buffer_bytes=report.gpu_bytes, cpu_buffer_bytes=report.cpu_bytes,
             buffer_bytes=dict(report.buffers), rpc_servers=options.rpc_servers,
@@ -190,7 +209,7 @@ class Engine:
         if self._closed:
             raise EngineError("the model is unloaded")
         if self.batcher is None:
-            raise InvalidRequest("this model only supports embeddings")
+            raise UnsupportedCapability(kind_refusal(self.kind, ModelKind.GENERATION) or "no text model")
         options = request.sampling
         assert_valid(options)
         media = self._media_prompt(request) if request.images else None
@@ -215,11 +234,20 @@ class Engine:
         return handle
 
     def embed(self, inputs: list[EmbedInput], *, truncate: bool = True) -> EmbedResult:
+        """One L2-normalised vector per input (embedding.py); UnsupportedCapability on a reranker."""
         if self._closed:
             raise EngineError("the model is unloaded")
         if self.embedder is None:
-            raise EngineError("the model is unloaded")
+            raise UnsupportedCapability(kind_refusal(self.kind, ModelKind.EMBEDDING) or "no embedder")
         return self.embedder.embed(inputs, truncate=truncate)
+
+    def rerank(self, query: str, documents: list[str], *, truncate: bool = True) -> RerankResult:
+        """One relevance score per document (rerank.py); UnsupportedCapability unless a reranker."""
+        if self._closed:
+            raise EngineError("the model is unloaded")
+        if self.reranker is None:
+            raise UnsupportedCapability(kind_refusal(self.kind, ModelKind.RERANK) or "no reranker")
+        return self.reranker.rerank(query, documents, truncate=truncate)
 
     def tokenize(self, text: str, *, add_special: bool = True, images: tuple[bytes, ...] = ()) -> list[int]:
         """``text`` as token ids; with ``images`` (one image marker each in ``text``) the ids a
@@ -396,6 +424,9 @@ class Engine:
         if self.embedder is not None:
             self.embedder.close()
             self.embedder = None
+        if self.reranker is not None:
+            self.reranker.close()
+            self.reranker = None
         if self._ctx is not None:
             lc.llama_free(self._ctx)
             self._ctx = None

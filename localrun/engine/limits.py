@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from ..errors import OptionError
+from ..errors import InvalidRequest, OptionError
 
 MAX_TOP_LOGPROBS = 20
 MAX_STOP = 16
@@ -32,6 +33,10 @@ MAX_THREADS = 512  # ggml's GGML_MAX_N_THREADS: more aborts the runner process
 # Sequence slots per model: each slot takes up to three of llama.cpp's LLAMA_MAX_SEQ (256) sequence ids
 # (itself, and cached prefixes: engine.py), and llama-server's largest common -np is 64
 MAX_PARALLEL = 64
+# Retrieval requests (embeddings, reranking): OpenAI's 2,048 inputs a request, and a bound on their
+# text so a 10 MB body is refused before it is tokenized (8M characters is ~2M tokens)
+MAX_TEXTS = 2048
+MAX_TEXT_CHARS = 8_000_000
 INT32_MAX = 2**31 - 1  # options llama.cpp takes as int32_t: ctypes would wrap a larger value silently
 
 
@@ -171,6 +176,17 @@ def check(name: str, value: object) -> int | float | bool | tuple[str, ...]:
     if not within(name, normal):
         raise OptionError(f"option {name!r} must be {describe(name)}, got {_shown(value)}")
     return cast("int | float | bool | tuple[str, ...]", normal)  # what within() accepts
+
+
+def check_texts(texts: Sequence[object], what: str) -> None:
+    """InvalidRequest unless ``texts`` (a retrieval request's inputs or documents) are at most
+    MAX_TEXTS items of at most MAX_TEXT_CHARS characters together; checked before any is tokenized."""
+    if len(texts) > MAX_TEXTS:
+        raise InvalidRequest(f"at most {MAX_TEXTS} {what} a request, got {len(texts)}")
+    chars = sum(len(t) for t in texts if isinstance(t, str))
+    if chars > MAX_TEXT_CHARS:
+        raise InvalidRequest(f"the {what} hold {chars:,} characters; at most {MAX_TEXT_CHARS:,} a request "
+                             "(send them in several requests)")
 
 
 def token_limit(num_predict: int | None) -> int | None:

@@ -217,6 +217,9 @@ class Vocab:
         self.bos = int(lc.llama_vocab_bos(self.ptr))
         self.eos = int(lc.llama_vocab_eos(self.ptr))
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self.ptr))
+        self.add_eos = bool(lc.llama_vocab_get_add_eos(self.ptr))
+        self.sep = int(lc.llama_vocab_sep(self.ptr))
+        self.add_sep = bool(lc.llama_vocab_get_add_sep(self.ptr))
         self._pieces: dict[int, bytes] = {}
         self._lock = threading.Lock()
         self._utf8_cache: tuple[np.ndarray, list[int]] | None = None

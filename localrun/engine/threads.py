@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -147,6 +148,7 @@ class ThreadPolicy:
         """``reader`` and ``clock`` are seams for tests (a reader's ``wall`` comes from ``clock``)."""
         cpus = usable_cores()
         self._clock = clock
+        self._lock = threading.Lock()
         self.cores = cores or len(cpus)
         if pinned:
             self._current = Threads(pinned, pinned, self.cores, pinned=True)
@@ -161,10 +163,19 @@ class ThreadPolicy:
         return self._current
 
     def update(self) -> Threads:
-        """Take a sample if :data:`INTERVAL` has passed since the last one; the counts to use now."""
+        """Take a sample if :data:`INTERVAL` has passed since the last one; the counts to use now.
+
+        Thread-safe: the engine thread and a pooled context (embeddings, reranking) may both ask."""
         if self._read is None or self._last is None:
             return self._current
         if self._clock() - self._last.wall < INTERVAL:
+            return self._current
+        with self._lock:
+            return self._sample()
+
+    def _sample(self) -> Threads:
+        assert self._read is not None and self._last is not None
+        if self._clock() - self._last.wall < INTERVAL:  # another thread sampled while this one waited
             return self._current
         reading = self._read()
         if reading is None or reading.wall <= self._last.wall:

@@ -11,6 +11,7 @@ import enum
 from dataclasses import dataclass, field
 
 from ..jsontypes import JSONObject
+from ..modelkind import ModelKind
 
 # What a request constrains its output to: None (free text), "json" (any JSON value) or a JSON Schema
 OutputFormat = str | JSONObject | None
@@ -36,7 +37,6 @@ class LoadOptions:
     context_pool: int | None = None
     adapter: str | None = None   # path to a LoRA adapter GGUF
     projector: str | None = None  # path to a vision model's projector (mmproj) GGUF: images (engine/vision.py)
-    embedding: bool = False      # load for embeddings (pooling) instead of generation
     # Deterministic mode (as SGLang's): a seeded request gives the same text whatever runs beside it.
     # Off (default): llama.cpp's fastest kernels; a seeded request repeats its text when it runs alone.
     # On: per-row matmuls for every batch size and a BF16-key cache (engine/native.py), ~15-20 %
@@ -193,6 +193,13 @@ class EmbedResult:
 
 
 @dataclass(frozen=True, slots=True)
+class RerankResult:
+    scores: list[float]          # per document, in the order given: the model's relevance score
+    prompt_eval_count: int       # tokens read, every (query, document) pair together
+    truncated: list[bool]        # per document: was it cut so its pair fits the context
+
+
+@dataclass(frozen=True, slots=True)
 class EngineStats:
     """A snapshot for /api/ps and /metrics."""
 
@@ -236,7 +243,7 @@ class ModelInfo:
     num_parallel: int
     context_pool: int = 0          # KV cells the running requests share (0: not reported)
     n_swa: int = 0                 # sliding-window size, 0 = none
-    generation: bool = True        # False: an embeddings-only model
+    kind: ModelKind = ModelKind.GENERATION  # what it does: text, vectors or rerank scores
     prefix_cache: bool = True      # False: the model's cache cannot be shared (recurrent models)
     vision: bool = False           # a projector is loaded: prompts may hold images
     # What llama.cpp reports it placed (its load log), not what was asked for:

@@ -30,6 +30,7 @@ from ..engine.types import (
     LoadOptions,
     ModelInfo,
     PrefixCacheLocation,
+    RerankResult,
     is_last,
 )
 from ..jsontypes import JSONValue
@@ -293,6 +294,10 @@ class RunnerProcess:
 
     async def embed(self, inputs: list[EmbedInput], truncate: bool = True) -> EmbedResult:
         return protocol.decode_embed_result(await self._call(lambda rid: protocol.Embed(rid, inputs, truncate)))
+
+    async def rerank(self, query: str, documents: list[str], truncate: bool = True) -> RerankResult:
+        return protocol.decode_rerank_result(
+            await self._call(lambda rid: protocol.Rerank(rid, query, documents, truncate)))
 
     async def tokenize(self, text: str, add_special: bool = True, images: tuple[bytes, ...] = ()) -> list[int]:
         """``text`` as token ids; with ``images``, one marker each, the image positions count too."""

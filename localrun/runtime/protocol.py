@@ -7,7 +7,8 @@ Daemon -> runner ops (``op``):
     load {model_path, options, factory, prefix_cache}   first frame, exactly once
     generate {id, request}    -> accepted {id} | error {id, error}, then events {id, event}
     cancel {id}                -> (the stream ends with a done/cancelled or error event)
-    embed {id, input, truncate} / tokenize {id, text, add_special} / detokenize {id, tokens}
+    embed {id, input, truncate} / rerank {id, query, documents, truncate}
+    tokenize {id, text, add_special} / detokenize {id, tokens}
     stats {id}                -> result {id, result} | error {id, error}
     close                     -> the runner closes its engine and exits 0
     debug_abort               -> os.abort(); only honoured when LOCALRUN_RUNNER_DEBUG=1 (tests)
@@ -45,12 +46,14 @@ from ..engine.types import (
     ModelInfo,
     OutputFormat,
     PrefixCacheLocation,
+    RerankResult,
     SamplingOptions,
     TokenEvent,
     TokenLogprob,
     Truncation,
 )
 from ..jsontypes import JSONMapping, JSONObject, JSONValue
+from ..modelkind import ModelKind
 from . import framing
 
 MAX_FRAME = 256 * 1024 * 1024  # a runner's frames: an embedding batch or a long prompt's tokens
@@ -139,8 +142,9 @@ def decode_load_options(data: JSONObject) -> LoadOptions:
 
 
 def decode_model_info(data: JSONObject) -> ModelInfo:
-    """The runner's load report: the engine's ModelInfo."""
-    return _decode_record(ModelInfo, data)
+    """The runner's load report: the engine's ModelInfo (ValueError for a kind nobody defines)."""
+    info = _decode_record(ModelInfo, data)
+    return dataclasses.replace(info, kind=ModelKind(info.kind))
 
 
 def encode_request(request: GenerateRequest) -> JSONObject:
@@ -255,6 +259,20 @@ def decode_embed_result(result: JSONValue) -> EmbedResult:
     )
 
 
+def encode_rerank_result(result: RerankResult) -> JSONObject:
+    return dataclasses.asdict(result)
+
+
+def decode_rerank_result(result: JSONValue) -> RerankResult:
+    """A rerank RPC's result (TypeError, KeyError or ValueError when it is not one)."""
+    data = _dict(result)
+    return RerankResult(
+        scores=[_float(x) for x in _list(data["scores"])],
+        prompt_eval_count=_int(data["prompt_eval_count"]),
+        truncated=[bool(t) for t in _list(data["truncated"])],
+    )
+
+
 def decode_tokens(result: JSONValue) -> list[int]:
     """A tokenize RPC's result: token ids (TypeError when it is not a list of them)."""
     return [_int(token) for token in _list(result)]
@@ -317,6 +335,15 @@ class Embed:
     OP: ClassVar[str] = "embed"
     id: int
     input: list[EmbedInput]
+    truncate: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Rerank:
+    OP: ClassVar[str] = "rerank"
+    id: int
+    query: str
+    documents: list[str]
     truncate: bool = True
 
 
@@ -404,7 +431,7 @@ class Batch:
     messages: tuple[Message, ...]
 
 
-ToRunner = Load | Generate | Cancel | Embed | Tokenize | Detokenize | Stats | Close | DebugAbort
+ToRunner = Load | Generate | Cancel | Embed | Rerank | Tokenize | Detokenize | Stats | Close | DebugAbort
 FromRunner = Loaded | LoadFailed | Accepted | EventMessage | Result | Failed | Batch
 Message = ToRunner | FromRunner
 

@@ -17,7 +17,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final, Literal, Protocol
 
-from ..engine.types import EmbedInput, EmbedResult, EngineStats, Event, GenerateRequest, LoadOptions, ModelInfo
+from ..engine.types import (
+    EmbedInput,
+    EmbedResult,
+    EngineStats,
+    Event,
+    GenerateRequest,
+    LoadOptions,
+    ModelInfo,
+    RerankResult,
+)
 from ..hardware.devices import Device
 from ..hardware.memory import MemoryEstimate
 from ..hardware.placement import Placement
@@ -71,6 +80,10 @@ class Backend(Protocol):
         ...
 
     async def embed(self, inputs: list[EmbedInput], truncate: bool = True) -> EmbedResult: ...
+
+    async def rerank(self, query: str, documents: list[str], truncate: bool = True) -> RerankResult:
+        """One relevance score per document, in order (a reranking model only)."""
+        ...
 
     async def tokenize(self, text: str, add_special: bool = True, images: tuple[bytes, ...] = ()) -> list[int]: ...
 

@@ -37,12 +37,16 @@ from ..engine.types import (
     Event,
     GenerateRequest,
     ModelInfo,
+    RerankResult,
     is_last,
 )
 from ..jsontypes import JSONObject, JSONValue
 from . import protocol
 
 log = logging.getLogger(__name__)
+
+RpcMessage = protocol.Embed | protocol.Rerank | protocol.Tokenize | protocol.Detokenize | protocol.Stats
+"""The blocking calls a runner answers with one result frame (run in its pool)."""
 
 INTERNAL_ERROR = "internal error in the model runner (see the daemon's log)"
 
@@ -73,6 +77,8 @@ class ServedEngine(Protocol):
     def submit(self, request: GenerateRequest) -> EngineHandle: ...
 
     def embed(self, inputs: list[EmbedInput], *, truncate: bool = True) -> EmbedResult: ...
+
+    def rerank(self, query: str, documents: list[str], *, truncate: bool = True) -> RerankResult: ...
 
     def tokenize(self, text: str, *, add_special: bool = True, images: tuple[bytes, ...] = ()) -> list[int]: ...
 
@@ -169,6 +175,7 @@ class Runner:
             protocol.Generate: self._generate,
             protocol.Cancel: self._cancel,
             protocol.Embed: self._submit_rpc,
+            protocol.Rerank: self._submit_rpc,
             protocol.Tokenize: self._submit_rpc,
             protocol.Detokenize: self._submit_rpc,
             protocol.Stats: self._submit_rpc,
@@ -235,15 +242,18 @@ class Runner:
             with self._handles_lock:
                 self._handles.pop(rid, None)
 
-    def _submit_rpc(self, message: protocol.Embed | protocol.Tokenize | protocol.Detokenize | protocol.Stats) -> None:
+    def _submit_rpc(self, message: RpcMessage) -> None:
         """Blocking calls run in the pool, so a slow embed never delays a cancel read after it."""
         self._pool.submit(self._rpc, message)
 
-    def _rpc(self, message: protocol.Embed | protocol.Tokenize | protocol.Detokenize | protocol.Stats) -> None:
+    def _rpc(self, message: RpcMessage) -> None:
         try:
             result: JSONValue
             if isinstance(message, protocol.Embed):
                 result = protocol.encode_embed_result(self.engine.embed(message.input, truncate=message.truncate))
+            elif isinstance(message, protocol.Rerank):
+                result = protocol.encode_rerank_result(
+                    self.engine.rerank(message.query, message.documents, truncate=message.truncate))
             elif isinstance(message, protocol.Tokenize):
                 if message.images:
                     pictures = tuple(base64.b64decode(image) for image in message.images)

@@ -20,11 +20,10 @@ from typing import TypeGuard
 
 from ..errors import InvalidModelFile
 from ..jsontypes import JSONMapping
+from ..modelkind import ModelKind, model_kind
 from .tokenizer_facts import TokenizerFacts
 
 MAX_LAYERS = 512  # llama.cpp's LLAMA_MAX_LAYERS
-_ENCODERS = ("bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3", "neo-bert", "modern-bert",
-             "t5encoder")  # encoder-only architectures: embeddings, never text
 _CHAT_FINETUNES = ("instruct", "chat", "it", "sft", "dpo", "rlhf", "assistant", "thinking", "reasoning")
 
 
@@ -61,7 +60,7 @@ class ModelGeometry:
     chat_template: str | None = None
     size_label: str | None = None
     file_type: int | None = None
-    embedding: bool = False        # an embeddings model (encoder or pooling), not a text generator
+    kind: ModelKind = ModelKind.GENERATION  # text, embeddings or reranking (engine.types.model_kind)
     base_model: bool = False       # no chat template, no chat tuning: it continues text
     tokenizer: TokenizerFacts = TokenizerFacts()
 
@@ -134,10 +133,17 @@ def geometry_of(meta: JSONMapping, file_size: int,
         chat_template=template if isinstance(template, str) else None,
         size_label=label if isinstance(label, str) else None,
         file_type=ftype if isinstance(ftype, int) and not isinstance(ftype, bool) and 0 <= ftype < 1 << 16 else None,
-        embedding=arch in _ENCODERS or f"{arch}.pooling_type" in meta or meta.get(f"{arch}.attention.causal") is False,
+        kind=_kind(arch, meta),
         base_model=is_base_model(template, meta.get("general.finetune")),
         tokenizer=tokenizer,
     )
+
+
+def _kind(arch: str, meta: JSONMapping) -> ModelKind:
+    pooling = meta.get(f"{arch}.pooling_type")
+    causal = meta.get(f"{arch}.attention.causal")
+    return model_kind(arch, pooling if _is_int(pooling) else (-1 if pooling is not None else None),
+                      causal if isinstance(causal, bool) else None)
 
 
 def _is_int(value: object) -> TypeGuard[int]:

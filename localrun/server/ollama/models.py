@@ -131,7 +131,7 @@ def _capabilities(template: str, path: Path, *, vision: bool) -> list[str]:
         geometry = read_geometry(str(path))
     except errors.LocalrunError:
         return ["completion"]
-    return capabilities(describe(template or None), embedding=geometry.embedding, fim=geometry.fim is not None,
+    return capabilities(describe(template or None), kind=geometry.kind, fim=geometry.fim is not None,
                         vision=vision)
 
 

@@ -6,17 +6,13 @@ it again."""
 from __future__ import annotations
 
 import base64
-import os
-import shutil
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import llamaserver
 import pytest
 from engine_helpers import collect
-from servedaemon import free_port
 from tinymodel import CHATML_TEMPLATE
 from tinyvision import IMAGE_TOKENS, tiny_png_bytes, write_tiny_vision
 
@@ -67,32 +63,11 @@ def llama_server(vision_files: tuple[Path, Path, list[Path]],
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """llama.cpp's own server on the same files (``--mmproj``), with our image marker pinned
     (``LLAMA_MEDIA_MARKER``; it picks a random one otherwise)."""
-    binary = os.environ.get("LLAMA_SERVER") or shutil.which("llama-server") or next(
-        (str(p) for p in Path("/tmp/llama-server").glob("*/vendor/llama.cpp/build/bin/llama-server")), None)
-    if binary is None:
-        pytest.skip("needs llama.cpp's llama-server (../shared/bench/build_llama_server.sh; LLAMA_SERVER=path)")
     model, mmproj, _ = vision_files
-    port = free_port()
-    log = (tmp_path_factory.mktemp("llama-server") / "log").open("wb")
-    env = {**os.environ, "LD_LIBRARY_PATH": str(Path(binary).parent), "LLAMA_MEDIA_MARKER": IMAGE_MARKER}
-    server = subprocess.Popen([binary, "-m", str(model), "--mmproj", str(mmproj), "--port", str(port), "-t", "2",
-                               "-c", "1024", "-np", "1", "--no-warmup"], stdout=log, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and server.poll() is None:
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        else:
-            pytest.fail("llama-server did not start")
+    log = tmp_path_factory.mktemp("llama-server") / "log"
+    with llamaserver.serving(["-m", str(model), "--mmproj", str(mmproj), "-t", "2", "-c", "1024", "-np", "1",
+                              "--no-warmup"], log, env={"LLAMA_MEDIA_MARKER": IMAGE_MARKER}) as url:
         yield url
-    finally:
-        server.terminate()
-        server.wait(30)
 
 
 def llama_cpp_tokens(server: str, prompt: str, images: list[Path], n: int = 12) -> list[int]:

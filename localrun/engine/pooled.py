@@ -1,0 +1,129 @@
+"""A pooled-output context: one row of floats per sequence, many sequences per llama_decode.
+
+Embedding models (an embedding per input) and rerankers (class scores per query-document pair)
+both run here: each input is its own sequence in a batch, llama.cpp pools every sequence's hidden
+states (mean, CLS, last token, or rank: the classification head over the pooled state), and
+:meth:`PooledContext.run` returns the pooled rows. Inputs are packed into as few passes as the
+context allows, so 256 short texts are a handful of decode calls, not 256.
+
+Not thread-safe: the owner (:class:`~.embedding.Embedder`, :class:`~.rerank.Reranker`) serialises
+calls. The context is created on first use and never touches the engine thread's context.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import llama_cpp as lc
+import numpy as np
+
+from ..errors import EngineError
+from . import native
+from .native import Batch
+from .threads import ThreadPolicy
+
+log = logging.getLogger(__name__)
+
+MAX_SEQS_PER_PASS = 32
+# llama.cpp pads an embeddings context to a multiple of 32 cells; with mean pooling its graph
+# then aborts (GGML_ASSERT in build_pooling) when n_batch is not padded alike. Measured: every
+# n_ctx of 16-32 or a multiple of 32 works, 33, 48, 100, 1000, 1618 abort the process.
+CTX_ALIGN = 32
+
+
+def aligned_ctx(n: int) -> int:
+    """The largest context llama.cpp pools safely that is at most ``n`` (``n`` >= 16)."""
+    return n if n <= CTX_ALIGN else n // CTX_ALIGN * CTX_ALIGN
+
+
+class PooledContext:
+    """Pools each of many token lists into one output row.
+
+    ``n_ctx`` is the most tokens one pass (and so one input) may hold; ``pooling`` a llama.cpp
+    pooling type, or None for the model's own (mean when it declares none). A row is ``width``
+    floats: the embedding size, or the number of classes for rank pooling.
+    """
+
+    def __init__(self, model: lc.llama_model_p, arch: str, n_ctx: int, threads: ThreadPolicy,
+                 *, pooling: int | None = None) -> None:
+        self._model = model
+        self._arch = arch
+        self._threads = threads
+        self._n_threads = 0
+        self._pooling = pooling
+        self.n_ctx = aligned_ctx(n_ctx)
+        self.max_seqs = min(MAX_SEQS_PER_PASS, self.n_ctx)  # a batch below n_seq_max aborts llama.cpp
+        self._ctx: lc.llama_context_p | None = None
+        self._batch: Batch | None = None
+        self.width = 0
+        self.passes = 0  # llama_decode calls so far
+
+    def _context(self) -> lc.llama_context_p:
+        if self._ctx is None:
+            pooling = self._pooling
+            if pooling is None:
+                declared = native.meta(self._model, f"{self._arch}.pooling_type")
+                pooling = int(declared) if declared and declared.isdigit() and int(declared) > 0 \
+                    else lc.LLAMA_POOLING_TYPE_MEAN
+            self._n_threads = self._threads.update().prefill
+            spec = native.ContextSpec(n_ctx=self.n_ctx, n_seq_max=self.max_seqs, n_batch=self.n_ctx,
+                                      n_threads=self._n_threads, swa_full=False, embeddings=True, pooling=pooling)
+            self._ctx = native.create_context(self._model, spec)
+            # keep self.n_ctx as asked: llama.cpp may round the context up, but n_batch stays
+            self._batch = Batch(self.n_ctx)
+            rank = pooling == lc.LLAMA_POOLING_TYPE_RANK
+            self.width = int(lc.llama_model_n_cls_out(self._model)) if rank else int(lc.llama_model_n_embd(self._model))
+            log.info("pooled context ready (%d tokens, %d per pass, pooling %d, %d floats a row)",
+                     self.n_ctx, self.max_seqs, pooling, self.width)
+        return self._ctx
+
+    def run(self, token_lists: list[list[int]]) -> list[np.ndarray]:
+        """The pooled row of each token list, in order. Each list holds 1..n_ctx tokens (the caller
+        cuts or refuses longer ones); EngineError when llama.cpp fails."""
+        ctx = self._context()
+        rows: list[np.ndarray] = [np.empty(0)] * len(token_lists)
+        for group in self._passes(token_lists):
+            self._run_pass(ctx, group, token_lists, rows)
+        return rows
+
+    def _passes(self, token_lists: list[list[int]]) -> list[list[int]]:
+        groups: list[list[int]] = [[]]
+        used = 0
+        for i, tokens in enumerate(token_lists):
+            if groups[-1] and (used + len(tokens) > self.n_ctx or len(groups[-1]) >= self.max_seqs):
+                groups.append([])
+                used = 0
+            groups[-1].append(i)
+            used += len(tokens)
+        return groups
+
+    def _run_pass(self, ctx: lc.llama_context_p, group: list[int], token_lists: list[list[int]],
+                  rows: list[np.ndarray]) -> None:
+        batch = self._batch
+        assert batch is not None
+        n = self._threads.update().prefill
+        if n != self._n_threads:
+            lc.llama_set_n_threads(ctx, n, n)
+            self._n_threads = n
+        mem = lc.llama_get_memory(ctx)
+        if mem:  # causal models (Qwen3-Embedding, Qwen3-Reranker) keep a KV cache: start each pass empty
+            lc.llama_memory_clear(mem, True)
+        batch.clear()
+        for seq, i in enumerate(group):
+            start = batch.n_tokens
+            batch.add(seq, 0, token_lists[i], want_last_logits=False)
+            batch.logits[start: batch.n_tokens] = 1
+        rc = batch.decode(ctx)
+        self.passes += 1
+        if rc != 0:
+            raise EngineError(f"pooling failed: llama_decode returned {rc}")
+        for seq, i in enumerate(group):
+            ptr = lc.llama_get_embeddings_seq(ctx, seq)
+            if not ptr:
+                raise EngineError("the model produced no pooled output")
+            rows[i] = np.ctypeslib.as_array(ptr, shape=(self.width,)).astype(np.float64)
+
+    def close(self) -> None:
+        if self._ctx is not None:
+            lc.llama_free(self._ctx)
+            self._ctx = None
