@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "localrun.cli.service_cmd",
     "localrun.cli.launch_cmd",
     "localrun.cli.upstream_cmd",
+    "localrun.cli.retrieval_cmds",
 )
 # The module that registers each command: running one command imports only its module, so
 # `localrun serve` (the daemon, which stays in memory) and `localrun run` start without importing
@@ -43,6 +44,7 @@ COMMANDS = {
     "stop": "localrun.cli.daemon_cmds", "top": "localrun.cli.top_cmd", "bench": "localrun.cli.bench_cmd",
     "info": "localrun.cli.info_cmd", "service": "localrun.cli.service_cmd", "daemon": "localrun.cli.daemon_control",
     "launch": "localrun.cli.launch_cmd", "upstream": "localrun.cli.upstream_cmd",
+    "embed": "localrun.cli.retrieval_cmds", "rerank": "localrun.cli.retrieval_cmds",
     **{name: "localrun.cli.store_cmds" for name in ("pull", "create", "list", "ls", "show", "cp", "rm", "verify",
                                                      "import-ollama")},
 }

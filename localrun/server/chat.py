@@ -23,6 +23,7 @@ from typing import TypeVar
 from .. import errors
 from ..chat.events import ChatEvent
 from ..engine.types import DoneEvent, DoneReason, GenerateRequest, OutputFormat, Truncation
+from ..modelkind import ModelKind
 from ..upstream.router import Route
 from . import chatturn, remote
 from .chatturn import ChatTurn
@@ -89,6 +90,7 @@ async def _no_count() -> int:
 async def prepare_chat(service: Service, call: NativeCall) -> tuple[Target, ChatTurn]:
     """Resolve the model and prepare the turn (raises 400/404 before anything is generated)."""
     target = await service.target(call.model, call.options, call.keep_alive)
+    target.require(ModelKind.GENERATION)
     turn = await chatturn.prepare(target, call.messages, tools=call.tools, tool_choice=call.tool_choice,
                                   think=call.think)
     return target, turn
@@ -126,6 +128,7 @@ async def start_completions(service: Service, call: NativeCall, fmt: OutputForma
                                                   suffix)
         return ChatRun(route.name, outputs, _no_count)
     target = await service.target(call.model, call.options, call.keep_alive)
+    target.require(ModelKind.GENERATION)
     sampling = replace(target.sampling, logprobs=call.logprobs, top_logprobs=call.top_logprobs,
                        ignore_eos=call.ignore_eos, min_tokens=call.min_tokens)
     gens: list[Generation] = []

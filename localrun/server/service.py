@@ -29,6 +29,7 @@ from ..engine.types import (
     ErrorEvent,
     GenerateRequest,
     LoadOptions,
+    RerankResult,
     SamplingOptions,
     TokenEvent,
 )
@@ -36,6 +37,7 @@ from ..fmt import human_bytes
 from ..hardware import memory, repack
 from ..hardware.memory import ContextPlan, ModelGeometry
 from ..jsontypes import JSONObject
+from ..modelkind import ModelKind, kind_refusal
 from ..runtime.resident import Backend, EventStream, Phase, ProbeFn
 from ..runtime.scheduler import DEFAULT, KeepAlive, Lease, LoadSpec, Scheduler
 from ..store.records import ResolvedModel
@@ -68,6 +70,13 @@ class Target:
     num_keep: int | None
     keep_alive: KeepAlive
     template_override: str | None = None  # a request's own template (/api/generate ``template``)
+
+    def require(self, asked: ModelKind) -> None:
+        """UnsupportedCapability (400) unless this model can serve a request for ``asked`` (its GGUF's
+        kind: :func:`~localrun.engine.types.kind_refusal`), before it is loaded."""
+        refusal = kind_refusal(self.geometry.kind, asked, self.name)
+        if refusal is not None:
+            raise errors.UnsupportedCapability(refusal)
 
     @property
     def template(self) -> str | None:
@@ -313,6 +322,21 @@ class Service:
             "request endpoint=embed model=%s inputs=%d prompt_tokens=%d total_ms=%.0f",
             target.name, len(inputs), result.prompt_eval_count, total / 1e6,
         )
+        return result, int(lease.load_duration_ns), total
+
+    async def rerank(self, target: Target, query: str, documents: Sequence[str],
+                     truncate: bool) -> tuple[RerankResult, int, int]:
+        """Score ``documents`` against ``query``; returns (result, load_duration_ns, total_duration_ns)."""
+        started = time.perf_counter_ns()
+        lease = await self.scheduler.acquire(target.spec, target.keep_alive)
+        try:
+            result: RerankResult = await lease.backend.rerank(query, list(documents), truncate)
+        finally:
+            lease.release()
+        self.metrics.prompt_tokens.labels(target.name).inc(result.prompt_eval_count)
+        total = time.perf_counter_ns() - started
+        log.info("request endpoint=rerank model=%s documents=%d prompt_tokens=%d total_ms=%.0f",
+                 target.name, len(documents), result.prompt_eval_count, total / 1e6)
         return result, int(lease.load_duration_ns), total
 
     async def tokenize(self, target: Target, text: str, add_special: bool, images: tuple[bytes, ...] = ()) -> list[int]:

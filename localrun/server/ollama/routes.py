@@ -25,6 +25,7 @@ from ...chat.format import parse_think
 from ...chat.parse import ChatStreamParser
 from ...chat.prompt import check_messages
 from ...chat.tools import validate_tools
+from ...engine import limits
 from ...engine.types import (
     EmbedInput,
     EmbedResult,
@@ -36,6 +37,7 @@ from ...engine.types import (
 )
 from ...errors import UnsupportedCapability
 from ...jsontypes import JSONObject, JSONValue
+from ...modelkind import ModelKind
 from ...runtime.resident import KeepAlive
 from .. import chatturn, remote
 from ..chat import close_reply, start_chat, start_completions, upstream_route
@@ -153,6 +155,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
 async def _generate_local(service: Service, body: JSONObject, prompt: str, pictures: list[chat_images.Image],
                           suffix: str, think: bool | None, keep_alive: KeepAlive) -> Output:
     target = await service.target(body.get("model"), body.get("options"), keep_alive)
+    target.require(ModelKind.GENERATION)
     user = chat_images.attach(prompt, pictures, "prompt")
     context = get(body, "context", list, None)
     if context is not None and pictures:
@@ -294,6 +297,7 @@ async def embed_inputs(service: Service, model: object, options: object, keep_al
                        inputs: Sequence[EmbedInput], truncate: bool) -> tuple[str, EmbedResult, int, int]:
     """(model name, result, load_duration_ns, total_duration_ns) for ``inputs``, on the model or upstream
     ``model`` names; no inputs only loads a local model."""
+    limits.check_texts(inputs, "inputs")
     route = upstream_route(service, model)
     if route is not None and service.upstreams is not None:
         started = time.perf_counter_ns()
@@ -303,6 +307,7 @@ async def embed_inputs(service: Service, model: object, options: object, keep_al
         result = await remote.embed(service.upstreams, route, inputs, truncate)
         return route.name, result, 0, time.perf_counter_ns() - started
     target = await service.target(model, options, keep_alive)
+    target.require(ModelKind.EMBEDDING)
     if not inputs:
         load = await service.load_only(target)
         return target.name, EmbedResult([], 0, []), load, load
@@ -326,17 +331,26 @@ async def embed(request: web.Request) -> web.Response:
         "total_duration": total_ns,
         "load_duration": load_ns,
         "prompt_eval_count": result.prompt_eval_count,
+        **truncated_field(result),
     })
 
 
+def truncated_field(result: EmbedResult) -> JSONObject:
+    """``{"truncated": [indices]}`` naming the inputs cut to fit the context; empty when none was."""
+    cut: list[JSONValue] = [i for i, was in enumerate(result.truncated) if was]
+    return {"truncated": cut} if cut else {}
+
+
 async def embeddings(request: web.Request) -> web.Response:
-    """The older endpoint: one ``prompt`` in, one ``embedding`` out."""
+    """The older endpoint: one ``prompt`` in, one ``embedding`` out. It has no field to say a prompt
+    was cut, so a prompt over the context is a 400 unless the request says ``truncate: true``."""
     body: JSONObject = await read_json(request)
     prompt = get(body, "prompt", str, "")
     keep_alive = parse_keep_alive(body.get("keep_alive"))
     _, result, _, _ = await embed_inputs(request.app[SERVICE], body.get("model"), body.get("options"), keep_alive,
-                                         [prompt] if prompt else [], True)
-    return web.json_response({"embedding": result.embeddings[0] if result.embeddings else []})
+                                         [prompt] if prompt else [], get(body, "truncate", bool, False))
+    return web.json_response({"embedding": result.embeddings[0] if result.embeddings else [],
+                              **truncated_field(result)})
 
 
 def add_routes(app: web.Application) -> None:

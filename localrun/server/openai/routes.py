@@ -21,11 +21,11 @@ from ...engine.types import TokenLogprob
 from ...jsontypes import JSONObject, JSONValue
 from .. import remote
 from ..chat import ChatRun, start_chat, start_completions, upstream_route
-from ..http import SSEStream, read_json
+from ..http import SSEStream, get, read_json
 from ..image_fetch import inline_remote_images
 from ..keys import SERVICE, STORE
 from ..middleware import error_body
-from ..ollama.routes import embed_inputs, resize, truncation
+from ..ollama.routes import embed_inputs, resize, truncated_field, truncation
 from ..options import parse_keep_alive
 from ..output import Output, Piece
 from . import convert as oc
@@ -202,13 +202,16 @@ async def embeddings(request: web.Request) -> web.Response:
     dimensions = body.get("dimensions")
     if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1):
         raise errors.InvalidRequest("'dimensions' must be a positive whole number")
+    # OpenAI refuses an input over the model's context; ``truncate: true`` (as on our chat routes) cuts it
     name, result, _, _ = await embed_inputs(request.app[SERVICE], body.get("model"), oc.options_from_openai(body),
-                                            parse_keep_alive(body.get("keep_alive")), inputs, True)
+                                            parse_keep_alive(body.get("keep_alive")), inputs,
+                                            get(body, "truncate", bool, False))
     data = [{"object": "embedding", "index": i, "embedding": oc.embedding_vector(resize(e, dimensions), encoding)}
             for i, e in enumerate(result.embeddings)]
     return web.json_response({"object": "list", "data": data, "model": name,
                               "usage": {"prompt_tokens": result.prompt_eval_count,
-                                        "total_tokens": result.prompt_eval_count}})
+                                        "total_tokens": result.prompt_eval_count},
+                              **truncated_field(result)})
 
 
 def _store_models(request: web.Request) -> list[tuple[str, int]]:
