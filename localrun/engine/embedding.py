@@ -14,19 +14,17 @@ import llama_cpp as lc
 import numpy as np
 
 from ..errors import ContextOverflow, InvalidRequest
-from .limits import MAX_TEXTS
+from .limits import MAX_POOLED_CTX, MAX_TEXTS
 from .native import Vocab
 from .pooled import PooledContext
 from .threads import ThreadPolicy
 from .types import EmbedInput, EmbedResult
 
-MAX_EMBED_CTX = 8192
-
 
 class Embedder:
     def __init__(self, model: lc.llama_model_p, vocab: Vocab, arch: str, num_ctx: int, threads: ThreadPolicy) -> None:
         self._vocab = vocab
-        self.pooled = PooledContext(model, arch, min(num_ctx, MAX_EMBED_CTX), threads)
+        self.pooled = PooledContext(model, arch, min(num_ctx, MAX_POOLED_CTX), threads)
         self.n_ctx = self.pooled.n_ctx
         self._lock = threading.Lock()
 

@@ -36,6 +36,7 @@ MAX_PARALLEL = 64
 # Retrieval requests (embeddings, reranking): OpenAI's 2,048 inputs a request, and a bound on their
 # text so a 10 MB body is refused before it is tokenized (8M characters is ~2M tokens)
 MAX_TEXTS = 2048
+MAX_POOLED_CTX = 8192  # the most tokens one input (or query-document pair) of a pooled context holds
 MAX_TEXT_CHARS = 8_000_000
 INT32_MAX = 2**31 - 1  # options llama.cpp takes as int32_t: ctypes would wrap a larger value silently
 

@@ -22,13 +22,12 @@ import llama_cpp as lc
 from ..errors import ContextOverflow, InvalidRequest
 from ..modelkind import POOLING_RANK
 from . import native
-from .limits import MAX_TEXTS
+from .limits import MAX_POOLED_CTX, MAX_TEXTS
 from .native import Vocab
 from .pooled import PooledContext
 from .threads import ThreadPolicy
 from .types import RerankResult
 
-MAX_RERANK_CTX = 8192
 _CUT_TRIES = 4  # re-tokenizing a cut document can grow it by a token or two at the seam
 
 
@@ -36,7 +35,7 @@ class Reranker:
     def __init__(self, model: lc.llama_model_p, vocab: Vocab, num_ctx: int, threads: ThreadPolicy) -> None:
         self._vocab = vocab
         arch = native.meta(model, "general.architecture") or "unknown"
-        self.pooled = PooledContext(model, arch, min(num_ctx, MAX_RERANK_CTX), threads, pooling=POOLING_RANK)
+        self.pooled = PooledContext(model, arch, min(num_ctx, MAX_POOLED_CTX), threads, pooling=POOLING_RANK)
         self.n_ctx = self.pooled.n_ctx
         self._template = native.meta(model, "tokenizer.chat_template.rerank")
         self._lock = threading.Lock()
@@ -95,8 +94,9 @@ class Reranker:
             tokens = self.pair_tokens(query, self._vocab.detokenize(doc_tokens[:keep]))
             if len(tokens) <= self.n_ctx:
                 return tokens
-        raise ContextOverflow(f"the query leaves no room for document {index}: the model reads at most "
-                              f"{self.n_ctx} tokens a pair", prompt_tokens=len(tokens), max_tokens=self.n_ctx)
+        raise ContextOverflow(f"the query (with the model's pair format) leaves no room for document {index}: "
+                              f"the model reads at most {self.n_ctx} tokens a pair", prompt_tokens=len(tokens),
+                              max_tokens=self.n_ctx)
 
     def close(self) -> None:
         with self._lock:

@@ -23,6 +23,7 @@ from ..engine import limits
 from ..engine.types import MAX_UBATCH, LoadOptions, ModelInfo
 from ..errors import InvalidModelFile, OptionError
 from ..fmt import human_bytes
+from ..modelkind import ModelKind
 from ..store.geometry import ModelGeometry as ModelGeometry  # the store reader's record, for the runtime
 from ..store.gguf_file import read_gguf
 from . import devices
@@ -129,7 +130,14 @@ def plan_context(geometry: ModelGeometry, options: LoadOptions, free_ram: int, g
 
     Raises OptionError when an explicit ``num_ctx`` needs more than :data:`EXPLICIT_SHARE` of that
     memory, naming both numbers. Pure: the caller probes the memory.
+
+    An embedding model or a reranker has no shared pool: one pooled context of at most
+    :data:`~localrun.engine.limits.MAX_POOLED_CTX` tokens, one request at a time (engine/pooled.py).
     """
+    if geometry.kind is not ModelKind.GENERATION:
+        wanted = num_ctx if num_ctx is not None else (geometry.n_ctx_train or FALLBACK_CTX)
+        pooled = max(limits.MIN_CTX, min(wanted, limits.MAX_POOLED_CTX))
+        return ContextPlan(num_ctx=pooled, context_pool=pooled, num_parallel=1)
     kv = max(1, kv_bytes_per_token(geometry))
     base = estimate(geometry, dataclasses.replace(options, num_parallel=1, context_pool=MAX_UBATCH))
     left = max(0, free_ram + sum(max(0, g.free_bytes) for g in gpus) - base.weights - base.compute)

@@ -68,6 +68,7 @@ async def rerank(request: web.Request) -> web.Response:
     if not query:
         raise errors.InvalidRequest("'query' must be a non-empty string")
     documents = documents_of(body.get("documents"))
+    limits.check_texts([query], "query")
     top_n = get_whole(body, "top_n", 1, limits.MAX_TEXTS) or len(documents)
     with_documents = get(body, "return_documents", bool, request.path != COHERE_V2_PATH)
     truncate = get(body, "truncate", bool, True)

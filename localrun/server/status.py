@@ -11,6 +11,7 @@ from .. import __version__
 from ..engine.types import EngineStats
 from ..hardware.memory import ModelGeometry
 from ..jsontypes import JSONObject, JSONValue
+from ..modelkind import ModelKind
 from ..runtime.scheduler import ResidentModel, Scheduler
 from . import remote
 from .http import iso
@@ -92,7 +93,9 @@ def ps_entry(scheduler: Scheduler, model: ResidentModel, stats: EngineStats | No
         "size_vram": p.vram,
         "context_length": info.num_ctx if info else model.spec.options.num_ctx,  # the most one request holds
         # localrun extras (ignored by Ollama clients):
-        "context_pool": info.context_pool if info and info.context_pool else model.spec.options.pool,
+        # None for an embedding model or a reranker: no pool, one pooled context (engine/pooled.py)
+        "context_pool": None if info and info.kind is not ModelKind.GENERATION
+        else info.context_pool if info and info.context_pool else model.spec.options.pool,
         "processor": p.processor(),
         "gpu_layers": p.gpu_layers,
         "num_parallel": model.slots,

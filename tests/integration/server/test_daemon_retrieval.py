@@ -57,6 +57,8 @@ async def test_every_embedding_route_gives_the_same_unit_vectors(serve_app: Any,
     assert np.allclose(vectors[1], legacy["embedding"])
     assert ollama["prompt_eval_count"] == openai["usage"]["prompt_tokens"] > 0
     assert "truncated" not in ollama and "truncated" not in openai
+    ps = (await (await client.get("/api/ps")).json())["models"]
+    assert [(m["name"], m["context_pool"], m["num_parallel"]) for m in ps] == [("emb:latest", None, 1)]  # no pool
 
 
 async def test_a_long_input_is_cut_only_where_the_api_allows_it_and_the_reply_says_so(serve_app: Any,
