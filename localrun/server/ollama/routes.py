@@ -41,7 +41,7 @@ from ...modelkind import ModelKind
 from ...runtime.resident import KeepAlive
 from .. import chatturn, remote
 from ..chat import close_reply, start_chat, start_completions, upstream_route
-from ..http import NDJSONStream, get, now_iso, read_json
+from ..http import NDJSONStream, get, now_iso, read_json, vectors_response
 from ..keys import SERVICE
 from ..native_call import NativeCall
 from ..options import parse_keep_alive, top_logprobs
@@ -325,7 +325,7 @@ async def embed(request: web.Request) -> web.Response:
     keep_alive = parse_keep_alive(body.get("keep_alive"))
     name, result, load_ns, total_ns = await embed_inputs(request.app[SERVICE], body.get("model"),
                                                          body.get("options"), keep_alive, inputs, truncate)
-    return web.json_response({
+    return vectors_response({
         "model": name,
         "embeddings": [resize(e, dimensions) for e in result.embeddings],
         "total_duration": total_ns,
@@ -349,8 +349,8 @@ async def embeddings(request: web.Request) -> web.Response:
     keep_alive = parse_keep_alive(body.get("keep_alive"))
     _, result, _, _ = await embed_inputs(request.app[SERVICE], body.get("model"), body.get("options"), keep_alive,
                                          [prompt] if prompt else [], get(body, "truncate", bool, False))
-    return web.json_response({"embedding": result.embeddings[0] if result.embeddings else [],
-                              **truncated_field(result)})
+    return vectors_response({"embedding": result.embeddings[0] if result.embeddings else [],
+                             **truncated_field(result)})
 
 
 def add_routes(app: web.Application) -> None:

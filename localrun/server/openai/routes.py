@@ -21,7 +21,7 @@ from ...engine.types import TokenLogprob
 from ...jsontypes import JSONObject, JSONValue
 from .. import remote
 from ..chat import ChatRun, start_chat, start_completions, upstream_route
-from ..http import SSEStream, get, read_json
+from ..http import SSEStream, get, read_json, vectors_response
 from ..image_fetch import inline_remote_images
 from ..keys import SERVICE, STORE
 from ..middleware import error_body
@@ -208,10 +208,10 @@ async def embeddings(request: web.Request) -> web.Response:
                                             get(body, "truncate", bool, False))
     data = [{"object": "embedding", "index": i, "embedding": oc.embedding_vector(resize(e, dimensions), encoding)}
             for i, e in enumerate(result.embeddings)]
-    return web.json_response({"object": "list", "data": data, "model": name,
-                              "usage": {"prompt_tokens": result.prompt_eval_count,
-                                        "total_tokens": result.prompt_eval_count},
-                              **truncated_field(result)})
+    return vectors_response({"object": "list", "data": data, "model": name,
+                             "usage": {"prompt_tokens": result.prompt_eval_count,
+                                       "total_tokens": result.prompt_eval_count},
+                             **truncated_field(result)})
 
 
 def _store_models(request: web.Request) -> list[tuple[str, int]]:
