@@ -38,6 +38,12 @@ def model_kind(architecture: str, pooling_type: int | None, causal: bool | None)
     return ModelKind.GENERATION
 
 
+def kind_detail(kind: ModelKind) -> dict[str, str]:
+    """A model's ``details`` entry (a localrun extra in /api/tags, /api/show and /api/ps): ``{"kind":
+    "embedding"}`` or ``{"kind": "rerank"}``; nothing for a text model, as Ollama's details."""
+    return {} if kind is ModelKind.GENERATION else {"kind": str(kind)}
+
+
 def kind_refusal(kind: ModelKind, asked: ModelKind, name: str = "this model") -> str | None:
     """Why model ``name`` of ``kind`` cannot serve a request for ``asked``; None when it can (a
     text model also embeds, as in Ollama). The one wording of every API's 400."""

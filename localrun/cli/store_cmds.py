@@ -193,10 +193,11 @@ def cmd_list(args: argparse.Namespace) -> int:
                     [str(m["name"]), str(m.get("digest", "")).removeprefix("sha256:")[:12],
                      human_bytes(int(as_number(m.get("size")) or 0)), human_ago(_timestamp(m.get("modified_at")), now),
                      _note(bool(as_object(m.get("details")).get("base_model")),
-                           "clip" in _families(m))] for m in daemon.list()]
+                           "clip" in _families(m), str(as_object(m.get("details")).get("kind") or ""))]
+                    for m in daemon.list()]
     else:
-        rows = [[e.name, e.id, human_bytes(e.size), human_ago(e.modified, now), _note(e.base_model, e.vision)]
-                for e in _store().list()]
+        rows = [[e.name, e.id, human_bytes(e.size), human_ago(e.modified, now),
+                 _note(e.base_model, e.vision, str(e.kind))] for e in _store().list()]
     sys.stdout.write(format_table(["NAME", "ID", "SIZE", "MODIFIED", ""], rows))
     return 0
 
@@ -206,9 +207,13 @@ def _families(row: JSONObject) -> list[JSONValue]:
     return families if isinstance(families, list) else []
 
 
-def _note(base_model: bool, vision: bool) -> str:
-    """The last column of a ``list`` row: a base model's note, or that the model takes images."""
-    return BASE_NOTE if base_model else "vision (takes images)" if vision else ""
+KIND_NOTES = {"embedding": "embedding model (vectors, no chat)", "rerank": "reranker (scores documents, no chat)"}
+
+
+def _note(base_model: bool, vision: bool, kind: str = "") -> str:
+    """The last column of a ``list`` row: what an embedding model or a reranker is, a base model's note,
+    or that the model takes images."""
+    return KIND_NOTES.get(kind) or (BASE_NOTE if base_model else "vision (takes images)" if vision else "")
 
 
 def _param_text(value: object) -> str:
@@ -253,7 +258,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("quantization", str(d.get("quantization_level") or "-")),
         ("template", {"modelfile": "from the Modelfile", "gguf": "from the GGUF", "none": "none"}[
             details.template_source]),
-        *([("kind", f"{BASE_NOTE} (it continues text; chat with {config.STARTER_MODEL})")]
+        *([("kind", KIND_NOTES[str(d["kind"])])] if str(d.get("kind")) in KIND_NOTES else
+          [("kind", f"{BASE_NOTE} (it continues text; chat with {config.STARTER_MODEL})")]
           if d.get("base_model") else []),
     ])
     if details.projector_path is not None:

@@ -11,7 +11,7 @@ from .. import __version__
 from ..engine.types import EngineStats
 from ..hardware.memory import ModelGeometry
 from ..jsontypes import JSONObject, JSONValue
-from ..modelkind import ModelKind
+from ..modelkind import ModelKind, kind_detail
 from ..runtime.scheduler import ResidentModel, Scheduler
 from . import remote
 from .http import iso
@@ -37,6 +37,7 @@ def details(geometry: ModelGeometry | None) -> JSONObject:
         "quantization_level": _QUANTS.get(geometry.file_type, "unknown") if geometry.file_type is not None
         else "unknown",
         **({"base_model": True} if geometry.base_model else {}),
+        **kind_detail(geometry.kind),
     }
 
 

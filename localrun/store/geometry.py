@@ -61,7 +61,7 @@ class ModelGeometry:
     size_label: str | None = None
     file_type: int | None = None
     kind: ModelKind = ModelKind.GENERATION  # text, embeddings or reranking (engine.types.model_kind)
-    base_model: bool = False       # no chat template, no chat tuning: it continues text
+    base_model: bool = False       # a text model without chat template or chat tuning: it continues text
     tokenizer: TokenizerFacts = TokenizerFacts()
 
     @property
@@ -118,6 +118,7 @@ def geometry_of(meta: JSONMapping, file_size: int,
     template = meta.get("tokenizer.chat_template")
     label = meta.get("general.size_label")
     ftype = meta.get("general.file_type")
+    kind = _kind(arch, meta)
     return ModelGeometry(
         architecture=arch,
         file_size=file_size,
@@ -133,8 +134,8 @@ def geometry_of(meta: JSONMapping, file_size: int,
         chat_template=template if isinstance(template, str) else None,
         size_label=label if isinstance(label, str) else None,
         file_type=ftype if isinstance(ftype, int) and not isinstance(ftype, bool) and 0 <= ftype < 1 << 16 else None,
-        kind=_kind(arch, meta),
-        base_model=is_base_model(template, meta.get("general.finetune")),
+        kind=kind,
+        base_model=kind is ModelKind.GENERATION and is_base_model(template, meta.get("general.finetune")),
         tokenizer=tokenizer,
     )
 

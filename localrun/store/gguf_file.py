@@ -37,7 +37,8 @@ from typing import Any
 
 from ..errors import InvalidModelFile
 from ..jsontypes import JSONObject, JSONValue
-from .geometry import ArrayLen, ModelGeometry, geometry_of, is_base_model
+from ..modelkind import ModelKind
+from .geometry import ArrayLen, ModelGeometry, geometry_of
 from .tokenizer_facts import read_facts
 
 
@@ -104,15 +105,13 @@ class GGUFInfo:
                 return f"{n / scale:.2f}{unit}"
         return str(n)
 
-    @property
-    def base_model(self) -> bool:
-        """See :func:`is_base_model`."""
-        return is_base_model(self.chat_template, self.metadata.get("general.finetune"))
-
     def summary(self) -> JSONObject:
-        """The config-blob fields (Ollama's names, plus ``base_model``) for this model."""
+        """The config-blob fields (Ollama's names, plus ``base_model`` and, for an embedding model or a
+        reranker, ``model_kind``) for this model."""
+        kind = self.geometry.kind
         return {
-            "base_model": self.base_model,
+            "base_model": self.geometry.base_model,
+            **({"model_kind": str(kind)} if kind is not ModelKind.GENERATION else {}),
             "model_format": "gguf",
             "model_family": self.architecture,
             "model_families": [self.architecture] if self.architecture else [],

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..errors import CorruptBlob, ModelfileError, ModelNotFound, StoreError
 from ..jsontypes import JSONObject, JSONValue, as_objects
+from ..modelkind import ModelKind, kind_detail
 from . import manifest as mt
 from .blobs import BlobStore, file_lock
 from .create import Builder, FromHook
@@ -100,7 +101,8 @@ class ModelStore:
         entries = [
             ModelEntry(str(s.name), s.digest, s.manifest.total_size, s.modified,
                        self.read_config(s.manifest).get("base_model") is True,
-                       vision=s.manifest.first(mt.PROJECTOR) is not None)
+                       vision=s.manifest.first(mt.PROJECTOR) is not None,
+                       kind=_kind(self.read_config(s.manifest).get("model_kind")))
             for s in self.manifests.all()
         ]
         return sorted(entries, key=lambda e: (-e.modified, e.name))
@@ -212,7 +214,8 @@ class ModelStore:
                 "parameter_size": config.get("model_type") or info.parameter_size,
                 "quantization_level": config.get("file_type") or info.file_type,
                 "context_length": info.context_length,
-                "base_model": info.base_model,
+                "base_model": info.geometry.base_model,
+                **kind_detail(info.geometry.kind),
             },
             model_info=info.metadata,
             projector_path=resolved.projector_path,
@@ -384,3 +387,11 @@ def _families(configured: JSONValue, architecture: str | None) -> list[JSONValue
     if isinstance(configured, list) and configured:
         return list(configured)
     return [architecture] if architecture else []
+
+
+def _kind(value: JSONValue) -> ModelKind:
+    """A config blob's ``model_kind`` (absent: a text model, as every model made before it existed)."""
+    try:
+        return ModelKind(value) if isinstance(value, str) else ModelKind.GENERATION
+    except ValueError:
+        return ModelKind.GENERATION

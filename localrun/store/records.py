@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..jsontypes import JSONObject
+from ..modelkind import ModelKind
 from .modelfile import Message
 
 
@@ -19,6 +20,7 @@ class ModelEntry:
     modified: float    # seconds since the epoch
     base_model: bool = False  # completion only (no chat template, no chat tuning); from the config blob
     vision: bool = False      # it has a projector layer: it takes images
+    kind: ModelKind = ModelKind.GENERATION  # an embedding model or a reranker; from the config blob
 
     @property
     def id(self) -> str:

@@ -44,6 +44,10 @@ async def test_each_model_says_what_it_can_do(serve_app: Any, store: Any) -> Non
         body = await (await client.post("/api/show", json={"model": name})).json()
         assert body["capabilities"] == caps, name
     assert "completion" in (await (await client.post("/api/show", json={"model": "tiny"})).json())["capabilities"]
+    tags = {m["name"]: m["details"] for m in (await (await client.get("/api/tags")).json())["models"]}
+    assert (tags["emb:latest"]["kind"], tags["rr:latest"]["kind"]) == ("embedding", "rerank")
+    assert "kind" not in tags["tiny:latest"] and not tags["emb:latest"].get("base_model")  # not "completion only"
+    assert {e.name: str(e.kind) for e in store.list()}["qrr:latest"] == "rerank"
 
 
 async def test_every_embedding_route_gives_the_same_unit_vectors(serve_app: Any, store: Any) -> None:
