@@ -17,7 +17,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from .. import config
-from ..errors import ConfigError, InvalidRequest
+from ..errors import ConfigError, InvalidRequest, UnsupportedCapability
 from ..jsontypes import JSONObject, as_number
 from .connect import connect
 
@@ -104,15 +104,23 @@ def ensure_model(client: Client, model: str) -> None:
     pull_with_progress(client, model)
 
 
-def warn_if_base_model(client: Client, model: str) -> None:
-    """Say on stderr that ``model`` is a base (completion-only) model, naming the starter to chat with.
+TRY_INSTEAD = {"embedding": "localrun embed {model} TEXT...", "rerank": "localrun rerank {model} QUERY DOC..."}
 
-    The chat UI says the same in its log when it opens (once per session).
-    """
+
+def check_can_chat(client: Client, model: str, *, one_shot: bool) -> None:
+    """UnsupportedCapability, naming the command to use, when ``model`` is an embedding model or a
+    reranker; for a one-shot prompt, a note on stderr when it is a base (completion-only) model (the
+    chat UI says that in its log when it opens, once per session)."""
     from ..tui.model_ops import base_model_notice
 
     details = client.show(model).get("details") or {}
-    if isinstance(details, dict) and details.get("base_model"):
+    if not isinstance(details, dict):
+        return
+    kind = str(details.get("kind") or "")
+    if kind in TRY_INSTEAD:
+        what = "an embedding model" if kind == "embedding" else "a reranker"
+        raise UnsupportedCapability(f"{model} is {what}: it cannot chat; try `{TRY_INSTEAD[kind].format(model=model)}`")
+    if one_shot and details.get("base_model"):
         _err(f"Note: {base_model_notice(model)}")
 
 
@@ -199,8 +207,8 @@ def run(args: argparse.Namespace) -> int:
     client = connect()
     try:
         ensure_model(client, model)
+        check_can_chat(client, model, one_shot=prompt is not None)
         if prompt is not None:
-            warn_if_base_model(client, model)
             return generate_once(client, model, prompt, args)
         if not sys.stdout.isatty():
             raise InvalidRequest("the chat needs a terminal; give a PROMPT or pipe input to answer once")

@@ -71,3 +71,6 @@ def test_rerank_over_http_and_from_the_command_line_agree(daemon: Daemon) -> Non
     wrong = subprocess.run([sys.executable, "-m", "localrun", "rerank", "emb", "q", "d"], env=env,
                            capture_output=True, text=True, timeout=120)
     assert wrong.returncode == 1 and "emb:latest is not a reranking model" in wrong.stderr
+    chat = subprocess.run([sys.executable, "-m", "localrun", "run", "emb", "hello"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert chat.returncode == 1 and "try `localrun embed emb TEXT...`" in chat.stderr
