@@ -12,7 +12,10 @@ a time:
 - ``short``: 256 texts of 8-16 words in one ``/v1/embeddings`` request (texts per second);
 - ``long``: 16 texts of 510 tokens in one request (texts per second);
 - ``rerank``: 1 query against 64 documents of about 100 tokens in one ``/v1/rerank`` request
-  (documents per second).
+  (documents per second);
+- ``rerank_causal``: the same with a causal reranker shaped like Qwen3-Reranker (1,024 wide, 8 of its
+  28 layers, f16, its rerank template): every pair starts with the same template and query, which
+  localrun reads once a request and llama-server once per slot (its prompt cache).
 
 Each workload is warmed up, then timed ``--repeat`` times alternating the servers; the best time
 of each counts. The machine's other CPU use is sampled around each timed request (``localrun.bench.cpu``):
@@ -44,7 +47,7 @@ from localrun.bench.cpu import CpuMeter, find_server
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCALRUN = "http://127.0.0.1:11640"
-LLAMA_EMBED, LLAMA_RERANK = "http://127.0.0.1:18140", "http://127.0.0.1:18141"
+LLAMA_EMBED, LLAMA_RERANK, LLAMA_CAUSAL = "http://127.0.0.1:18140", "http://127.0.0.1:18141", "http://127.0.0.1:18142"
 OTHER_LOAD_WARN = 0.25  # cores used by neither server nor this script
 
 
@@ -90,10 +93,19 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="retrieval-bench-"))
     sys.path.insert(0, str(ROOT / "tests"))
-    from tinyencoder import BGE_SMALL_SHAPE, bert_vocab, write_tiny_bert, write_tiny_bert_reranker
+    from tinyencoder import (
+        BGE_SMALL_SHAPE,
+        bert_vocab,
+        write_tiny_bert,
+        write_tiny_bert_reranker,
+        write_tiny_qwen3_reranker,
+    )
+    from tinymodel import _WORDS
 
     emb = write_tiny_bert(work / "bge-small-random.gguf", **BGE_SMALL_SHAPE)
     rr = write_tiny_bert_reranker(work / "bge-reranker-random.gguf", **BGE_SMALL_SHAPE)
+    qrr = write_tiny_qwen3_reranker(work / "qwen3-reranker-random.gguf", n_embd=1024, n_layer=8, n_head=16,
+                                    n_head_kv=8, n_ff=3072, ftype="f16")
     words = [w for w in bert_vocab()[5:] if w.isalpha() and not w.startswith("#")][:400]
     env = {**os.environ, "HOME": str(work), "XDG_CACHE_HOME": str(work / "cache"), "XDG_DATA_HOME": str(work / "data"),
            "LOCALRUN_MODELS": str(work / "models"), "LOCALRUN_HOST": LOCALRUN.removeprefix("http://"),
@@ -105,33 +117,40 @@ def main() -> int:
         procs.append(subprocess.Popen([sys.executable, "-m", "localrun", "serve"], env=env, stdout=log, stderr=log,
                                       start_new_session=True))
         wait_ready(LOCALRUN + "/api/version", procs[-1], "localrun")
-        for name, path in (("bge-small-random", emb), ("bge-reranker-random", rr)):
+        for name, path in (("bge-small-random", emb), ("bge-reranker-random", rr), ("qwen3-reranker-random", qrr)):
             (work / "Modelfile").write_text(f"FROM {path}\n")
             subprocess.run([sys.executable, "-m", "localrun", "create", name, "-f", str(work / "Modelfile")], env=env,
                            check=True, stdout=subprocess.DEVNULL)
         llog = (work / "llama-server.log").open("ab")
         common = ["-np", "16", "-c", "8192", "-b", "8192", "-ub", "512", "--host", "127.0.0.1"]
-        for path, flag, url in ((emb, "--embedding", LLAMA_EMBED), (rr, "--rerank", LLAMA_RERANK)):
-            procs.append(subprocess.Popen([str(args.llama_server), "-m", str(path), flag, *common,
+        causal = ["-np", "16", "-c", "16384", "-b", "8192", "-ub", "512", "--host", "127.0.0.1"]
+        for path, flag, url, opts in ((emb, "--embedding", LLAMA_EMBED, common), (rr, "--rerank", LLAMA_RERANK, common),
+                                      (qrr, "--rerank", LLAMA_CAUSAL, causal)):
+            procs.append(subprocess.Popen([str(args.llama_server), "-m", str(path), flag, *opts,
                                            "--port", url.rsplit(":", 1)[1]], env=lib, stdout=llog, stderr=llog,
                                           start_new_session=True))
             wait_ready(url + "/health", procs[-1], "llama-server")
 
         def tokenize(text: str) -> list[int]:
-            return list(httpx.post(LLAMA_EMBED + "/tokenize", json={"content": text, "add_special": True}).json()["tokens"])
+            reply = httpx.post(LLAMA_EMBED + "/tokenize", json={"content": text, "add_special": True})
+            return list(reply.json()["tokens"])
 
         short = corpus(words, 256, 8, 16, 1)
         long = long_texts(words, tokenize, 16, 510, 2)
         docs = corpus(words, 64, 70, 90, 3)
+        causal_docs = corpus(list(_WORDS), 64, 70, 90, 4)
         query = "which of these documents talks about " + " ".join(words[:6])
         workloads = {
             "short": (256, "/v1/embeddings", "bge-small-random", {"input": short}),
             "long": (16, "/v1/embeddings", "bge-small-random", {"input": long}),
             "rerank": (64, "/v1/rerank", "bge-reranker-random", {"query": query, "documents": docs}),
+            "rerank_causal": (64, "/v1/rerank", "qwen3-reranker-random",
+                              {"query": "which of these documents talk about water and oil", "documents": causal_docs}),
         }
+        servers = {"rerank": LLAMA_RERANK, "rerank_causal": LLAMA_CAUSAL}
         results: dict[str, dict[str, object]] = {}
         for key, (count, path, model, body) in workloads.items():
-            llama = LLAMA_RERANK if key == "rerank" else LLAMA_EMBED
+            llama = servers.get(key, LLAMA_EMBED)
             targets = {"localrun": (LOCALRUN + path, {**body, "model": model}),
                        "llama-server": (llama + path, {**body, "model": model})}
             for url, request in targets.values():  # warm-up: loads the model, fills caches
@@ -147,7 +166,7 @@ def main() -> int:
             results[key] = {"items": count, "seconds": times, "per_second": {n: count / s for n, s in best.items()},
                             "ratio": best["llama-server"] / best["localrun"], "other_cores": round(other, 2)}
         report = {"cpu": cpu_name(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                  "repeat": args.repeat, "llama_server_args": common, "results": results}
+                  "repeat": args.repeat, "llama_server_args": {"bert": common, "causal": causal}, "results": results}
         (args.out / "retrieval.json").write_text(json.dumps(report, indent=2))
         md = markdown(report)
         (args.out / "retrieval.md").write_text(md)
@@ -170,7 +189,8 @@ def markdown(report: dict[str, object]) -> str:
     lines = [f"CPU: {report['cpu']}; {report['date']}; best of {report['repeat']}",
              "", "| workload | localrun | llama-server | ratio | other load (cores) |", "|---|---|---|---|---|"]
     names = {"short": "256 short texts (texts/s)", "long": "16 texts of 510 tokens (texts/s)",
-             "rerank": "1 query x 64 documents (docs/s)"}
+             "rerank": "1 query x 64 documents (docs/s)",
+             "rerank_causal": "the same, causal reranker (docs/s)"}
     for key, r in results.items():
         rate = r["per_second"]
         warn = " (busy: not of record)" if r["other_cores"] > OTHER_LOAD_WARN else ""

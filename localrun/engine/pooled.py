@@ -4,7 +4,9 @@ Embedding models (an embedding per input) and rerankers (class scores per query-
 both run here: each input is its own sequence in a batch, llama.cpp pools every sequence's hidden
 states (mean, CLS, last token, or rank: the classification head over the pooled state), and
 :meth:`PooledContext.run` returns the pooled rows. Inputs are packed, shortest first, into passes
-of about :data:`PASS_TOKENS` tokens, so 256 short texts are about fifteen decode calls, not 256.
+of about :data:`PASS_TOKENS` tokens, so 256 short texts are about fifteen decode calls, not 256. A
+causal model pooled from the last token reads a prefix all of a request's inputs share (Qwen3-Reranker's
+template and query) once, and each input continues from its cells.
 
 Not thread-safe: the owner (:class:`~.embedding.Embedder`, :class:`~.rerank.Reranker`) serialises
 calls. The context is created on first use and never touches the engine thread's context.
@@ -29,6 +31,10 @@ MAX_SEQS_PER_PASS = 32
 # short texts packed into 512 tokens spent ~15 % of the pass there. Passes of 256 tokens halve that
 # and still fill the matmuls (bge-small shape on a Zen 4: short texts +5-10 %, rerank pairs +5-10 %).
 PASS_TOKENS = 256
+# A causal model pooled from its last token (Qwen3-Reranker's pairs, Qwen3-Embedding's instructed
+# queries) reads a prefix every input of a request shares once, and each input continues from it
+# (its cells are shared, llama_memory_seq_cp): worth it from this many tokens.
+MIN_SHARED_PREFIX = 16
 # llama.cpp pads an embeddings context to a multiple of 32 cells; with mean pooling its graph
 # then aborts (GGML_ASSERT in build_pooling) when n_batch is not padded alike. Measured: every
 # n_ctx of 16-32 or a multiple of 32 works, 33, 48, 100, 1000, 1618 abort the process.
@@ -57,10 +63,13 @@ class PooledContext:
         self._pooling = pooling
         self.n_ctx = aligned_ctx(n_ctx)
         self.max_seqs = min(MAX_SEQS_PER_PASS, self.n_ctx)  # a batch below n_seq_max aborts llama.cpp
+        self.last_token = False  # pooled from each sequence's last token by a causal model (set on creation)
+        self.share_prefix = True  # read a prefix every input shares once (MIN_SHARED_PREFIX); False: each alone
         self._ctx: lc.llama_context_p | None = None
         self._batch: Batch | None = None
         self.width = 0
         self.passes = 0  # llama_decode calls so far
+        self.tokens_read = 0  # tokens those calls computed (a shared prefix once)
 
     def _context(self) -> lc.llama_context_p:
         if self._ctx is None:
@@ -76,6 +85,8 @@ class PooledContext:
             # keep self.n_ctx as asked: llama.cpp may round the context up, but n_batch stays
             self._batch = Batch(self.n_ctx)
             rank = pooling == lc.LLAMA_POOLING_TYPE_RANK
+            causal = bool(lc.llama_get_memory(self._ctx))  # encoders keep no KV cache
+            self.last_token = causal and (rank or pooling == lc.LLAMA_POOLING_TYPE_LAST)
             self.width = int(lc.llama_model_n_cls_out(self._model)) if rank else int(lc.llama_model_n_embd(self._model))
             log.info("pooled context ready (%d tokens, %d per pass, pooling %d, %d floats a row)",
                      self.n_ctx, self.max_seqs, pooling, self.width)
@@ -86,50 +97,78 @@ class PooledContext:
         cuts or refuses longer ones); EngineError when llama.cpp fails."""
         ctx = self._context()
         rows: list[np.ndarray] = [np.empty(0)] * len(token_lists)
-        for group in self._passes(token_lists):
-            self._run_pass(ctx, group, token_lists, rows)
+        shared = self._shared_prefix(token_lists)
+        mem = lc.llama_get_memory(ctx)
+        if mem:  # causal models (Qwen3-Embedding, Qwen3-Reranker) keep a KV cache: start each request empty
+            lc.llama_memory_clear(mem, True)
+        first = 1 if shared else 0  # sequence 0 holds the shared prefix; the inputs take the ids after it
+        if shared:
+            self._decode(ctx, [(0, token_lists[0][:shared])], 0)
+        previous = 0
+        for group in self._passes(token_lists, shared):
+            if mem:  # the last pass's inputs go; the shared prefix stays, and each new input starts from it
+                for seq in range(first, first + previous):
+                    lc.llama_memory_seq_rm(mem, seq, -1, -1)
+                for seq in range(first, first + len(group)) if shared else ():
+                    lc.llama_memory_seq_cp(mem, 0, seq, -1, -1)
+            previous = len(group)
+            self._decode(ctx, [(first + k, token_lists[i][shared:]) for k, i in enumerate(group)], shared)
+            for seq, i in enumerate(group, first):
+                ptr = lc.llama_get_embeddings_seq(ctx, seq)
+                if not ptr:
+                    raise EngineError("the model produced no pooled output")
+                rows[i] = np.ctypeslib.as_array(ptr, shape=(self.width,)).astype(np.float64)
         return rows
 
-    def _passes(self, token_lists: list[list[int]]) -> list[list[int]]:
+    def _shared_prefix(self, token_lists: list[list[int]]) -> int:
+        """How many leading tokens every input shares, when reading them once gives the same rows (a
+        causal model pooled from the last token) and there are enough of them; else 0. Each input
+        keeps at least its last token of its own."""
+        if not (self.last_token and self.share_prefix) or len(token_lists) < 2:
+            return 0
+        first = token_lists[0]
+        shared = min(len(t) for t in token_lists) - 1
+        for tokens in token_lists[1:]:
+            n = 0
+            while n < shared and tokens[n] == first[n]:
+                n += 1
+            shared = n
+        return shared if shared >= MIN_SHARED_PREFIX else 0
+
+    def _passes(self, token_lists: list[list[int]], shared: int = 0) -> list[list[int]]:
         """Indices of ``token_lists`` grouped into passes: shortest first, so inputs of like length
-        share a pass, each pass at most :data:`PASS_TOKENS` tokens (or one longer input)."""
+        share a pass, each pass at most :data:`PASS_TOKENS` tokens (or one longer input) beyond the
+        ``shared`` prefix, which stays in the cache beside them."""
         groups: list[list[int]] = [[]]
         used = 0
-        budget = min(PASS_TOKENS, self.n_ctx)
+        budget = min(PASS_TOKENS, self.n_ctx - shared)
+        most = self.max_seqs - (1 if shared else 0)
         for i in sorted(range(len(token_lists)), key=lambda i: len(token_lists[i])):
-            n = len(token_lists[i])
-            if groups[-1] and (used + n > budget or len(groups[-1]) >= self.max_seqs):
+            n = len(token_lists[i]) - shared
+            if groups[-1] and (used + n > budget or len(groups[-1]) >= most):
                 groups.append([])
                 used = 0
             groups[-1].append(i)
             used += n
         return groups
 
-    def _run_pass(self, ctx: lc.llama_context_p, group: list[int], token_lists: list[list[int]],
-                  rows: list[np.ndarray]) -> None:
+    def _decode(self, ctx: lc.llama_context_p, parts: list[tuple[int, list[int]]], start: int) -> None:
+        """One llama_decode of ``(sequence, tokens)`` parts, each from position ``start``, every token an
+        output (pooling reads them); the threads follow the free cores (threads.py)."""
         batch = self._batch
         assert batch is not None
         n = self._threads.update().prefill
         if n != self._n_threads:
             lc.llama_set_n_threads(ctx, n, n)
             self._n_threads = n
-        mem = lc.llama_get_memory(ctx)
-        if mem:  # causal models (Qwen3-Embedding, Qwen3-Reranker) keep a KV cache: start each pass empty
-            lc.llama_memory_clear(mem, True)
         batch.clear()
-        for seq, i in enumerate(group):
-            start = batch.n_tokens
-            batch.add(seq, 0, token_lists[i], want_last_logits=False)
-            batch.logits[start: batch.n_tokens] = 1
+        for seq, tokens in parts:
+            batch.add_all(seq, start, tokens)
         rc = batch.decode(ctx)
         self.passes += 1
+        self.tokens_read += batch.n_tokens
         if rc != 0:
             raise EngineError(f"pooling failed: llama_decode returned {rc}")
-        for seq, i in enumerate(group):
-            ptr = lc.llama_get_embeddings_seq(ctx, seq)
-            if not ptr:
-                raise EngineError("the model produced no pooled output")
-            rows[i] = np.ctypeslib.as_array(ptr, shape=(self.width,)).astype(np.float64)
 
     def close(self) -> None:
         if self._ctx is not None:

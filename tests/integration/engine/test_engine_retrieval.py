@@ -109,6 +109,21 @@ def test_rerank_scores_each_document_as_it_scores_it_alone(engines: dict[str, En
                                                for d in TEXTS)
 
 
+def test_a_causal_reranker_reads_the_prefix_every_pair_shares_once(files: dict[str, Path]) -> None:
+    with Engine(str(files["qwen3-reranker"]), LoadOptions(num_ctx=512)) as engine:
+        pooled = engine.reranker.pooled  # type: ignore[union-attr]
+        shared = engine.rerank(QUERY, TEXTS)
+        read_shared = pooled.tokens_read
+        pooled.share_prefix = False
+        whole = engine.rerank(QUERY, TEXTS)
+        read_whole = pooled.tokens_read - read_shared
+    assert read_whole == whole.prompt_eval_count == shared.prompt_eval_count  # usage counts every pair whole
+    assert read_shared < 0.5 * read_whole  # the template and the query are most of each pair
+    # the prefix's cells are reused from the f16 cache: the last digits move, as with batching
+    assert np.abs(np.array(shared.scores) - whole.scores).max() < 2e-2
+    assert list(np.argsort(shared.scores)) == list(np.argsort(whole.scores))
+
+
 def test_a_long_document_is_cut_to_fit_only_when_allowed(files: dict[str, Path]) -> None:
     with Engine(str(files["bert-reranker"]), LoadOptions(num_ctx=64)) as engine:
         docs = ["short", "fine", " ".join(["water"] * 200)]
@@ -163,6 +178,7 @@ def test_scores_equal_llama_servers(name: str, files: dict[str, Path], engines: 
     with Engine(str(files[name]), LoadOptions(num_ctx=512)) as engine:
         assert engine.reranker is not None
         engine.reranker.pooled.max_seqs = 1
+        engine.reranker.pooled.share_prefix = False  # each pair read whole, as llama-server reads it
         ours = engine.rerank(QUERY, TEXTS)
     assert np.abs(theirs - np.array(ours.scores)).max() < 1e-4
     assert ours.prompt_eval_count == reply["usage"]["prompt_tokens"]
