@@ -101,6 +101,7 @@ class PooledContext:
         mem = lc.llama_get_memory(ctx)
         if mem:  # causal models (Qwen3-Embedding, Qwen3-Reranker) keep a KV cache: start each request empty
             lc.llama_memory_clear(mem, True)
+        passes, read = self.passes, self.tokens_read
         first = 1 if shared else 0  # sequence 0 holds the shared prefix; the inputs take the ids after it
         if shared:
             self._decode(ctx, [(0, token_lists[0][:shared])], 0)
@@ -118,6 +119,8 @@ class PooledContext:
                 if not ptr:
                     raise EngineError("the model produced no pooled output")
                 rows[i] = np.ctypeslib.as_array(ptr, shape=(self.width,)).astype(np.float64)
+        log.debug("pooled %d inputs in %d passes, %d tokens read (a prefix of %d shared)", len(token_lists),
+                  self.passes - passes, self.tokens_read - read, shared)
         return rows
 
     def _shared_prefix(self, token_lists: list[list[int]]) -> int:
