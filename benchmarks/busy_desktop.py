@@ -69,6 +69,18 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], what: str, timeout: floa
     raise SystemExit(f"{what} not ready after {timeout:.0f} s")
 
 
+def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Stop each server's process group (started with ``start_new_session``): TERM, then KILL after 20 s."""
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
 def rate(base: str, model: str, streams: int, tokens: int, options: dict[str, object] | None = None,
          deadline: float = 60.0) -> float:
     """Aggregate decode tokens/s of ``streams`` concurrent streamed requests of ``tokens`` tokens each.
@@ -158,14 +170,7 @@ class Servers:
         return base
 
     def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_all(self.procs)
 
 
 def main() -> int:

@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -41,7 +40,7 @@ import time
 from pathlib import Path
 
 import httpx
-from busy_desktop import cpu_name, wait_ready  # this folder is on sys.path when a script here runs
+from busy_desktop import cpu_name, stop_all, wait_ready  # this folder is on sys.path when a script here runs
 
 from localrun.bench.cpu import CpuMeter, find_server
 
@@ -173,14 +172,7 @@ def main() -> int:
         print(md)
         return 0
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_all(procs)
 
 
 def markdown(report: dict[str, object]) -> str:

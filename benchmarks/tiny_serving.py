@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from busy_desktop import wait_ready  # this folder is on sys.path when a script here runs
+from busy_desktop import stop_all, wait_ready  # this folder is on sys.path when a script here runs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,14 +70,7 @@ def main() -> int:
                  "--json", str(args.out / "tiny_serving.json"), "--markdown", str(args.out / "tiny_serving.md")]
         return subprocess.run(bench, env=env, check=False).returncode
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_all(procs)
 
 
 if __name__ == "__main__":
