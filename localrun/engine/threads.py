@@ -18,10 +18,12 @@ step:
 - **prefill** (prompt chunks, compute-bound): each thread does real work, so a core is given up only
   when other load on it passes :data:`PREFILL_TOLERANCE`.
 
-A sample spanning more than :data:`STALE` (the engine sat idle) only starts the next one. Fewer
-threads take effect at the next sample (load appeared: act at once); more only when two
-samples in a row allow them (load went away: make sure), so the count follows a change within
-a quarter to half a second and does not flap. Two models streaming at once see each other as other load
+A sample spanning more than :data:`STALE` in which this process used less than :data:`MIN_OWN` of
+a core (the engine sat idle) only starts the next one; one that long while the engine worked (a
+step of a long prompt at depth takes seconds) counts like any other. Fewer threads take effect at
+the next sample (load appeared: act at once); more only when two samples in a row allow them,
+or one spanning :data:`CONFIRM` (load went away: make sure), so the count follows a change
+within a quarter to half a second, or one step where a step is longer, and does not flap. Two models streaming at once see each other as other load
 and settle on sharing the cores instead of each spinning on all of them.
 
 ``num_thread`` (a request, a Modelfile, ``LOCALRUN_NUM_THREAD``) pins both counts. Where
@@ -44,7 +46,9 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 INTERVAL = 0.25          # seconds of engine work between two samples
-STALE = 1.0              # a sample over a longer span (the engine was idle) only starts the next one
+STALE = 1.0              # a sample over a longer span only starts the next one if the engine was idle:
+MIN_OWN = 0.5            # ... if this process used less than this many cores' worth over it
+CONFIRM = 2 * INTERVAL   # a sample this long allows more threads on its own (two samples' worth of evidence)
 DECODE_TOLERANCE = 0.2   # other load (in cores) a core may carry and still decode
 PREFILL_TOLERANCE = 0.5  # ... and still prefill
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # /proc/stat: user nice system irq softirq steal (guest is inside user)
@@ -181,16 +185,18 @@ class ThreadPolicy:
         if reading is None or reading.wall <= self._last.wall:
             return self._current
         last, self._last = self._last, reading
-        if reading.wall - last.wall > STALE:
+        span, own = reading.wall - last.wall, reading.own - last.own
+        if span > STALE and own < MIN_OWN * span:
             # the engine sat idle: what ran meanwhile (often the very load that kept it idle, e.g. another
             # server being measured) says nothing about now; the next INTERVAL of work decides
             return self._current
-        other = max(0.0, ((reading.busy - last.busy) - (reading.own - last.own)) / (reading.wall - last.wall))
+        other = max(0.0, ((reading.busy - last.busy) - own) / span)
         allowed = (self._fit(other, DECODE_TOLERANCE), self._fit(other, PREFILL_TOLERANCE))
         cur = self._current
-        # fewer threads at once, more only when the previous sample allowed them too
-        decode = allowed[0] if allowed[0] <= cur.decode else max(cur.decode, min(allowed[0], self._allowed[0]))
-        prefill = allowed[1] if allowed[1] <= cur.prefill else max(cur.prefill, min(allowed[1], self._allowed[1]))
+        # fewer threads at once, more only when the previous sample allowed them too or this one was long
+        confirmed = allowed if span >= CONFIRM else self._allowed
+        decode = allowed[0] if allowed[0] <= cur.decode else max(cur.decode, min(allowed[0], confirmed[0]))
+        prefill = allowed[1] if allowed[1] <= cur.prefill else max(cur.prefill, min(allowed[1], confirmed[1]))
         self._allowed = allowed
         self._current = Threads(decode, prefill, self.cores, round(min(other, float(self.cores)), 2))
         if (decode, prefill) != (cur.decode, cur.prefill):

@@ -78,6 +78,26 @@ def test_what_ran_while_the_engine_was_idle_does_not_count() -> None:
     assert run(cpu, p, 0.6) == (1, 1)
 
 
+def test_long_steps_follow_the_load_too() -> None:
+    """A long prompt at depth: every step takes seconds, so every sample spans more than STALE while the
+    engine works. Load that went away during one is seen at the next step (found at 16k tokens: a 2 s
+    startup blip held a 5-minute prefill at one thread)."""
+    cpu = FakeCpu()
+    p = policy(cpu)
+    run(cpu, p, 1.0)
+    cpu.own, cpu.other = 2.0, 1.0
+    assert run(cpu, p, 0.3) == (1, 1)
+    cpu.own, cpu.other = 1.0, 0.0  # one thread now; the other process is done
+    for _ in range(2):
+        cpu.advance(12.0)  # one prefill step
+        t = p.update()
+    assert (t.decode, t.prefill) == (2, 2)
+    cpu.own, cpu.other = 2.0, 1.0  # and load that comes back during a long step is seen after it
+    cpu.advance(12.0)
+    t = p.update()
+    assert (t.decode, t.prefill) == (1, 1)
+
+
 def test_light_load_keeps_prefill_threads_but_not_decode_ones() -> None:
     """A core a browser uses 30 % of still prefills (compute-bound) but no longer decodes (a stalled barrier
     costs a memory-bound step far more than the thread brings)."""
