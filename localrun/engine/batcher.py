@@ -47,13 +47,13 @@ import llama_cpp as lc
 from .. import trace
 from ..errors import EngineError, GrammarError, LocalrunError
 from . import admission
-from .drafter import MAX_DRAFT, NgramDrafter, choose
+from .drafter import MAX_DRAFT, NgramDrafter, Offer, choose
 from .kvcache import KVCache
 from .native import Batch, Vocab
 from .radix import common_prefix_len
 from .sampling import GrammarDeadEnd, TokenData, accept_prompt, sample, token_logprobs
 from .sequence import SeqState, Sequence
-from .stepcost import StepCost
+from .stepcost import StepCost, attended
 from .threads import ThreadPolicy
 from .types import DoneEvent, DoneReason, ErrorEvent, TokenEvent, TokenLogprob
 from .vision import ImageSpan, Projector
@@ -350,10 +350,9 @@ class Batcher:
         if not offered:
             return
         self._decode_steps += 1
-        cost = self.step_cost.model()
-        if cost is not None and self._decode_steps % EXPLORE_EVERY == 0:
-            cost, room = None, min(room, 1)  # one row now and then keeps the slope measured
-        counts = choose([(len(p), s.policy.accept_rate) for s, p in offered], len(decoding), cost, room)
+        counts = choose([Offer(len(p), s.policy.accept_rate, s.n_past) for s, p in offered], len(decoding),
+                        sum(s.n_past + 1 for s in decoding), self.step_cost.model(), room,
+                        explore=self._decode_steps % EXPLORE_EVERY == 0)
         for (seq, proposal), count in zip(offered, counts, strict=True):
             seq.draft = proposal[:count]
             if not count:
@@ -364,6 +363,7 @@ class Batcher:
         pure_decode = not self._placeholder and all(s.state is SeqState.DECODE for s in participants)
         self._set_threads(prefill=any(s.state is SeqState.PREFILL for s in participants))
         rows, started = self.batch.n_tokens, time.perf_counter()
+        cells = sum(attended(s.n_past, 1 + len(s.draft)) for s in participants) if pure_decode else 0
         try:
             decoded = self._decode_batch(participants)
         finally:
@@ -374,7 +374,7 @@ class Batcher:
             # llama_decode returns once a GPU step is queued; sampling waits for it anyway, so waiting
             # here costs nothing and times the step itself (the queueing alone misled the model on CUDA)
             lc.llama_synchronize(self.ctx)
-            self.step_cost.record(rows, time.perf_counter() - started)
+            self.step_cost.record(rows, cells, time.perf_counter() - started)
         return decoded
 
     def _set_threads(self, *, prefill: bool) -> None:

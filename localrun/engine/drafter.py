@@ -29,7 +29,9 @@ Owned by the engine thread, one drafter and one policy per sequence.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .stepcost import CostModel
 
@@ -40,6 +42,10 @@ MAX_DRAFT = 4      # tokens drafted at most for one sequence in one step
 # (the weights are read once either way), while a batch of 8+ sequences is already near the CPU
 # kernels' compute bound, where every extra row costs nearly its full share (BENCHMARKS.md).
 MAX_DRAFT_ROWS = 8
+# Positions below which rows are drafted to learn their cost before any is known: a row attends every
+# cell before it, so a deep one costs several shallow ones (stepcost.py); at 8k a Qwen 0.5B row cost
+# about 5x a shallow one on a 2-vCPU Zen 4
+EXPLORE_DEPTH = 2048
 DECAY = 0.8        # weight of a sequence's earlier draft outcomes at each new one
 RECOVER = 0.02     # how far a sequence that did not draft moves back towards the prior, per step
 
@@ -106,31 +112,58 @@ class DraftPolicy:
         self.tries += RECOVER * (2.0 - self.tries)
 
 
-def choose(offers: list[tuple[int, float]], rows: int, cost: CostModel | None, room: int) -> list[int]:
-    """How many of each offered draft to decode this step: ``offers[i]`` is (tokens proposed,
-    accept rate) for one sequence; ``rows`` decode rows are in the step already; ``room`` rows at
-    most may be added. Returns the count per offer.
+class Offer(NamedTuple):
+    """A sequence's draft for this step: ``tokens`` proposed, its ``rate`` of acceptance
+    (:class:`DraftPolicy`), and ``position``, where its decode row sits (its first draft row is one
+    deeper)."""
+
+    tokens: int
+    rate: float
+    position: int
+
+
+def choose(offers: list[Offer], rows: int, cells: int, cost: CostModel | None, room: int, *,
+           explore: bool = False) -> list[int]:
+    """How many of each offered draft to decode this step: ``rows`` decode rows attending ``cells``
+    KV cells are in the step already; ``room`` rows at most may be added. Returns the count per offer.
 
     A draft token ``j`` (1-based) of a sequence that accepts with rate ``p`` yields ``p**j`` tokens
-    on average. Rows are added best first while a row yields more than the step's current rate
-    (tokens per second) would buy with the row's time (``cost.per_row``): then adding it raises
-    tokens per second. With no cost model yet (too few pure decode steps of different sizes), up
-    to :data:`MAX_DRAFT_ROWS` rows are drafted, which is also how the model learns the slope.
+    on average and costs a row at its position (``cost.row``: the deeper, the dearer). Rows are
+    added best yield per second first while a row yields more than the step's current rate (tokens
+    per second) would buy with the row's time: then adding it raises tokens per second. Offers
+    deeper than the rows the model was fitted on are not drafted (``cost.covers``): their cost is
+    not known yet.
+
+    Learning the cost: with no model yet (too few pure decode steps of different sizes), up to
+    :data:`MAX_DRAFT_ROWS` rows are drafted for offers no deeper than :data:`EXPLORE_DEPTH`, where
+    a row is cheap to try anywhere; ``explore`` (now and then, at any depth) drafts one row for the
+    likeliest offer, which keeps the slope measured where the model would not draft.
     """
     counts = [0] * len(offers)
+    if explore:
+        best = max(range(len(offers)), key=lambda i: offers[i].rate, default=None)
+        if best is not None and room > 0 and offers[best].tokens > 0:
+            counts[best] = 1
+        return counts
     if cost is None:
         left = min(room, MAX_DRAFT_ROWS - (rows - 1))
-        for i, (offered, _) in enumerate(offers):
-            counts[i] = max(0, min(offered, left))
-            left -= counts[i]
+        for i, offer in enumerate(offers):
+            if offer.position < EXPLORE_DEPTH:
+                counts[i] = max(0, min(offer.tokens, left))
+                left -= counts[i]
         return counts
-    gains = sorted(((rate ** j, i) for i, (offered, rate) in enumerate(offers) for j in range(1, offered + 1)),
-                   reverse=True)
-    tokens, seconds = float(rows), cost.seconds(rows)
-    for gain, i in gains[:max(room, 0)]:
-        if gain * seconds <= cost.per_row * tokens:
+    candidates = []
+    for i, offer in enumerate(offers):
+        if cost.covers(offer.position):
+            for j in range(1, offer.tokens + 1):
+                gain, seconds = offer.rate ** j, cost.row(offer.position + j)
+                candidates.append((gain / seconds if seconds > 0 else math.inf, gain, seconds, i))
+    candidates.sort(reverse=True)
+    tokens, seconds = float(rows), cost.seconds(rows, cells)
+    for _, gain, row_seconds, i in candidates[:max(room, 0)]:
+        if gain * seconds <= row_seconds * tokens:
             break
         counts[i] += 1
         tokens += gain
-        seconds += cost.per_row
+        seconds += row_seconds
     return counts
