@@ -55,7 +55,7 @@ from .sampling import GrammarDeadEnd, TokenData, accept_prompt, sample, token_lo
 from .sequence import SeqState, Sequence
 from .stepcost import StepCost, attended
 from .threads import ThreadPolicy
-from .types import DoneEvent, DoneReason, ErrorEvent, TokenEvent, TokenLogprob
+from .types import MAX_UBATCH, DoneEvent, DoneReason, ErrorEvent, TokenEvent, TokenLogprob
 from .vision import ImageSpan, Projector
 
 log = logging.getLogger(__name__)
@@ -264,7 +264,7 @@ class Batcher:
                 seq.row = batch.add_all(seq.lease.seq_id, seq.n_past, [seq.tokens[-1], *seq.draft])  # type: ignore[union-attr]
             else:
                 seq.row = batch.add_one(seq.lease.seq_id, seq.n_past, seq.tokens[-1])  # type: ignore[union-attr]
-        budget = min(self.n_batch - batch.n_tokens, free - batch.n_tokens)
+        budget = min(self._prefill_budget() - batch.n_tokens, free - batch.n_tokens)
         participants = list(decoding)
         for seq in prefilling:
             if budget <= 0:
@@ -288,6 +288,15 @@ class Batcher:
             batch.add(self.kv.scratch_id, 0, [self.vocab.bos if self.vocab.bos >= 0 else 0], want_last_logits=False)
             self._placeholder = True
         return participants
+
+    def _prefill_budget(self) -> int:
+        """Tokens this step may hold: ``n_batch``, or one physical batch while the thread count is
+        unsettled (threads.py: the engine just sat idle), so the count is checked again after that
+        much work instead of after a step that can take seconds."""
+        if self.threads is None:
+            return self.n_batch
+        self.threads.update()
+        return self.n_batch if self.threads.settled else min(self.n_batch, MAX_UBATCH)
 
     def _images(self) -> bool:
         """Images of prefilling sequences (module docstring): start the encode of each one's next

@@ -23,8 +23,14 @@ a core (the engine sat idle) only starts the next one; one that long while the e
 step of a long prompt at depth takes seconds) counts like any other. Fewer threads take effect at
 the next sample (load appeared: act at once); more only when two samples in a row allow them,
 or one spanning :data:`CONFIRM` (load went away: make sure), so the count follows a change
-within a quarter to half a second, or one step where a step is longer, and does not flap. Two models streaming at once see each other as other load
-and settle on sharing the cores instead of each spinning on all of them.
+within a quarter to half a second, or one step where a step is longer, and does not flap.
+Until a sample counts after an idle spell the count is *unsettled* (:attr:`ThreadPolicy.settled`:
+it was decided before the spell): the batcher then keeps the step short, so a long prompt does not
+spend seconds of prefill on a count nobody has checked (at 16k tokens a first step of 2,048 tokens
+ran 27 s on one thread, because the benchmark's client had been busy just before).
+
+Two models streaming at once see each other as other load and settle on sharing the cores instead
+of each spinning on all of them.
 
 ``num_thread`` (a request, a Modelfile, ``LOCALRUN_NUM_THREAD``) pins both counts. Where
 ``/proc/stat`` does not exist (macOS, Windows) the policy keeps every core, as before.
@@ -154,6 +160,7 @@ class ThreadPolicy:
         self._clock = clock
         self._lock = threading.Lock()
         self.cores = cores or len(cpus)
+        self.settled = True  # whether a sample has counted since the engine last sat idle (module docstring)
         if pinned:
             self._current = Threads(pinned, pinned, self.cores, pinned=True)
             self._read: Callable[[], CpuTimes | None] | None = None
@@ -161,6 +168,7 @@ class ThreadPolicy:
         self._current = Threads(self.cores, self.cores, self.cores)
         self._read = reader or proc_reader(cpus)
         self._last = self._read()
+        self.settled = self._last is None  # no sample has counted yet (and none ever will without /proc)
         self._allowed = (self.cores, self.cores)  # what the previous sample allowed
 
     def current(self) -> Threads:
@@ -189,7 +197,9 @@ class ThreadPolicy:
         if span > STALE and own < MIN_OWN * span:
             # the engine sat idle: what ran meanwhile (often the very load that kept it idle, e.g. another
             # server being measured) says nothing about now; the next INTERVAL of work decides
+            self.settled = False
             return self._current
+        self.settled = True
         other = max(0.0, ((reading.busy - last.busy) - own) / span)
         allowed = (self._fit(other, DECODE_TOLERANCE), self._fit(other, PREFILL_TOLERANCE))
         cur = self._current

@@ -98,6 +98,24 @@ def test_long_steps_follow_the_load_too() -> None:
     assert (t.decode, t.prefill) == (1, 1)
 
 
+def test_the_count_is_unsettled_from_an_idle_spell_until_work_is_sampled() -> None:
+    cpu = FakeCpu()
+    p = policy(cpu)
+    assert not p.settled  # nothing sampled yet
+    run(cpu, p, 0.3)
+    assert p.settled
+    cpu.own = 0.0
+    cpu.advance(5.0)  # the engine sits idle
+    cpu.own = 2.0
+    run(cpu, p, 0.02)
+    assert not p.settled  # the sample over the idle spell did not count
+    run(cpu, p, 0.3)
+    assert p.settled
+    pinned = policy(FakeCpu(), pinned=1)
+    assert pinned.settled
+    assert ThreadPolicy(cores=2, reader=lambda: None).settled  # no /proc: nothing will ever be sampled
+
+
 def test_light_load_keeps_prefill_threads_but_not_decode_ones() -> None:
     """A core a browser uses 30 % of still prefills (compute-bound) but no longer decodes (a stalled barrier
     costs a memory-bound step far more than the thread brings)."""

@@ -1,0 +1,53 @@
+"""The engine and the thread policy: a count nobody has checked since the engine sat idle gets a short step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from engine_helpers import collect
+
+from localrun.engine.engine import Engine
+from localrun.engine.threads import CpuTimes, ThreadPolicy
+from localrun.engine.types import MAX_UBATCH, GenerateRequest, LoadOptions, SamplingOptions
+
+
+class IdleThenBusy:
+    """/proc as the policy reads it: the engine idle for a minute, then this process busy on both cores.
+    Each look at the clock is a third of a second later (a sample is due at every step)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def clock(self) -> float:
+        self.now += 60.0 if self.now == 0.0 else 0.3
+        return self.now
+
+    def read(self) -> CpuTimes:
+        busy = 2.0 * max(0.0, self.now - 60.0)
+        return CpuTimes(self.now, busy, busy)
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_a_long_prompt_after_an_idle_spell_starts_with_one_physical_batch(tiny_gguf: Path, pinned: bool) -> None:
+    with Engine(str(tiny_gguf), LoadOptions(num_ctx=2048, num_parallel=1, num_batch=2048)) as engine:
+        batcher = engine.batcher
+        assert batcher is not None
+        cpu = IdleThenBusy()
+        batcher.threads = ThreadPolicy(cores=2, pinned=2 if pinned else None, reader=cpu.read, clock=cpu.clock)
+        steps: list[int] = []
+        decode = batcher._decode
+
+        def record(participants: list) -> bool:  # type: ignore[type-arg]
+            steps.append(batcher.batch.n_tokens)
+            return decode(participants)
+
+        batcher._decode = record  # type: ignore[method-assign]
+        prompt = [1] + [300 + (7 * i) % 400 for i in range(1500)]
+        done = collect(engine.submit(GenerateRequest(prompt, SamplingOptions(temperature=0, num_predict=2))))
+        assert done.done.prompt_eval_count == len(prompt)
+        if pinned:
+            assert steps[0] == len(prompt)  # num_thread pins the count: nothing to check, one step
+        else:
+            assert steps[0] == MAX_UBATCH  # then the count is sampled over that work and settles
+            assert steps[1] == len(prompt) - MAX_UBATCH
