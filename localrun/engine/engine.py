@@ -363,6 +363,8 @@ class Engine:
                 if not self._closed and not self._incoming and (idle or not batcher.has_work()):
                     # a wake (a request, a cancel, an image encoded: batcher.py) or 50 ms of a step with
                     # nothing to decode, then the next step looks at the state again
+                    if not batcher.has_work():
+                        self.thread_policy.idle()
                     self._cond.wait(timeout=0.05 if batcher.has_work() else None)
                 if self._closed:
                     break

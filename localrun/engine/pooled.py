@@ -121,6 +121,7 @@ class PooledContext:
                 rows[i] = np.ctypeslib.as_array(ptr, shape=(self.width,)).astype(np.float64)
         log.debug("pooled %d inputs in %d passes, %d tokens read (a prefix of %d shared)", len(token_lists),
                   self.passes - passes, self.tokens_read - read, shared)
+        self._threads.idle()  # until the next request: what runs meanwhile is no sample of this work
         return rows
 
     def _shared_prefix(self, token_lists: list[list[int]]) -> int:

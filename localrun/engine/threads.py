@@ -18,16 +18,20 @@ step:
 - **prefill** (prompt chunks, compute-bound): each thread does real work, so a core is given up only
   when other load on it passes :data:`PREFILL_TOLERANCE`.
 
-A sample spanning more than :data:`STALE` in which this process used less than :data:`MIN_OWN` of
-a core (the engine sat idle) only starts the next one; one that long while the engine worked (a
-step of a long prompt at depth takes seconds) counts like any other. Fewer threads take effect at
-the next sample (load appeared: act at once); more only when two samples in a row allow them,
-or one spanning :data:`CONFIRM` (load went away: make sure), so the count follows a change
-within a quarter to half a second, or one step where a step is longer, and does not flap.
-Until a sample counts after an idle spell the count is *unsettled* (:attr:`ThreadPolicy.settled`:
-it was decided before the spell): the batcher then keeps the step short, so a long prompt does not
-spend seconds of prefill on a count nobody has checked (at 16k tokens a first step of 2,048 tokens
-ran 27 s on one thread, because the benchmark's client had been busy just before).
+Only samples of engine work count: the engine says when it is about to sit idle
+(:meth:`ThreadPolicy.idle`), and the sample that spans that spell only starts the next one, because
+what ran meanwhile (often the very load that kept it idle: another server being measured, the
+benchmark's client building its prompts) says nothing about now. A sample of work counts however
+long it is (a step of a long prompt at depth takes seconds). Fewer threads take effect at the next
+sample (load appeared: act at once); more only when two samples in a row allow them, or one
+spanning :data:`CONFIRM` (load went away: make sure), so the count follows a change within a
+quarter to half a second, or one step where a step is longer, and does not flap.
+
+From an idle spell until a sample of work counts, the count is *unsettled*
+(:attr:`ThreadPolicy.settled`: it was decided before the spell), and the batcher keeps the step to
+one physical batch, so a long prompt does not spend seconds of prefill on a count nobody has
+checked (at 16k tokens a first step of 2,048 tokens ran 22-27 s on one thread because llama-server
+had tokenized the benchmark's prompts while the engine waited).
 
 Two models streaming at once see each other as other load and settle on sharing the cores instead
 of each spinning on all of them.
@@ -52,8 +56,6 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 INTERVAL = 0.25          # seconds of engine work between two samples
-STALE = 1.0              # a sample over a longer span only starts the next one if the engine was idle:
-MIN_OWN = 0.5            # ... if this process used less than this many cores' worth over it
 CONFIRM = 2 * INTERVAL   # a sample this long allows more threads on its own (two samples' worth of evidence)
 DECODE_TOLERANCE = 0.2   # other load (in cores) a core may carry and still decode
 PREFILL_TOLERANCE = 0.5  # ... and still prefill
@@ -161,6 +163,7 @@ class ThreadPolicy:
         self._lock = threading.Lock()
         self.cores = cores or len(cpus)
         self.settled = True  # whether a sample has counted since the engine last sat idle (module docstring)
+        self._idled = False  # the engine sat idle during the sample in progress
         if pinned:
             self._current = Threads(pinned, pinned, self.cores, pinned=True)
             self._read: Callable[[], CpuTimes | None] | None = None
@@ -170,6 +173,10 @@ class ThreadPolicy:
         self._last = self._read()
         self.settled = self._last is None  # no sample has counted yet (and none ever will without /proc)
         self._allowed = (self.cores, self.cores)  # what the previous sample allowed
+
+    def idle(self) -> None:
+        """The engine is about to wait for work: the sample in progress will not count (module docstring)."""
+        self._idled = True
 
     def current(self) -> Threads:
         return self._current
@@ -193,13 +200,11 @@ class ThreadPolicy:
         if reading is None or reading.wall <= self._last.wall:
             return self._current
         last, self._last = self._last, reading
-        span, own = reading.wall - last.wall, reading.own - last.own
-        if span > STALE and own < MIN_OWN * span:
-            # the engine sat idle: what ran meanwhile (often the very load that kept it idle, e.g. another
-            # server being measured) says nothing about now; the next INTERVAL of work decides
-            self.settled = False
+        if self._idled:  # what ran while the engine sat idle says nothing about now; the next INTERVAL of work decides
+            self._idled = self.settled = False
             return self._current
         self.settled = True
+        span, own = reading.wall - last.wall, reading.own - last.own
         other = max(0.0, ((reading.busy - last.busy) - own) / span)
         allowed = (self._fit(other, DECODE_TOLERANCE), self._fit(other, PREFILL_TOLERANCE))
         cur = self._current

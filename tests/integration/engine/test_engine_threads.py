@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,8 @@ from localrun.engine.types import MAX_UBATCH, GenerateRequest, LoadOptions, Samp
 
 
 class IdleThenBusy:
-    """/proc as the policy reads it: the engine idle for a minute, then this process busy on both cores.
-    Each look at the clock is a third of a second later (a sample is due at every step)."""
+    """/proc as the policy reads it: a minute passes (the engine waits for the request), then this process
+    is busy on both cores. Each look at the clock is a third of a second later (a sample is due at every step)."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -34,7 +35,9 @@ def test_a_long_prompt_after_an_idle_spell_starts_with_one_physical_batch(tiny_g
         batcher = engine.batcher
         assert batcher is not None
         cpu = IdleThenBusy()
-        batcher.threads = ThreadPolicy(cores=2, pinned=2 if pinned else None, reader=cpu.read, clock=cpu.clock)
+        engine.thread_policy = batcher.threads = ThreadPolicy(cores=2, pinned=2 if pinned else None,
+                                                              reader=cpu.read, clock=cpu.clock)
+        batcher.threads.idle()  # what the engine told its own policy when it began to wait
         steps: list[int] = []
         decode = batcher._decode
 
@@ -51,3 +54,12 @@ def test_a_long_prompt_after_an_idle_spell_starts_with_one_physical_batch(tiny_g
         else:
             assert steps[0] == MAX_UBATCH  # then the count is sampled over that work and settles
             assert steps[1] == len(prompt) - MAX_UBATCH
+
+
+def test_the_engine_tells_its_policy_when_it_waits(tiny_gguf: Path) -> None:
+    with Engine(str(tiny_gguf), LoadOptions(num_ctx=256, num_parallel=1, num_batch=64)) as engine:
+        collect(engine.submit(GenerateRequest([1, 300, 301], SamplingOptions(temperature=0, num_predict=2))))
+        deadline = time.monotonic() + 5
+        while not engine.thread_policy._idled and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert engine.thread_policy._idled  # the sample in progress spans the wait and will not count

@@ -68,20 +68,21 @@ def test_what_ran_while_the_engine_was_idle_does_not_count() -> None:
     cpu = FakeCpu()
     p = policy(cpu)
     run(cpu, p, 1.0)
+    p.idle()
     cpu.own, cpu.other = 0.0, 2.0  # idle here, the other server computes
     cpu.advance(5.0)
     cpu.own, cpu.other = 2.0, 0.0
     assert run(cpu, p, 0.1) == (2, 2)
     assert run(cpu, p, 1.0) == (2, 2)
+    p.idle()
     cpu.own, cpu.other = 0.0, 1.0  # and a load that stays is seen within a quarter second of work
     cpu.advance(5.0)
     assert run(cpu, p, 0.6) == (1, 1)
 
 
 def test_long_steps_follow_the_load_too() -> None:
-    """A long prompt at depth: every step takes seconds, so every sample spans more than STALE while the
-    engine works. Load that went away during one is seen at the next step (found at 16k tokens: a 2 s
-    startup blip held a 5-minute prefill at one thread)."""
+    """A long prompt at depth: every step takes seconds, so every sample spans seconds of work. Load that
+    went away during one is seen at the next step."""
     cpu = FakeCpu()
     p = policy(cpu)
     run(cpu, p, 1.0)
@@ -104,6 +105,7 @@ def test_the_count_is_unsettled_from_an_idle_spell_until_work_is_sampled() -> No
     assert not p.settled  # nothing sampled yet
     run(cpu, p, 0.3)
     assert p.settled
+    p.idle()
     cpu.own = 0.0
     cpu.advance(5.0)  # the engine sits idle
     cpu.own = 2.0
@@ -170,7 +172,7 @@ def test_no_proc_keeps_every_core() -> None:
                     reason="reads /proc and needs two cores")
 def test_the_real_reader_sees_a_busy_process() -> None:
     """Against this machine's /proc: a process spinning on one core shows up as about one core of other load."""
-    p = ThreadPolicy()
+    p = ThreadPolicy()  # this process's own waiting counts as engine work here: only other load matters
     spin = "import time\nend = time.time() + 20\nwhile time.time() < end: pass"
     busy = subprocess.Popen([sys.executable, "-c", spin])
     try:
