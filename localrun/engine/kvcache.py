@@ -278,6 +278,10 @@ class KVCache:
                 return
             self.tree.lock(match.node)  # room for the segment must not come from the prefix it continues
             try:
+                # the idle prefixes this request's step would move out anyway go first, so the segment
+                # lands in the lowest free cells: llama.cpp attends every cell up to the highest in use,
+                # and a segment restored above a 20k idle prefix kept each step over the gap (+8 % a token)
+                self.trim_idle()
                 restored = self.adopt(self.ctx, seg.path, seg.start, seg.state)
             finally:
                 self.tree.unlock(match.node)

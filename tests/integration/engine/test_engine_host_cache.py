@@ -89,3 +89,23 @@ def test_saved_to_disk_with_the_host_tier_and_restored_across_a_reload(tiny_gguf
     for b, a in zip(before, after, strict=True):
         assert a.done.cached_tokens == len(prompt(0)) - 1
         assert a.text == b.text
+
+
+def test_a_prefix_comes_back_only_after_idle_ones_left(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama.cpp attends every cell up to the highest one in use: a conversation brought back from host RAM
+    while a long idle prefix still held the low cells would sit above it for all its steps."""
+    with Engine(str(tiny_gguf), OPTIONS) as engine:
+        kv = engine.batcher.kv  # type: ignore[union-attr]
+        run(engine, 0)
+        run(engine, 1)  # while it ran, prompt 0's cells went to host RAM
+        resident_at_restore: list[int] = []
+        adopt = kv.adopt
+
+        def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+            resident_at_restore.append(kv.tree.evictable_size)
+            return adopt(*args, **kwargs)
+
+        monkeypatch.setattr(kv, "adopt", spy)
+        again = run(engine, 0)
+        assert again.done.cached_tokens > len(SYSTEM)  # answered from host RAM
+        assert resident_at_restore and resident_at_restore[0] == 0  # prompt 1's idle cells had left first
