@@ -196,7 +196,8 @@ def mode_run(name: str, path: str, options: LoadOptions, rounds: int, references
             sc = engine.batcher.step_cost  # type: ignore[union-attr]
             w["cost_model_after"] = repr(sc.model())
             w["real_cost_model_after"] = repr(REAL_MODEL(sc))
-            w["step_cost_means_ms"] = {r: (round(m * 1e3, 4), sc._count[r]) for r, m in sorted(sc._mean.items())}
+            w["step_cost_means_ms"] = {f"{r}x{2 ** c}": (round(m.seconds * 1e3, 4), m.count)
+                                       for (r, c), m in sorted(sc._means.items())}
         if want is None:
             want_ids = ids_rounds[0]
             res.setdefault("_want", {})[wname] = want_ids  # type: ignore[index]
