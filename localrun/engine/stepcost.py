@@ -29,9 +29,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 MAX_ROWS = 128      # row counts above this are not tracked (a step that large is not a decode step)
 ALPHA = 0.2         # weight of a new sample in its bucket's mean
 MIN_SAMPLES = 3     # samples a bucket needs (after its row count's first, left out) before it joins the fit
+REFIT_EVERY = 32    # steps recorded between two fits (the means move slowly; a fit is ~50 us, a step can be 2 ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,8 @@ class StepCost:
     def __init__(self) -> None:
         self._means: dict[tuple[int, int], _Mean] = {}
         self._seen: set[int] = set()  # row counts timed at least once
+        self._fit: CostModel | None = None
+        self._since_fit: int | None = None  # steps recorded since the fit; None: a bucket joined, fit again
 
     def record(self, rows: int, cells: int, seconds: float) -> None:
         """A pure decode step of ``rows`` rows attending ``cells`` KV cells took ``seconds``
@@ -96,16 +101,25 @@ class StepCost:
         key = (rows, depth_class(rows, cells))
         mean = self._means.get(key)
         if mean is None:
-            self._means[key] = _Mean(seconds, float(cells))
+            mean = self._means[key] = _Mean(seconds, float(cells))
         else:
             mean.add(seconds, cells)
+        if mean.count == MIN_SAMPLES:
+            self._since_fit = None
+        elif self._since_fit is not None:
+            self._since_fit += 1
 
     def model(self) -> CostModel | None:
         """The least-squares fit over the buckets seen at least :data:`MIN_SAMPLES` times, or None
         while fewer than two row counts qualify (nothing is known about the slope yet).
 
         Every coefficient is at least 0 (noise can tilt the fit): a negative one is dropped and the
-        rest refitted."""
+        rest refitted. Fitted again when a bucket joins, else every :data:`REFIT_EVERY` steps."""
+        if self._since_fit is None or self._since_fit >= REFIT_EVERY:
+            self._fit, self._since_fit = self._fitted(), 0
+        return self._fit
+
+    def _fitted(self) -> CostModel | None:
         points = [(rows, mean.cells, mean.seconds)
                   for (rows, _), mean in self._means.items() if mean.count >= MIN_SAMPLES]
         if len({rows for rows, _, _ in points}) < 2:
@@ -133,30 +147,11 @@ def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
 def _least_squares(xs: list[tuple[float, float, float]], ys: list[float]) -> tuple[float, float, float] | None:
     """The three coefficients minimising the squared error, or None where the columns are nearly
     dependent (the cells follow the rows): solved on columns scaled to unit size."""
-    scale = [max(abs(x[k]) for x in xs) or 1.0 for k in range(3)]
-    rows = [[x[k] / scale[k] for k in range(3)] for x in xs]
-    a = [[sum(r[i] * r[j] for r in rows) for j in range(3)] for i in range(3)]
-    b = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in range(3)]
-    solved = _solve3(a, b)
-    if solved is None:
+    a = np.array(xs)
+    scale = np.abs(a).max(axis=0)
+    scale[scale == 0] = 1.0
+    coef, _, rank, _ = np.linalg.lstsq(a / scale, np.array(ys), rcond=1e-3)
+    if rank < 3:
         return None
-    return solved[0] / scale[0], solved[1] / scale[1], solved[2] / scale[2]
-
-
-def _solve3(a: list[list[float]], b: list[float]) -> list[float] | None:
-    """Gaussian elimination with partial pivoting; None for a (nearly) singular system."""
-    m = [[*row, v] for row, v in zip(a, b, strict=True)]
-    size = max(abs(v) for row in a for v in row) or 1.0
-    for col in range(3):
-        pivot = max(range(col, 3), key=lambda r: abs(m[r][col]))
-        if abs(m[pivot][col]) < 1e-6 * size:
-            return None
-        m[col], m[pivot] = m[pivot], m[col]
-        for r in range(col + 1, 3):
-            f = m[r][col] / m[col][col]
-            for c in range(col, 4):
-                m[r][c] -= f * m[col][c]
-    out = [0.0, 0.0, 0.0]
-    for r in (2, 1, 0):
-        out[r] = (m[r][3] - sum(m[r][c] * out[c] for c in range(r + 1, 3))) / m[r][r]
-    return out
+    fixed, per_row, per_cell = (float(c) for c in coef / scale)
+    return fixed, per_row, per_cell
