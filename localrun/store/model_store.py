@@ -98,13 +98,13 @@ class ModelStore:
 
     def list(self) -> list[ModelEntry]:
         """Every model, newest first."""
-        entries = [
-            ModelEntry(str(s.name), s.digest, s.manifest.total_size, s.modified,
-                       self.read_config(s.manifest).get("base_model") is True,
-                       vision=s.manifest.first(mt.PROJECTOR) is not None,
-                       kind=_kind(self.read_config(s.manifest).get("model_kind")))
-            for s in self.manifests.all()
-        ]
+        entries = []
+        for s in self.manifests.all():
+            config = self.read_config(s.manifest)
+            entries.append(ModelEntry(str(s.name), s.digest, s.manifest.total_size, s.modified,
+                                      config.get("base_model") is True,
+                                      vision=s.manifest.first(mt.PROJECTOR) is not None,
+                                      kind=_kind(config.get("model_kind"))))
         return sorted(entries, key=lambda e: (-e.modified, e.name))
 
     # -- layer contents --------------------------------------------------------------
