@@ -17,16 +17,24 @@ continues. It is usable only while the path's first ``start`` tokens are cached 
 caller repeats). Segments are evicted least recently used first when their bytes exceed
 ``max_bytes``; a segment whose parent was evicted simply stops matching anything and ages out.
 
+Finding a segment costs what the prompt's candidates cost, not what the whole tier holds: a small
+model's 2 GiB hold tens of thousands of segments, and comparing each at every admission cost the
+first token milliseconds (benchmarks/tiny_serving.py). Each segment is indexed by its start, the
+:data:`ANCHOR` tokens before it and the token at it; a candidate that agrees there is confirmed on
+its whole prefix before it is used.
+
 Pure Python (no llama_cpp): the engine thread owns it; nothing here is thread-safe.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
 from .radix import common_prefix_len
+
+ANCHOR = 32  # tokens before a segment's start that its index key holds (with the token at its start)
 
 
 @dataclass(eq=False, slots=True)
@@ -52,6 +60,8 @@ class HostCache:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._segments: OrderedDict[int, Segment] = OrderedDict()  # oldest first
+        self._index: dict[tuple[int, tuple[int, ...]], set[int]] = {}  # _anchor(path, start) -> segment ids
+        self._starts: Counter[int] = Counter()  # how many segments start at each position
         self._ids = itertools.count()
         self._bytes = 0
         self.restored_tokens = 0  # cumulative, for stats
@@ -74,11 +84,16 @@ class HostCache:
         """
         if not state or start >= len(path) or len(state) > self.max_bytes:
             return False
-        for key, old in self._segments.items():
-            if old.start == start and old.end == len(path) and old.path == path:
+        anchor = _anchor(path, start)
+        for key in self._index.get(anchor, ()):
+            old = self._segments[key]
+            if old.end == len(path) and old.path == path:
                 self._remove(key)
                 break
-        self._segments[next(self._ids)] = Segment(path, start, state)
+        key = next(self._ids)
+        self._segments[key] = Segment(path, start, state)
+        self._index.setdefault(anchor, set()).add(key)
+        self._starts[start] += 1
         self._bytes += len(state)
         while self._bytes > self.max_bytes:
             self._remove(next(iter(self._segments)))
@@ -93,22 +108,23 @@ class HostCache:
         segment is removed from this cache (the caller puts it into the context) and its bytes
         are freed. None when no segment qualifies.
         """
-        best_key, best_len = -1, cached
-        for key, seg in self._segments.items():
-            if seg.start > cached or seg.end <= best_len:
+        found: list[tuple[int, int]] = []  # (-tokens it reaches, id): the longest first, then the oldest
+        for start in self._starts:
+            if start > cached or start >= len(prompt):
                 continue
-            if seg.path[seg.start - 1: seg.start] != prompt[seg.start - 1: seg.start]:
-                continue  # cheap reject before comparing the whole prefix
-            if seg.path[: seg.start] != prompt[: seg.start]:
-                continue
-            length = seg.start + common_prefix_len(seg.path, prompt, seg.start)
-            if length > best_len:
-                best_key, best_len = key, length
-        if best_key < 0:
-            return None
-        seg = self._segments[best_key]
-        self._remove(best_key)
-        return seg
+            for key in self._index.get(_anchor(prompt, start), ()):
+                seg = self._segments[key]
+                if seg.end <= cached:
+                    continue
+                length = start + common_prefix_len(seg.path, prompt, start)
+                if length > cached:
+                    found.append((-length, key))
+        for _, key in sorted(found):
+            seg = self._segments[key]
+            if seg.path[: seg.start] == prompt[: seg.start]:  # the anchor agreed; the whole prefix must too
+                self._remove(key)
+                return seg
+        return None
 
     def segments(self) -> list[Segment]:
         """Every segment, most recently stored first (for saving to disk)."""
@@ -116,9 +132,26 @@ class HostCache:
 
     def clear(self) -> None:
         self._segments.clear()
+        self._index.clear()
+        self._starts.clear()
         self._bytes = 0
 
     def _remove(self, key: int) -> None:
         seg = self._segments.pop(key)
         self._bytes -= len(seg.state)
+        anchor = _anchor(seg.path, seg.start)
+        ids = self._index[anchor]
+        ids.discard(key)
+        if not ids:
+            del self._index[anchor]
+        self._starts[seg.start] -= 1
+        if not self._starts[seg.start]:
+            del self._starts[seg.start]
+
+
+def _anchor(path: list[int], start: int) -> tuple[int, tuple[int, ...]]:
+    """A segment's index key: its start, the :data:`ANCHOR` tokens of ``path`` before it and the one
+    at it. A prompt the segment extends agrees with it there, so the prompt's own key at each start
+    finds every candidate (and a few more, which the whole-prefix check turns away)."""
+    return start, tuple(path[max(0, start - ANCHOR): start + 1])
 

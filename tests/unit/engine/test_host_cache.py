@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from localrun.engine.host_cache import HostCache
 
 SYSTEM = list(range(100, 140))  # 40 tokens every path starts with
@@ -63,3 +66,49 @@ def test_storing_the_same_segment_again_keeps_one_copy() -> None:
     assert len(host) == 1 and host.n_bytes == 4
     seg = host.best(path(1), cached=len(SYSTEM))
     assert seg is not None and seg.state == bytearray(b"new!")
+
+
+def test_a_prompt_that_agrees_near_the_start_but_not_before_gets_nothing() -> None:
+    host = HostCache(1 << 20)
+    long_system = list(range(100, 200))
+    host.put([*long_system, 7, 8, 9], len(long_system), bytearray(b"kv"))
+    other = [5, *long_system[1:], 7, 8, 9]  # the same last 99 tokens before the start: only the first differs
+    assert host.best(other, cached=len(long_system)) is None
+    assert host.best([*long_system, 7, 8], cached=len(long_system)) is not None
+
+
+def naive_best(stored: list[tuple[int, list[int], int]], prompt: list[int], cached: int) -> int | None:
+    """What best() answers, by comparing every stored (id, path, start): the longest reach, then the oldest."""
+    best_id, best_len = None, cached
+    for seg_id, seg_path, start in stored:
+        if start > cached or seg_path[:start] != prompt[:start]:
+            continue
+        length = start
+        while length < min(len(seg_path), len(prompt)) and seg_path[length] == prompt[length]:
+            length += 1
+        if length > best_len:
+            best_id, best_len = seg_id, length
+    return best_id
+
+
+tokens = st.lists(st.integers(0, 3), min_size=1, max_size=12)
+
+
+@given(st.lists(st.tuples(tokens, st.integers(0, 11)), max_size=12),
+       st.lists(st.tuples(tokens, st.integers(0, 12)), max_size=6))
+def test_the_index_finds_what_comparing_every_segment_finds(puts: list[tuple[list[int], int]],
+                                                             queries: list[tuple[list[int], int]]) -> None:
+    host = HostCache(1 << 20)
+    stored: list[tuple[int, list[int], int]] = []
+    for n, (seg_path, start) in enumerate(puts):
+        if start >= len(seg_path):
+            continue
+        assert host.put(seg_path, start, bytearray(n.to_bytes(2, "little")))
+        stored = [s for s in stored if not (s[2] == start and s[1] == seg_path)] + [(n, seg_path, start)]
+    for prompt, cached in queries:
+        cached = min(cached, len(prompt))
+        expected = naive_best(stored, prompt, cached)
+        seg = host.best(prompt, cached)
+        assert (None if seg is None else int.from_bytes(seg.state, "little")) == expected
+        stored = [s for s in stored if s[0] != expected]
+        assert len(host) == len(stored)
