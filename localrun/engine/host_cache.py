@@ -108,13 +108,15 @@ class HostCache:
         segment is removed from this cache (the caller puts it into the context) and its bytes
         are freed. None when no segment qualifies.
         """
+        if cached >= len(prompt):  # nothing can reach further than the prompt
+            return None
         found: list[tuple[int, int]] = []  # (-tokens it reaches, id): the longest first, then the oldest
         for start in self._starts:
-            if start > cached or start >= len(prompt):
+            if start > cached:
                 continue
             for key in self._index.get(_anchor(prompt, start), ()):
                 seg = self._segments[key]
-                if seg.end <= cached:
+                if seg.end <= cached or seg.path[cached] != prompt[cached]:  # cannot reach beyond ``cached``
                     continue
                 length = start + common_prefix_len(seg.path, prompt, start)
                 if length > cached:
