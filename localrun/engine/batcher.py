@@ -153,16 +153,23 @@ class Batcher:
         if len(self.waiting) > 1 and len(self.running) + len(self.waiting) > self.num_parallel:
             self._order_waiting()
         deferred: list[Sequence] = []
-        while self.waiting and len(self.running) < self.num_parallel:
-            seq = self.waiting.popleft()
-            if self._should_wait_for_shared_prefill(seq):
-                deferred.append(seq)
-                continue
-            if not self._has_room(seq):  # the pool is full: it and those behind it wait, in order
-                deferred.append(seq)
-                break
-            self._start(seq)
-        self.waiting.extendleft(reversed(deferred))
+        try:
+            while self.waiting and len(self.running) < self.num_parallel:
+                seq = self.waiting.popleft()
+                if self._should_wait_for_shared_prefill(seq):
+                    deferred.append(seq)
+                    continue
+                if not self._has_room(seq):  # the pool is full: it and those behind it wait, in order
+                    deferred.append(seq)
+                    break
+                try:
+                    self._start(seq)
+                except BaseException:
+                    if seq not in self.running:  # back in the queue, where fail_all() reaches it
+                        deferred.append(seq)
+                    raise
+        finally:  # even when a bug raised: a request out of both queues would never get an answer
+            self.waiting.extendleft(reversed(deferred))
 
     def _has_room(self, seq: Sequence) -> bool:
         """Whether the pool can hold waiting ``seq`` beside the running requests (admission.fits)."""

@@ -14,6 +14,7 @@ from localrun.engine.types import (
     LoadOptions,
     SamplingOptions,
 )
+from localrun.errors import EngineError
 
 
 def words(n: int, offset: int = 0) -> list[int]:
@@ -46,3 +47,26 @@ def test_a_request_cancelled_during_a_step_is_not_sampled_in_it(tiny_gguf: Path,
         results = [collect(handle) for handle in handles]
     assert [r.done.done_reason for r in results] == [DoneReason.CANCELLED] * 2
     assert len(calls) == 1  # the other request of that step was not sampled after its cancel
+
+
+@pytest.mark.allow_5xx(reason="the simulated bug is logged as an unhandled engine exception, as a real one must be")
+def test_a_bug_while_admitting_a_request_answers_it_with_an_error_and_the_engine_serves_on(
+        tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception inside admission (a bug) must reach the request it hit, never leave it waiting."""
+    with Engine(str(tiny_gguf), LoadOptions(num_ctx=256, num_parallel=2)) as engine:
+        kv = engine.batcher.kv  # type: ignore[union-attr]
+        real_acquire = kv.acquire
+        calls = 0
+
+        def acquire_failing_once(prompt: list[int]):  # type: ignore[no-untyped-def]
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise RuntimeError("simulated bug in admission")
+            return real_acquire(prompt)
+
+        monkeypatch.setattr(kv, "acquire", acquire_failing_once)
+        request = GenerateRequest([1, 300, 301, 302], SamplingOptions(temperature=0, num_predict=4))
+        with pytest.raises(EngineError, match="simulated bug in admission"):
+            collect(engine.submit(request), timeout=10)
+        assert collect(engine.submit(request), timeout=30).done.eval_count == 4
