@@ -290,12 +290,14 @@ class Engine:
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join()
-        if self._prefix_store is not None and self.batcher is not None and self._ctx is not None:
-            try:
-                prefix_store.save(self._prefix_store, self._ctx, self.batcher.kv)
-            except OSError as exc:  # a full or read-only disk costs the saved cache, never the unload
-                log.warning("prefix cache not saved: %s", exc)
-        self._free_native()
+        try:
+            if self._prefix_store is not None and self.batcher is not None and self._ctx is not None:
+                try:
+                    prefix_store.save(self._prefix_store, self._ctx, self.batcher.kv)
+                except OSError as exc:  # a full or read-only disk costs the saved cache, never the unload
+                    log.warning("prefix cache not saved: %s", exc)
+        finally:  # even when saving met a bug: the native memory goes back
+            self._free_native()
 
     # -- internals -----------------------------------------------------------------------
     def _prompt_tokens(self, request: GenerateRequest) -> list[int]:

@@ -35,7 +35,7 @@ from .kvcache import KVCache
 log = logging.getLogger(__name__)
 
 MAGIC = b"LOCALRUN-PREFIX-CACHE\n"
-VERSION = 1
+VERSION = 2  # 2: tokens as int64 (an image's stand-ins are negative 63-bit ids: standins.py)
 _RECORD = struct.Struct("<iiiQ")  # parent index (-1: root), start position, token count, KV bytes
 
 
@@ -95,7 +95,7 @@ def save(store: PrefixStore, ctx: lc.llama_context_p, kv: KVCache) -> int:
         def record(parent_i: int, start: int, path: list[int], blob: bytes | bytearray) -> int:
             nonlocal saved, written
             by_path[tuple(path)] = written
-            tokens = np.asarray(path[start:], dtype=np.int32).tobytes()
+            tokens = np.asarray(path[start:], dtype=np.int64).tobytes()
             f.write(_RECORD.pack(parent_i, start, len(path) - start, len(blob)) + tokens)
             f.write(blob)
             saved += len(path) - start
@@ -148,8 +148,8 @@ def _replay(data: bytes, pos: int, store: PrefixStore, ctx: lc.llama_context_p, 
     while pos < len(data):
         parent, start, n_tokens, n_bytes = _RECORD.unpack_from(data, pos)
         pos += _RECORD.size
-        tokens = np.frombuffer(data, dtype=np.int32, count=n_tokens, offset=pos).tolist()
-        pos += 4 * n_tokens
+        tokens = np.frombuffer(data, dtype=np.int64, count=n_tokens, offset=pos).tolist()
+        pos += 8 * n_tokens
         blob = data[pos:pos + n_bytes]
         pos += n_bytes
         if len(blob) != n_bytes:
