@@ -77,11 +77,14 @@ def write_tiny_gguf(
     chat_template: str | None = CHATML_TOOLS_TEMPLATE,
     name: str = "tiny-llama",
     metadata: dict[str, tuple[Any, GGUFValueType]] | None = None,
+    arch: str = "llama",
 ) -> Path:
     """Write a tiny random-weight llama GGUF to ``path`` and return the path.
 
     The same arguments always give the same bytes (weights come from ``seed``). ``metadata``
     overrides or adds keys (value, GGUF type) after the normal ones: hostile-file tests use it.
+    ``arch="qwen2vl"``: the same tensors under Qwen2-VL's architecture, whose M-RoPE splits each
+    head's rotary dimensions into time, height and width sections (image positions are 2-D).
     """
     path = Path(path)
     rng = np.random.default_rng(seed)
@@ -89,7 +92,8 @@ def write_tiny_gguf(
     n_vocab = len(tokens)
     head_dim = n_embd // n_head
 
-    w = GGUFWriter(str(path), "llama")
+    assert arch in ("llama", "qwen2vl"), arch
+    w = GGUFWriter(str(path), arch)
     w.add_name(name)
     w.add_context_length(context_length)
     w.add_embedding_length(n_embd)
@@ -100,6 +104,10 @@ def write_tiny_gguf(
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(head_dim)
     w.add_rope_freq_base(10000.0)
+    if arch == "qwen2vl":  # time, height, width, extra: a quarter, 3/8, 3/8 of the rotary pairs (as Qwen2-VL)
+        pairs = head_dim // 2
+        time, height = pairs // 4, 3 * pairs // 8
+        w.add_array(f"{arch}.rope.dimension_sections", [time, height, pairs - time - height, 0])
     w.add_file_type(LlamaFileType.ALL_F32)
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)

@@ -61,20 +61,32 @@ class VisionShape:
 BENCH_SHAPE = VisionShape(image_size=224, patch_size=14, v_embd=384, v_ff=1536, v_heads=6, v_layers=12)
 
 
-def write_tiny_vision(dir: Path, *, seed: int = 0, shape: VisionShape = VisionShape()) -> tuple[Path, Path]:
+def write_tiny_vision(dir: Path, *, seed: int = 0, shape: VisionShape = VisionShape(),
+                      kind: str = "llava") -> tuple[Path, Path]:
     """Write ``dir/tiny-vision.gguf`` (language model) and ``dir/tiny-vision-mmproj.gguf``.
 
+    ``kind="qwen2vl"``: Qwen2-VL's layout instead (``<kind>-vision*.gguf``): the language model under
+    the ``qwen2vl`` architecture (M-RoPE) and a ``qwen2vl_merger`` projector, whose images take
+    fewer positions than embeddings (a grid of h x w embeddings advances the position by max(h, w)).
     Returns (model path, mmproj path). Deterministic: the same ``seed`` gives the same bytes.
     """
+    assert kind in ("llava", "qwen2vl"), kind
     dir = Path(dir)
     dir.mkdir(parents=True, exist_ok=True)
-    model = write_tiny_gguf(dir / "tiny-vision.gguf", seed=seed, n_embd=N_EMBD, chat_template=CHATML_TEMPLATE,
-                            name="tiny-vision")
-    mmproj = _write_mmproj(dir / "tiny-vision-mmproj.gguf", seed=seed + 1000, shape=shape)
+    prefix = "tiny" if kind == "llava" else kind
+    model = write_tiny_gguf(dir / f"{prefix}-vision.gguf", seed=seed, n_embd=N_EMBD, chat_template=CHATML_TEMPLATE,
+                            name=f"{prefix}-vision", arch="llama" if kind == "llava" else "qwen2vl")
+    mmproj = _write_mmproj(dir / f"{prefix}-vision-mmproj.gguf", seed=seed + 1000, shape=shape, kind=kind)
     return model, mmproj
 
 
-def _write_mmproj(path: Path, *, seed: int, shape: VisionShape) -> Path:
+def _write_mmproj(path: Path, *, seed: int, shape: VisionShape, kind: str = "llava") -> Path:
+    """The projector GGUF. ``llava``: a CLIP ViT with position embeddings and LLaVA's "mlp" projector
+    (mm.0 -> GELU -> mm.2). ``qwen2vl``: Qwen2-VL's tower (tools/mtmd/models/qwen2vl.cpp): two patch
+    convolutions (one per frame of a video pair; a still image goes through both), 2-D M-RoPE in the
+    blocks instead of position embeddings, and the merger (2x2 neighbouring patches concatenated,
+    then mm.0 -> GELU -> mm.2). Qwen2-VL resizes images to multiples of 2 patches, at least 8
+    merged embeddings (libmtmd's limit)."""
     rng = np.random.default_rng(seed)
     v_embd, v_ff = shape.v_embd, shape.v_ff
 
@@ -82,9 +94,9 @@ def _write_mmproj(path: Path, *, seed: int, shape: VisionShape) -> Path:
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
     w = GGUFWriter(str(path), "clip")
-    w.add_name("tiny-vision-mmproj")
+    w.add_name(f"{'tiny' if kind == 'llava' else kind}-vision-mmproj")
     w.add_file_type(LlamaFileType.ALL_F32)
-    w.add_string("clip.projector_type", "mlp")
+    w.add_string("clip.projector_type", "mlp" if kind == "llava" else "qwen2vl_merger")
     w.add_bool("clip.has_vision_encoder", True)
     w.add_bool("clip.use_gelu", True)
     w.add_uint32("clip.vision.image_size", shape.image_size)
@@ -99,9 +111,14 @@ def _write_mmproj(path: Path, *, seed: int, shape: VisionShape) -> Path:
     w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
 
     # numpy shapes are ggml's reversed: (rows, cols) = (ne1, ne0); the conv kernel is (out, in, kh, kw).
-    w.add_tensor("v.patch_embd.weight", t((v_embd, 3, shape.patch_size, shape.patch_size), 0.1))
-    w.add_tensor("v.patch_embd.bias", t((v_embd,), 0.1))
-    w.add_tensor("v.position_embd.weight", t((shape.image_tokens, v_embd), 0.1))
+    kernel = (v_embd, 3, shape.patch_size, shape.patch_size)
+    if kind == "llava":
+        w.add_tensor("v.patch_embd.weight", t(kernel, 0.1))
+        w.add_tensor("v.patch_embd.bias", t((v_embd,), 0.1))
+        w.add_tensor("v.position_embd.weight", t((shape.image_tokens, v_embd), 0.1))
+    else:
+        w.add_tensor("v.patch_embd.weight", t(kernel, 0.1))
+        w.add_tensor("v.patch_embd.weight.1", t(kernel, 0.1))
     for i in range(shape.v_layers):
         p = f"v.blk.{i}."
         for norm in ("ln1", "ln2"):
@@ -114,11 +131,12 @@ def _write_mmproj(path: Path, *, seed: int, shape: VisionShape) -> Path:
         w.add_tensor(p + "ffn_up.bias", t((v_ff,), 0.05))
         w.add_tensor(p + "ffn_down.weight", t((v_embd, v_ff)))
         w.add_tensor(p + "ffn_down.bias", t((v_embd,), 0.05))
-    # LLaVA's projector: mm.0 (linear) -> GELU -> mm.2 (linear); large enough outputs that images
-    # move the language model's logits visibly.
-    w.add_tensor("mm.0.weight", t((MM_HIDDEN, v_embd), 0.5))
-    w.add_tensor("mm.0.bias", t((MM_HIDDEN,), 0.1))
-    w.add_tensor("mm.2.weight", t((N_EMBD, MM_HIDDEN), 0.5))
+    # mm.0 (linear) -> GELU -> mm.2 (linear), large enough outputs that images move the language
+    # model's logits visibly; Qwen2-VL's merger takes 4 patches' features at once.
+    inputs, hidden = (v_embd, MM_HIDDEN) if kind == "llava" else (4 * v_embd, 4 * v_embd)
+    w.add_tensor("mm.0.weight", t((hidden, inputs), 0.5 if kind == "llava" else 0.3))
+    w.add_tensor("mm.0.bias", t((hidden,), 0.1))
+    w.add_tensor("mm.2.weight", t((N_EMBD, hidden), 0.5))
     w.add_tensor("mm.2.bias", t((N_EMBD,), 0.1))
 
     w.write_header_to_file()

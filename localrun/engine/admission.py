@@ -42,8 +42,8 @@ def headroom(seq: Sequence) -> int:
 
 def still_needs(seq: Sequence) -> int:
     """Cells a running ``seq`` will still add before its reserve is spent: the rest of its prompt
-    (its ``prefill_end`` not yet computed) and its :func:`headroom`."""
-    return max(0, seq.prefill_end - seq.n_past) + headroom(seq)
+    (its ``prefill_end`` not yet computed, images at their cells) and its :func:`headroom`."""
+    return max(0, seq.prefill_end - seq.n_past) + seq.extra_cells_from(seq.n_past) + headroom(seq)
 
 
 def fits(seq: Sequence, cached: int, reclaimable: int, running: Iterable[Sequence]) -> bool:
@@ -56,7 +56,7 @@ def fits(seq: Sequence, cached: int, reclaimable: int, running: Iterable[Sequenc
     committed = [still_needs(s) for s in running]
     if not committed:
         return True
-    need = max(0, seq.prefill_end - cached) + headroom(seq)
+    need = max(0, seq.prefill_end - cached) + seq.extra_cells_from(cached) + headroom(seq)
     return need + sum(committed) <= reclaimable
 
 

@@ -552,8 +552,8 @@ class Batcher:
         start = seq.t_start or first
         return DoneEvent(
             done_reason=reason,
-            prompt_eval_count=seq.prompt_len,
-            cached_tokens=seq.cached,
+            prompt_eval_count=seq.counted(seq.prompt_len),
+            cached_tokens=seq.counted(seq.cached),
             eval_count=seq.generated,
             prompt_eval_duration=int((first - start) * 1e9),
             eval_duration=int((now - first) * 1e9) if seq.t_first else 0,

@@ -215,7 +215,7 @@ class Engine:
         media = self._media_prompt(request) if request.images else None
         tokens = media.tokens if media is not None else self._prompt_tokens(request)
         num_predict = limits.token_limit(options.num_predict)
-        tokens, truncated = self._fit(tokens, request, num_predict, images=media is not None)
+        tokens, truncated = self._fit(tokens, request, num_predict, media=media)
         gbnf = grammar_for(request.format, request.grammar, request.format_frame)
         sampler = build_sampler(options, self.vocab, gbnf, self.num_ctx)
         last_n = limits.penalty_window(options.repeat_last_n, self.num_ctx)
@@ -251,11 +251,12 @@ class Engine:
 
     def tokenize(self, text: str, *, add_special: bool = True, images: tuple[bytes, ...] = ()) -> list[int]:
         """``text`` as token ids; with ``images`` (one image marker each in ``text``) the ids a
-        request would hold, the images' stand-ins included (vision.py)."""
+        request would hold, an image's stand-ins as many as its embeddings (what usage counts; an
+        M-RoPE image holds fewer positions: vision.py)."""
         if not isinstance(text, str):
             raise InvalidRequest("text to tokenize must be a string")
-        if images:
-            return self._media_prompt(GenerateRequest(text, images=images, add_special=add_special)).tokens
+        if images:  # what usage counts (an image counts its embeddings: vision.py)
+            return self._media_prompt(GenerateRequest(text, images=images, add_special=add_special)).counted()
         return self.vocab.tokenize(text, add_special=add_special)
 
     def detokenize(self, tokens: list[int]) -> str:
@@ -333,16 +334,18 @@ class Engine:
                 raise InvalidRequest(f"token id {t!r} is not in the vocabulary (0..{n - 1})")
 
     def _fit(self, tokens: list[int], request: GenerateRequest, num_predict: int | None, *,
-             images: bool = False) -> tuple[list[int], int]:
+             media: MediaPrompt | None = None) -> tuple[list[int], int]:
         """Apply the context limit: FRONT truncation keeps the first num_keep tokens (and BOS). A
-        prompt with images is never cut (half an image is no image): it is refused instead."""
+        prompt with images is never cut (half an image is no image): it is refused instead. An
+        image counts its cells (more than its positions with M-RoPE: vision.py)."""
         num_ctx = self.num_ctx
-        if len(tokens) < num_ctx:
+        size = len(tokens) + sum(s.extra_cells for s in media.spans) if media is not None else len(tokens)
+        if size < num_ctx:
             return tokens, 0
-        if request.truncation is Truncation.REJECT or images:
-            raise ContextOverflow(f"the prompt is {len(tokens)} tokens; a request to this model holds at most "
+        if request.truncation is Truncation.REJECT or media is not None:
+            raise ContextOverflow(f"the prompt is {size} tokens; a request to this model holds at most "
                                   f"{num_ctx} (shorten it, raise num_ctx, or allow truncation)",
-                                  len(tokens), num_ctx)
+                                  size, num_ctx)
         assert isinstance(request.num_keep, int) and request.num_keep >= 0, f"num_keep={request.num_keep!r}"
         reserve = max(1, min(num_predict if num_predict else num_ctx // 4, num_ctx // 2))
         limit = num_ctx - reserve

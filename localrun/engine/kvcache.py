@@ -54,6 +54,7 @@ import llama_cpp as lc
 from .host_cache import HostCache, Segment
 from .radix import RadixCache, RadixNode
 from .seqstate import load_state, state_of
+from .standins import image_start
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ class KVCache:
         owner = self.tree.path_owner(match.node)
         assert owner is not None and owner != seq
         lc.llama_memory_seq_cp(self.mem, owner, seq, 0, match.length)
-        if not self._holds(seq, match.length):  # llama.cpp lost cells the tree lends: recompute, never fail
+        if not self._holds(seq, prompt, match.length):  # llama.cpp lost cells the tree lends: recompute, never fail
             self._give_up(seq, -1, -1)
             self._disable(f"sequence {owner} no longer holds the {match.length} cached positions it owns")
             return SeqLease(seq, 0, 0)
@@ -231,7 +232,7 @@ class KVCache:
             holder = self.tree.path_owner(full.node)
             assert holder is not None and holder != seq
             lc.llama_memory_seq_cp(self.mem, holder, seq, 0, full.length)
-        if not self._holds(seq, len(tokens)):  # a saved state with holes (written before the guard)
+        if not self._holds(seq, tokens, len(tokens)):  # a saved state with holes (written before the guard)
             log.warning("prefix cache: a saved segment of %d tokens is incomplete; dropped", len(tokens) - start)
             self._drop(seq)
             return False
@@ -396,17 +397,23 @@ class KVCache:
             lc.llama_memory_seq_cp(self.mem, seq, self.guard_id, -1, -1)
         self._guard_stale = False
 
-    def _holds(self, seq: int, n: int) -> bool:
-        """Whether llama.cpp holds exactly positions ``[0, n)`` of ``seq`` (it keeps a sequence's
-        positions contiguous, so the two ends say it)."""
-        return (lc.llama_memory_seq_pos_min(self.mem, seq), lc.llama_memory_seq_pos_max(self.mem, seq)) == (0, n - 1)
+    def _holds(self, seq: int, path: list[int], n: int) -> bool:
+        """Whether llama.cpp holds exactly the cells of ``path[:n]`` for ``seq``: positions 0 to
+        ``n - 1`` (it keeps a sequence's positions contiguous, so the two ends say it), or to the
+        first position of an M-RoPE image ``path[:n]`` ends with, which all its cells carry (vision.py)."""
+        low = int(lc.llama_memory_seq_pos_min(self.mem, seq))
+        high = int(lc.llama_memory_seq_pos_max(self.mem, seq))
+        if low != 0 or n == 0:
+            return low == 0 and high == n - 1
+        return high == n - 1 or (path[n - 1] < 0 and high == image_start(path, n))
 
     def check_cells(self) -> None:
         """Assert that llama.cpp still holds every cached path: each leaf owner's positions are
         exactly ``[0, leaf.end)`` (llama.cpp keeps a sequence's positions contiguous)."""
         for leaf, owner in self.tree.leaf_owners():
             assert owner is not None
-            assert self._holds(owner, leaf.end), f"sequence {owner} does not hold its cached path [0, {leaf.end})"
+            assert self._holds(owner, leaf.path(), leaf.end), \
+                f"sequence {owner} does not hold its cached path [0, {leaf.end})"
 
     def _on_evict(self, leaf: RadixNode, inherited: bool) -> None:
         owner = leaf.owner

@@ -131,6 +131,15 @@ class Sequence:
     def cached(self) -> int:
         return self.lease.cached if self.lease else 0
 
+    def extra_cells_from(self, index: int) -> int:
+        """Cells the images from ``index`` on take beyond their positions (M-RoPE: vision.py): what
+        the pool must hold on top of the token count."""
+        return sum(s.extra_cells for s in self.spans if s.start >= index)
+
+    def counted(self, n: int) -> int:
+        """Usage's count for the first ``n`` positions: an image counts its embeddings (vision.py)."""
+        return n + sum(s.extra_cells for s in self.spans if s.end <= n)
+
     def next_span(self) -> ImageSpan | None:
         """The first image whose KV is not computed yet (its range ends after ``n_past``)."""
         return next((s for s in self.spans if s.end > self.n_past), None)

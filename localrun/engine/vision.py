@@ -4,7 +4,7 @@ A prompt with images arrives as text holding one :data:`IMAGE_MARKER` per image 
 encoded bytes, in order. :meth:`Projector.tokenize` splits the text at the markers and hands libmtmd
 the parts (``mtmd_tokenize_from_parts``: no marker is parsed out of the user's text), which gives
 text tokens and one image chunk per image. The sequence's token list holds the text tokens and, for
-each image position, a negative id derived from the image's sha256 (:func:`image_ids`): never fed to
+each image position, a negative id derived from the image's sha256 (standins.py): never fed to
 llama.cpp as a token, but the prefix cache's key for that image's cells, so a follow-up about the
 same image reuses them and two different images never share cells.
 
@@ -12,8 +12,17 @@ The batcher (batcher.py) computes an :class:`ImageSpan` in two halves. :meth:`Pr
 the vision encoder on a background thread (the running requests go on decoding meanwhile) and copies
 the embeddings out; :meth:`Projector.decode` then puts them into the context at the span's positions
 (``mtmd_helper_decode_image_chunk``: its own llama_decode calls, non-causal attention where the model
-needs it, e.g. Gemma 3). Positions are token indices, which holds for every projector whose images
-take as many positions as tokens; M-RoPE projectors (Qwen2-VL and later) are refused at load.
+needs it, e.g. Gemma 3).
+
+Positions are token indices, for images too: an image holds as many stand-ins in the token list as
+the positions it advances, ``n_pos``. Most projectors place one embedding per position (``n_pos ==
+n_tokens``). M-RoPE projectors (Qwen2-VL and later) do not: a grid of h x w embeddings sits in
+h * w cells that all carry the image's first position (its height and width go into the other
+rotary sections), and the text after it continues max(h, w) positions later. So the image's
+stand-ins cover ``[start, start + n_pos)`` and every one of its cells has position ``start``:
+the prefix cache's ranges of positions (copy, remove, save) take or leave the whole image, and a
+cached path that ends with one holds cells up to position ``start`` only (kvcache.py). Usage
+counts embeddings, as llama.cpp's server does (:attr:`ImageSpan.extra_cells`).
 """
 
 from __future__ import annotations
@@ -30,26 +39,20 @@ from llama_cpp import mtmd_cpp as mtmd
 
 from ..errors import EngineError, InvalidModelFile, InvalidRequest
 from . import native
+from .standins import image_ids
 
 log = logging.getLogger(__name__)
 
 IMAGE_MARKER = "<__media__>"
 """Where an image goes in the prompt text (the same string as ``localrun.chat.images.IMAGE_MARKER``)."""
-_ID_SPACE = 1 << 62
 _DECODABLE = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM")  # what stb_image reads
 _NO_CALLBACK = mtmd.mtmd_helper_post_decode_callback()  # a NULL function pointer
 
 
-def image_ids(digest: str, n_tokens: int) -> list[int]:
-    """The token-list stand-ins for an image's ``n_tokens`` positions: negative (never a vocabulary
-    id), the same for the same image, different for a different one."""
-    base = int(digest[:16], 16)
-    return [-1 - (base + i) % _ID_SPACE for i in range(n_tokens)]
-
-
 @dataclass(eq=False)
 class ImageSpan:
-    """One image in a sequence's token list: ``tokens[start:start + n_tokens]`` are its stand-ins.
+    """One image in a sequence's token list: ``tokens[start:start + n_pos]`` are its stand-ins and
+    ``n_tokens`` its embeddings (the cells it takes: more than ``n_pos`` with M-RoPE, module docstring).
 
     ``embeddings`` is set by :meth:`Projector.encode` (engine-side, read only on the engine thread
     once ``ready`` is set) and dropped once the span's KV is computed.
@@ -59,14 +62,23 @@ class ImageSpan:
     n_tokens: int
     digest: str
     chunk: mtmd.mtmd_input_chunk_p
+    n_pos: int = 0  # 0: as many as n_tokens
     embeddings: ctypes.Array[ctypes.c_float] | None = None
     ready: threading.Event = field(default_factory=threading.Event)
     error: Exception | None = None
     pending: bool = False  # an encode has been asked for
 
+    def __post_init__(self) -> None:
+        self.n_pos = self.n_pos or self.n_tokens
+
     @property
     def end(self) -> int:
-        return self.start + self.n_tokens
+        return self.start + self.n_pos
+
+    @property
+    def extra_cells(self) -> int:
+        """Cells beyond its positions (M-RoPE images); what usage and the pool count on top of them."""
+        return self.n_tokens - self.n_pos
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +87,17 @@ class MediaPrompt:
 
     tokens: list[int]
     spans: tuple[ImageSpan, ...]
+
+    def counted(self) -> list[int]:
+        """``tokens`` with each image's stand-ins as many as its embeddings: what usage reports count."""
+        if not any(s.extra_cells for s in self.spans):
+            return self.tokens
+        out: list[int] = []
+        at = 0
+        for span in self.spans:
+            out += self.tokens[at: span.start] + image_ids(span.digest, span.n_tokens)
+            at = span.end
+        return out + self.tokens[at:]
 
 
 class Projector:
@@ -104,9 +127,7 @@ class Projector:
         try:
             if not mtmd.mtmd_support_vision(ctx):
                 raise InvalidModelFile(f"the projector {path} has no vision encoder (an audio projector?)")
-            if mtmd.mtmd_decode_use_mrope(ctx):
-                raise InvalidModelFile(f"the projector {path} places image tokens with M-RoPE (the Qwen2-VL "
-                                       "family), which localrun does not support yet")
+            self.mrope = bool(mtmd.mtmd_decode_use_mrope(ctx))  # images take fewer positions than cells
         except BaseException:
             self.close()
             raise
@@ -149,8 +170,9 @@ class Projector:
             span.ready.set()
 
     def decode(self, lctx: lc.llama_context_p, span: ImageSpan, seq_id: int, n_batch: int) -> bool:
-        """Put ``span``'s embeddings into ``lctx`` at positions ``span.start`` onwards for ``seq_id``.
-        False when llama.cpp found no room in the KV cache."""
+        """Put ``span``'s embeddings into ``lctx`` at positions ``span.start`` onwards for ``seq_id``
+        (with M-RoPE all of them at ``span.start``, module docstring). False when llama.cpp found no
+        room in the KV cache."""
         assert span.embeddings is not None
         new_n_past = lc.llama_pos(0)
         rc = mtmd.mtmd_helper_decode_image_chunk(
@@ -160,6 +182,8 @@ class Projector:
             return False
         if rc != 0:
             raise EngineError(f"decoding an image failed ({rc})")
+        if new_n_past.value != span.end:  # the stand-ins were counted from the same chunk: never
+            raise EngineError(f"an image advanced {new_n_past.value - span.start} positions, not {span.n_pos}")
         span.embeddings = None
         return True
 
@@ -213,13 +237,14 @@ class Projector:
                 if kind != mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE:
                     raise InvalidRequest("only images are supported as media")
                 n_tokens = int(mtmd.mtmd_input_chunk_get_n_tokens(chunk))
+                n_pos = int(mtmd.mtmd_input_chunk_get_n_pos(chunk))
                 digest = hashlib.sha256(images[image]).hexdigest()
                 image += 1
                 copy = mtmd.mtmd_input_chunk_copy(chunk)
-                span = ImageSpan(len(tokens), n_tokens, digest, copy)
+                span = ImageSpan(len(tokens), n_tokens, digest, copy, n_pos)
                 weakref.finalize(span, mtmd.mtmd_input_chunk_free, copy)
                 spans.append(span)
-                tokens.extend(image_ids(digest, n_tokens))
+                tokens.extend(image_ids(digest, n_pos))
             return MediaPrompt(tokens, tuple(spans))
         finally:
             mtmd.mtmd_input_chunks_free(chunks)

@@ -35,7 +35,8 @@ class Result:
 
     @property
     def generated(self) -> list[int]:
-        return list(self.done.context[self.done.prompt_eval_count:])
+        # the tail of the context: prompt_eval_count counts an image's embeddings, its positions may be fewer
+        return list(self.done.context[len(self.done.context) - self.done.eval_count:])
 
 
 def collect(handle: Handle, timeout: float = 120.0) -> Result:

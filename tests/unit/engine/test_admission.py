@@ -21,9 +21,14 @@ class Seq:
     t_admit: float = 0.0
     resume_decode: bool = False
     tokens: list[int] = field(default_factory=list)
+    image_at: int = 0       # an M-RoPE image there takes ``image_extra`` cells beyond its positions
+    image_extra: int = 0
 
     def __post_init__(self) -> None:
         self.tokens = [0] * (self.prompt + self.generated)
+
+    def extra_cells_from(self, index: int) -> int:
+        return self.image_extra if self.image_at >= index else 0
 
     @property
     def prefill_end(self) -> int:
@@ -57,3 +62,12 @@ def test_the_request_that_pauses_is_batch_work_first_then_the_newest() -> None:
     batch_new = Seq(prompt=10, t_admit=3.0)
     assert admission.victim([chat_old, chat_new, batch_old, batch_new]) is batch_new
     assert admission.victim([chat_old, chat_new]) is chat_new
+
+
+def test_an_image_with_more_cells_than_positions_needs_its_cells() -> None:
+    """M-RoPE (Qwen2-VL): an image's h x w embeddings take max(h, w) positions but h x w cells."""
+    running = [Seq(prompt=100, n_past=100, generated=1)]
+    room = admission.headroom(running[0]) + 200 + admission.headroom(Seq(prompt=200))
+    assert admission.fits(Seq(prompt=200), 0, room, running)
+    assert not admission.fits(Seq(prompt=200, image_at=50, image_extra=60), 0, room, running)
+    assert admission.fits(Seq(prompt=200, image_at=50, image_extra=60), 60, room, running)  # the image is cached
