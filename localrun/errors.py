@@ -33,6 +33,7 @@ the CLI prints ``Error: msg`` and exits non-zero.
     ├── EngineError                    500 llama.cpp returned an error
     │   └── FrameTooLarge              a message over its channel's frame limit (not sent)
     ├── RunnerCrashed                  502 the model's runner process died
+    │   ├── RunnerGone                 it was gone before the request reached it (the daemon retries once)
     │   └── BadFrame                   another localrun process sent something that is not a frame
     ├── UpstreamError                  502 an upstream server failed, or answered what localrun cannot read
     │   └── UpstreamUnavailable        503 no member of an upstream pool answers (all failed or cooling down)
@@ -204,6 +205,12 @@ class EngineError(LocalrunError):
 class RunnerCrashed(LocalrunError):
     status = 502
     code = "runner_crashed"
+
+
+class RunnerGone(RunnerCrashed):
+    """The runner had died before the request reached it: nothing of it ran, so it can be sent again
+    (to a new runner). A crash after the request was sent is a plain RunnerCrashed: that request may
+    be what killed it."""
 
 
 class BadFrame(RunnerCrashed):

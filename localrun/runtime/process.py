@@ -170,9 +170,10 @@ class RunnerProcess:
             except (ConnectionError, BrokenPipeError) as exc:
                 raise self._not_running() from exc
 
-    def _not_running(self) -> errors.RunnerCrashed:
-        """What a request meets when this runner is gone (it died, or was stopped)."""
-        return errors.RunnerCrashed(f"the runner for model {self.name!r} is not running; the next request "
+    def _not_running(self) -> errors.RunnerGone:
+        """What a request meets when this runner is gone (it died, or was stopped) before the
+        request reached it."""
+        return errors.RunnerGone(f"the runner for model {self.name!r} is not running; the next request "
                                     "loads it again")
 
     async def _read_loop(self) -> None:

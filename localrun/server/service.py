@@ -50,6 +50,7 @@ from .rendering import vet_template
 
 log = logging.getLogger("localrun.requests")
 T = TypeVar("T")
+RUNNER_EXIT_WAIT = 5.0  # seconds to let a runner that vanished under a request be noticed before a retry
 
 
 class ModelSource(Protocol):
@@ -288,6 +289,16 @@ class Service:
         started = time.perf_counter_ns()
         if request.interactive is None:
             request.interactive = interactive_hint.get()
+        try:
+            return await self._submit(target, request, endpoint, started, context, system_prefix)
+        except errors.RunnerGone as gone:  # died before it got the request (a crash just before): a new one
+            log.warning("%s; sending the request to a new runner", gone)
+            return await self._submit(target, request, endpoint, started, context, system_prefix)
+
+    async def _submit(self, target: Target, request: GenerateRequest, endpoint: str, started: int,
+                      context: list[int] | None, system_prefix: str | None) -> Generation:
+        """One attempt of :meth:`generate`; RunnerGone once the dead runner is forgotten (its
+        ``exited`` resolved, so the scheduler loads a new one for the next acquire)."""
         lease = await self.scheduler.acquire(target.spec, target.keep_alive)
         trace.mark_request("leased")
         try:
@@ -302,6 +313,11 @@ class Service:
                 trace.mark_request("num_keep")
             stream = await backend.generate(request)
             trace.mark_request("accepted")
+        except errors.RunnerGone:
+            lease.release()
+            with contextlib.suppress(asyncio.TimeoutError):  # the read loop sees the exit within milliseconds
+                await asyncio.wait_for(asyncio.shield(lease.backend.exited), RUNNER_EXIT_WAIT)
+            raise
         except BaseException:
             lease.release()
             raise

@@ -66,6 +66,28 @@ async def test_a_crashed_runner_fails_only_its_requests_and_the_next_request_rel
     assert (await ps(client))["a:latest"]["pid"] != old_pid
 
 
+async def test_a_request_that_finds_its_runner_just_died_goes_to_a_new_runner(
+    serve_app: Any, store: DictStore, fake_runners: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner dies (SIGKILL) just before the request reaches it, before the daemon noticed: the
+    request never ran, so it is answered by a new runner instead of a 502."""
+    client = await serve_app(store, load_fn=fake_runners)
+    r = await client.post("/api/generate", json={"model": "a", "prompt": "hi", "stream": False})
+    assert r.status == 200
+    backend = client.app[SCHEDULER].models["a:latest"].backend
+    send = backend._send
+
+    async def die_first(message: Any) -> None:
+        os.kill(backend.pid, signal.SIGKILL)
+        await backend.exited  # gone before anything is written to it
+        await send(message)
+
+    monkeypatch.setattr(backend, "_send", die_first)
+    r = await client.post("/api/generate", json={"model": "a", "prompt": "hi again", "stream": False})
+    assert r.status == 200, await r.text()
+    assert (await ps(client))["a:latest"]["pid"] != backend.pid
+
+
 @pytest.mark.allow_5xx(reason="a 502: the runner is killed on purpose")
 async def test_a_killed_runner_gives_a_clear_error_to_a_waiting_non_streaming_request(
     serve_app: Any, store: DictStore, fake_runners: Any
