@@ -123,7 +123,9 @@ class Projector:
         self._ctx: mtmd.mtmd_context_p | None = ctx
         self._lock = threading.Lock()         # encode (and close)
         self._tokenize_lock = threading.Lock()
-        self.n_embd = int(lc.llama_model_n_embd(model))
+        # floats per embedding: the language model's input width, wider than n_embd where the projector also
+        # feeds later layers (Qwen3-VL's deepstack); what libmtmd writes and mtmd_helper_decode reads
+        self.n_embd = int(lc.llama_model_n_embd_inp(model))
         try:
             if not mtmd.mtmd_support_vision(ctx):
                 raise InvalidModelFile(f"the projector {path} has no vision encoder (an audio projector?)")
