@@ -84,7 +84,9 @@ def write_tiny_gguf(
     The same arguments always give the same bytes (weights come from ``seed``). ``metadata``
     overrides or adds keys (value, GGUF type) after the normal ones: hostile-file tests use it.
     ``arch="qwen2vl"``: the same tensors under Qwen2-VL's architecture, whose M-RoPE splits each
-    head's rotary dimensions into time, height and width sections (image positions are 2-D).
+    head's rotary dimensions into time, height and width sections (image positions are 2-D);
+    ``"qwen3vl"``: Qwen3-VL's (also query/key norms, and one deepstack layer: image embeddings are
+    twice n_embd wide, the second half added after layer 0).
     """
     path = Path(path)
     rng = np.random.default_rng(seed)
@@ -92,7 +94,7 @@ def write_tiny_gguf(
     n_vocab = len(tokens)
     head_dim = n_embd // n_head
 
-    assert arch in ("llama", "qwen2vl"), arch
+    assert arch in ("llama", "qwen2vl", "qwen3vl"), arch
     w = GGUFWriter(str(path), arch)
     w.add_name(name)
     w.add_context_length(context_length)
@@ -104,7 +106,9 @@ def write_tiny_gguf(
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(head_dim)
     w.add_rope_freq_base(10000.0)
-    if arch == "qwen2vl":  # time, height, width, extra: a quarter, 3/8, 3/8 of the rotary pairs (as Qwen2-VL)
+    if arch == "qwen3vl":
+        w.add_uint32(f"{arch}.n_deepstack_layers", 1)
+    if arch in ("qwen2vl", "qwen3vl"):  # time, height, width, extra: 1/4, 3/8, 3/8 of the rotary pairs (as Qwen2-VL)
         pairs = head_dim // 2
         time, height = pairs // 4, 3 * pairs // 8
         w.add_array(f"{arch}.rope.dimension_sections", [time, height, pairs - time - height, 0])
@@ -138,6 +142,9 @@ def write_tiny_gguf(
         w.add_tensor(p + "attn_k.weight", t((kv_dim, n_embd), 0.2))
         w.add_tensor(p + "attn_v.weight", t((kv_dim, n_embd), 0.2))
         w.add_tensor(p + "attn_output.weight", t((n_embd, n_embd), 0.2))
+        if arch == "qwen3vl":
+            w.add_tensor(p + "attn_q_norm.weight", np.ones(head_dim, dtype=np.float32))
+            w.add_tensor(p + "attn_k_norm.weight", np.ones(head_dim, dtype=np.float32))
         w.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
         w.add_tensor(p + "ffn_gate.weight", t((n_ff, n_embd), 0.2))
         w.add_tensor(p + "ffn_up.weight", t((n_ff, n_embd), 0.2))

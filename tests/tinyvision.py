@@ -70,12 +70,12 @@ def write_tiny_vision(dir: Path, *, seed: int = 0, shape: VisionShape = VisionSh
     fewer positions than embeddings (a grid of h x w embeddings advances the position by max(h, w)).
     Returns (model path, mmproj path). Deterministic: the same ``seed`` gives the same bytes.
     """
-    assert kind in ("llava", "qwen2vl"), kind
+    assert kind in ("llava", "qwen2vl", "qwen3vl"), kind
     dir = Path(dir)
     dir.mkdir(parents=True, exist_ok=True)
     prefix = "tiny" if kind == "llava" else kind
     model = write_tiny_gguf(dir / f"{prefix}-vision.gguf", seed=seed, n_embd=N_EMBD, chat_template=CHATML_TEMPLATE,
-                            name=f"{prefix}-vision", arch="llama" if kind == "llava" else "qwen2vl")
+                            name=f"{prefix}-vision", arch="llama" if kind == "llava" else kind)
     mmproj = _write_mmproj(dir / f"{prefix}-vision-mmproj.gguf", seed=seed + 1000, shape=shape, kind=kind)
     return model, mmproj
 
@@ -96,7 +96,7 @@ def _write_mmproj(path: Path, *, seed: int, shape: VisionShape, kind: str = "lla
     w = GGUFWriter(str(path), "clip")
     w.add_name(f"{'tiny' if kind == 'llava' else kind}-vision-mmproj")
     w.add_file_type(LlamaFileType.ALL_F32)
-    w.add_string("clip.projector_type", "mlp" if kind == "llava" else "qwen2vl_merger")
+    w.add_string("clip.projector_type", "mlp" if kind == "llava" else f"{kind}_merger")
     w.add_bool("clip.has_vision_encoder", True)
     w.add_bool("clip.use_gelu", True)
     w.add_uint32("clip.vision.image_size", shape.image_size)
@@ -119,14 +119,19 @@ def _write_mmproj(path: Path, *, seed: int, shape: VisionShape, kind: str = "lla
     else:
         w.add_tensor("v.patch_embd.weight", t(kernel, 0.1))
         w.add_tensor("v.patch_embd.weight.1", t(kernel, 0.1))
+        if kind == "qwen3vl":  # a bias and learned positions (resized to the image's grid) besides the rotary ones
+            w.add_tensor("v.patch_embd.bias", t((v_embd,), 0.1))
+            w.add_tensor("v.position_embd.weight", t((shape.image_tokens, v_embd), 0.1))
     for i in range(shape.v_layers):
         p = f"v.blk.{i}."
         for norm in ("ln1", "ln2"):
             w.add_tensor(p + norm + ".weight", np.ones(v_embd, dtype=np.float32))
             w.add_tensor(p + norm + ".bias", np.zeros(v_embd, dtype=np.float32))
-        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
-            w.add_tensor(p + name + ".weight", t((v_embd, v_embd)))
-            w.add_tensor(p + name + ".bias", t((v_embd,), 0.05))
+        # Qwen3-VL projects q, k and v at once
+        qkv = [("attn_qkv", 3 * v_embd)] if kind == "qwen3vl" else [(n, v_embd) for n in ("attn_q", "attn_k", "attn_v")]
+        for name, rows in [*qkv, ("attn_out", v_embd)]:
+            w.add_tensor(p + name + ".weight", t((rows, v_embd)))
+            w.add_tensor(p + name + ".bias", t((rows,), 0.05))
         w.add_tensor(p + "ffn_up.weight", t((v_ff, v_embd)))
         w.add_tensor(p + "ffn_up.bias", t((v_ff,), 0.05))
         w.add_tensor(p + "ffn_down.weight", t((v_embd, v_ff)))
@@ -138,6 +143,13 @@ def _write_mmproj(path: Path, *, seed: int, shape: VisionShape, kind: str = "lla
     w.add_tensor("mm.0.bias", t((hidden,), 0.1))
     w.add_tensor("mm.2.weight", t((N_EMBD, hidden), 0.5))
     w.add_tensor("mm.2.bias", t((N_EMBD,), 0.1))
+    if kind == "qwen3vl":  # deepstack: layer 0's merged features, projected for the language model's layer 0
+        w.add_tensor("v.deepstack.0.norm.weight", np.ones(4 * v_embd, dtype=np.float32))
+        w.add_tensor("v.deepstack.0.norm.bias", np.zeros(4 * v_embd, dtype=np.float32))
+        w.add_tensor("v.deepstack.0.fc1.weight", t((4 * v_embd, 4 * v_embd), 0.3))
+        w.add_tensor("v.deepstack.0.fc1.bias", t((4 * v_embd,), 0.1))
+        w.add_tensor("v.deepstack.0.fc2.weight", t((N_EMBD, 4 * v_embd), 0.5))
+        w.add_tensor("v.deepstack.0.fc2.bias", t((N_EMBD,), 0.1))
 
     w.write_header_to_file()
     w.write_kv_data_to_file()
