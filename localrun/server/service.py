@@ -207,8 +207,7 @@ class Service:
         """
         if not isinstance(name, str) or not name.strip():
             raise errors.InvalidRequest("'model' is required and must be a model name")
-        resolved = await run_in(self._store_pool, self.store.resolve, name.strip())
-        geometry = await run_in(self._store_pool, self._geometry, str(resolved.model_path))
+        resolved, geometry = await run_in(self._store_pool, self._resolve, name.strip())
         if not resolved.template and geometry.chat_template \
                 and not await vet_template(resolved.name, geometry.chat_template):
             geometry = dataclasses.replace(geometry, chat_template=None)  # refused: plain prompt, warned once
@@ -235,6 +234,12 @@ class Service:
             name=spec.name, resolved=resolved, geometry=geometry, spec=spec, sampling=sampling,
             num_keep=extras.get("num_keep"), keep_alive=keep_alive,
         )
+
+    def _resolve(self, name: str) -> tuple[ResolvedModel, ModelGeometry]:
+        """The store's model and its file's geometry, in one trip to a store thread (each trip
+        costs the first token of every request a thread hand-off)."""
+        resolved = self.store.resolve(name)
+        return resolved, self._geometry(str(resolved.model_path))
 
     async def repack_allowed(self) -> bool:
         """Whether models load with llama.cpp's repacked CPU weights (hardware/repack.py): probed in a
