@@ -19,10 +19,14 @@ step:
   when other load on it passes :data:`PREFILL_TOLERANCE`.
 
 Only samples of engine work count: the engine says when it is about to sit idle
-(:meth:`ThreadPolicy.idle`), and the sample that spans that spell only starts the next one, because
-what ran meanwhile (often the very load that kept it idle: another server being measured, the
-benchmark's client building its prompts) says nothing about now. A sample of work counts however
-long it is (a step of a long prompt at depth takes seconds). Fewer threads take effect at the next
+(:meth:`ThreadPolicy.idle`), and a sample that was mostly idle (more than :data:`IDLE_SHARE` of it)
+only starts the next one, because what ran meanwhile (often the very load that kept it idle: another
+server being measured in turn) says nothing about now. Short pauses do not void a sample: a client
+sending one request after another leaves the engine idle a few milliseconds every few tens, and
+what it does in them (reading the last reply, sending the next) competes with the engine's threads
+as much as anything else does; discarding those samples left a tiny model on two spinning threads
+beside its own client, at 0.6x the speed of one thread. A sample of work counts however long it is
+(a step of a long prompt at depth takes seconds). Fewer threads take effect at the next
 sample (load appeared: act at once); more only when two samples in a row allow them, or one
 spanning :data:`CONFIRM` (load went away: make sure), so the count follows a change within a
 quarter to half a second, or one step where a step is longer, and does not flap.
@@ -59,6 +63,7 @@ INTERVAL = 0.25          # seconds of engine work between two samples
 CONFIRM = 2 * INTERVAL   # a sample this long allows more threads on its own (two samples' worth of evidence)
 DECODE_TOLERANCE = 0.2   # other load (in cores) a core may carry and still decode
 PREFILL_TOLERANCE = 0.5  # ... and still prefill
+IDLE_SHARE = 0.5         # a sample idle for more than this share of its span does not count
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # /proc/stat: user nice system irq softirq steal (guest is inside user)
 
 
@@ -163,7 +168,8 @@ class ThreadPolicy:
         self._lock = threading.Lock()
         self.cores = cores or len(cpus)
         self.settled = True  # whether a sample has counted since the engine last sat idle (module docstring)
-        self._idled = False  # the engine sat idle during the sample in progress
+        self._idle_since: float | None = None  # when the engine began to sit idle (None: it works)
+        self._idle = 0.0  # seconds it sat idle during the sample in progress
         if pinned:
             self._current = Threads(pinned, pinned, self.cores, pinned=True)
             self._read: Callable[[], CpuTimes | None] | None = None
@@ -175,8 +181,10 @@ class ThreadPolicy:
         self._allowed = (self.cores, self.cores)  # what the previous sample allowed
 
     def idle(self) -> None:
-        """The engine is about to wait for work: the sample in progress will not count (module docstring)."""
-        self._idled = True
+        """The engine is about to wait for work: the time until it asks again (:meth:`update`) is
+        idle time in the sample in progress (module docstring)."""
+        if self._idle_since is None:
+            self._idle_since = self._clock()
 
     def current(self) -> Threads:
         return self._current
@@ -187,7 +195,12 @@ class ThreadPolicy:
         Thread-safe: the engine thread and a pooled context (embeddings, reranking) may both ask."""
         if self._read is None or self._last is None:
             return self._current
-        if self._clock() - self._last.wall < INTERVAL:
+        now = self._clock()
+        since = self._idle_since
+        if since is not None:  # working again
+            self._idle_since = None
+            self._idle += now - since
+        if now - self._last.wall < INTERVAL:
             return self._current
         with self._lock:
             return self._sample()
@@ -200,11 +213,12 @@ class ThreadPolicy:
         if reading is None or reading.wall <= self._last.wall:
             return self._current
         last, self._last = self._last, reading
-        if self._idled:  # what ran while the engine sat idle says nothing about now; the next INTERVAL of work decides
-            self._idled = self.settled = False
+        span, idle, self._idle = reading.wall - last.wall, self._idle, 0.0
+        if idle > IDLE_SHARE * span:  # mostly what ran while the engine sat idle: the next INTERVAL of work decides
+            self.settled = False
             return self._current
         self.settled = True
-        span, own = reading.wall - last.wall, reading.own - last.own
+        own = reading.own - last.own
         other = max(0.0, ((reading.busy - last.busy) - own) / span)
         allowed = (self._fit(other, DECODE_TOLERANCE), self._fit(other, PREFILL_TOLERANCE))
         cur = self._current

@@ -19,9 +19,13 @@ class IdleThenBusy:
 
     def __init__(self) -> None:
         self.now = 0.0
+        self.calls = 0
 
     def clock(self) -> float:
-        self.now += 60.0 if self.now == 0.0 else 0.3
+        """0 when the engine says it waits, 60 s later its first step, then 0.3 s a step."""
+        self.calls += 1
+        if self.calls > 1:
+            self.now += 60.0 if self.calls == 2 else 0.3
         return self.now
 
     def read(self) -> CpuTimes:
@@ -60,6 +64,6 @@ def test_the_engine_tells_its_policy_when_it_waits(tiny_gguf: Path) -> None:
     with Engine(str(tiny_gguf), LoadOptions(num_ctx=256, num_parallel=1, num_batch=64)) as engine:
         collect(engine.submit(GenerateRequest([1, 300, 301], SamplingOptions(temperature=0, num_predict=2))))
         deadline = time.monotonic() + 5
-        while not engine.thread_policy._idled and time.monotonic() < deadline:
+        while engine.thread_policy._idle_since is None and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert engine.thread_policy._idled  # the sample in progress spans the wait and will not count
+        assert engine.thread_policy._idle_since is not None  # the wait counts as idle time in the sample

@@ -186,3 +186,28 @@ def test_the_real_reader_sees_a_busy_process() -> None:
     finally:
         busy.kill()
         busy.wait()
+
+
+def requests_one_after_another(cpu: FakeCpu, p: ThreadPolicy, seconds: float) -> tuple[int, int]:
+    """A client sending one request after another: 45 ms of engine work, then 5 ms idle while the
+    client reads the reply and sends the next (its CPU is whatever ``cpu.other`` says)."""
+    t = p.current()
+    for _ in range(round(seconds / 0.05)):
+        for _ in range(3):
+            cpu.advance(0.015)
+            t = p.update()
+        p.idle()
+        cpu.advance(0.005)
+    return t.decode, t.prefill
+
+
+def test_short_pauses_between_requests_do_not_hide_the_load_beside_them() -> None:
+    """A tiny model's client takes 0.4 of a core reading tokens as fast as they come: the engine,
+    idle a few milliseconds between requests, still sees it and decodes on the free core."""
+    cpu = FakeCpu()
+    p = policy(cpu)
+    assert requests_one_after_another(cpu, p, 1.0) == (2, 2)  # pauses alone change nothing
+    assert p.settled
+    cpu.other = 0.4
+    assert requests_one_after_another(cpu, p, 1.0) == (1, 2)
+    assert p.settled
