@@ -129,7 +129,6 @@ class Projector:
         try:
             if not mtmd.mtmd_support_vision(ctx):
                 raise InvalidModelFile(f"the projector {path} has no vision encoder (an audio projector?)")
-            self.mrope = bool(mtmd.mtmd_decode_use_mrope(ctx))  # images take fewer positions than cells
         except BaseException:
             self.close()
             raise
