@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 SHARE_MIN = 32  # tokens of shared prefix worth waiting for another prefill
 EXPLORE_EVERY = 128  # pure decode steps between two that draft one row whatever the cost model says
 MAX_BATCH_WAIT = 30.0  # seconds: a waiting batch request is then served like an interactive one
+SHORT_STEP = 0.004  # seconds: a step priced under this runs with the decode thread count (Batcher._short)
 # Burst admission (Engine._gather_burst): an idle engine that receives a request waits up to
 # BURST_GAP for the next one, and so on while they keep coming, at most BURST_MAX in all, so a
 # burst's prefills share one step (8 x 128 tokens fit one num_batch of 2,048) instead of seven
@@ -377,9 +378,10 @@ class Batcher:
     def _decode(self, participants: list[Sequence]) -> bool:
         """Decode the batch; a step of decode rows only is timed for the cost model (stepcost.py)."""
         pure_decode = not self._placeholder and all(s.state is SeqState.DECODE for s in participants)
-        self._set_threads(prefill=any(s.state is SeqState.PREFILL for s in participants))
         rows, started = self.batch.n_tokens, time.perf_counter()
-        cells = sum(attended(s.n_past, 1 + len(s.draft)) for s in participants) if pure_decode else 0
+        cells = sum(attended(s.n_past, s.chunk if s.state is SeqState.PREFILL else 1 + len(s.draft))
+                    for s in participants)
+        self._set_threads(prefill=not pure_decode and not self._short(rows, cells))
         try:
             decoded = self._decode_batch(participants)
         finally:
@@ -392,6 +394,14 @@ class Batcher:
             lc.llama_synchronize(self.ctx)
             self.step_cost.record(rows, cells, time.perf_counter() - started)
         return decoded
+
+    def _short(self, rows: int, cells: int) -> bool:
+        """Whether a step of ``rows`` rows attending ``cells`` cells is priced (stepcost.py) under
+        :data:`SHORT_STEP`: thread hand-offs, not arithmetic, decide its time, so it runs with the
+        decode count, which the policy keeps off contended cores (a tiny model's prompt, a chat
+        turn's last chunk), where the prefill count would spin a thread on one (threads.py)."""
+        model = self.step_cost.model()
+        return model is not None and model.seconds(rows, cells) < SHORT_STEP
 
     def _set_threads(self, *, prefill: bool) -> None:
         """Give this step the threads its kind gets now (threads.py); llama.cpp takes the change at once."""

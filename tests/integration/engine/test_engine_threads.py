@@ -9,7 +9,7 @@ import pytest
 from engine_helpers import collect
 
 from localrun.engine.engine import Engine
-from localrun.engine.threads import CpuTimes, ThreadPolicy
+from localrun.engine.threads import CpuTimes, ThreadPolicy, Threads
 from localrun.engine.types import MAX_UBATCH, GenerateRequest, LoadOptions, SamplingOptions
 
 
@@ -67,3 +67,45 @@ def test_the_engine_tells_its_policy_when_it_waits(tiny_gguf: Path) -> None:
         while engine.thread_policy._idle_since is None and time.monotonic() < deadline:
             time.sleep(0.01)
         assert engine.thread_policy._idle_since is not None  # the wait counts as idle time in the sample
+
+
+class Contended:
+    """A policy that allows one thread to decode and two to prefill (other load of about 0.3 cores)."""
+
+    settled = True
+
+    def update(self) -> Threads:
+        return Threads(decode=1, prefill=2, cores=2, other_load=0.3)
+
+    def current(self) -> Threads:
+        return self.update()
+
+    def idle(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("step_seconds", "prefill_threads"), [(0.0002, 1), (0.05, 2)])
+def test_a_prompt_step_too_short_to_gain_from_a_contended_thread_runs_on_the_decode_count(
+        tiny_gguf: Path, step_seconds: float, prefill_threads: int) -> None:
+    """A tiny model's prompt takes a millisecond: a second thread on a contended core costs more than
+    it computes. A step the cost model prices long (a real model's prompt) still gets the prefill count."""
+    with Engine(str(tiny_gguf), LoadOptions(num_ctx=512, num_parallel=1, num_batch=512,
+                                            speculative=False)) as engine:
+        batcher = engine.batcher
+        assert batcher is not None
+        batcher.threads = Contended()  # type: ignore[assignment]
+        for _ in range(64):  # what timing decode steps of one and two rows taught the cost model
+            batcher.step_cost.record(1, 100, step_seconds)
+            batcher.step_cost.record(2, 200, step_seconds * 1.1)
+        seen: list[tuple[bool, int]] = []
+        decode_batch = batcher._decode_batch
+
+        def record(participants: list) -> bool:  # type: ignore[type-arg]
+            seen.append((any(s.chunk > 1 for s in participants), batcher._n_threads))
+            return decode_batch(participants)
+
+        batcher._decode_batch = record  # type: ignore[method-assign]
+        prompt = [1] + [300 + (7 * i) % 400 for i in range(100)]
+        collect(engine.submit(GenerateRequest(prompt, SamplingOptions(temperature=0, num_predict=3))))
+    assert seen[0] == (True, prefill_threads)
+    assert all(n == 1 for prompt_step, n in seen if not prompt_step)
