@@ -68,14 +68,16 @@ def write_tiny_vision(dir: Path, *, seed: int = 0, shape: VisionShape = VisionSh
     ``kind="qwen2vl"``: Qwen2-VL's layout instead (``<kind>-vision*.gguf``): the language model under
     the ``qwen2vl`` architecture (M-RoPE) and a ``qwen2vl_merger`` projector, whose images take
     fewer positions than embeddings (a grid of h x w embeddings advances the position by max(h, w)).
+    ``"qwen25vl"``: Qwen2.5-VL's (the same language model; window attention and a gated SiLU
+    feed-forward in the vision tower); ``"qwen3vl"``: Qwen3-VL's (see tinymodel.py and _write_mmproj).
     Returns (model path, mmproj path). Deterministic: the same ``seed`` gives the same bytes.
     """
-    assert kind in ("llava", "qwen2vl", "qwen3vl"), kind
+    assert kind in ("llava", "qwen2vl", "qwen25vl", "qwen3vl"), kind
     dir = Path(dir)
     dir.mkdir(parents=True, exist_ok=True)
     prefix = "tiny" if kind == "llava" else kind
     model = write_tiny_gguf(dir / f"{prefix}-vision.gguf", seed=seed, n_embd=N_EMBD, chat_template=CHATML_TEMPLATE,
-                            name=f"{prefix}-vision", arch="llama" if kind == "llava" else kind)
+                            name=f"{prefix}-vision", arch={"llava": "llama", "qwen25vl": "qwen2vl"}.get(kind, kind))
     mmproj = _write_mmproj(dir / f"{prefix}-vision-mmproj.gguf", seed=seed + 1000, shape=shape, kind=kind)
     return model, mmproj
 
@@ -96,9 +98,12 @@ def _write_mmproj(path: Path, *, seed: int, shape: VisionShape, kind: str = "lla
     w = GGUFWriter(str(path), "clip")
     w.add_name(f"{'tiny' if kind == 'llava' else kind}-vision-mmproj")
     w.add_file_type(LlamaFileType.ALL_F32)
-    w.add_string("clip.projector_type", "mlp" if kind == "llava" else f"{kind}_merger")
+    w.add_string("clip.projector_type", {"llava": "mlp", "qwen25vl": "qwen2.5vl_merger"}.get(kind, f"{kind}_merger"))
     w.add_bool("clip.has_vision_encoder", True)
-    w.add_bool("clip.use_gelu", True)
+    w.add_bool("clip.use_silu" if kind == "qwen25vl" else "clip.use_gelu", True)
+    if kind == "qwen25vl":  # window attention in every layer but each second one, windows of 2 x 2 merged patches
+        w.add_uint32("clip.vision.n_wa_pattern", 2)
+        w.add_uint32("clip.vision.window_size", 4 * shape.patch_size)
     w.add_uint32("clip.vision.image_size", shape.image_size)
     w.add_uint32("clip.vision.patch_size", shape.patch_size)
     w.add_uint32("clip.vision.embedding_length", v_embd)
@@ -134,6 +139,9 @@ def _write_mmproj(path: Path, *, seed: int, shape: VisionShape, kind: str = "lla
             w.add_tensor(p + name + ".bias", t((rows,), 0.05))
         w.add_tensor(p + "ffn_up.weight", t((v_ff, v_embd)))
         w.add_tensor(p + "ffn_up.bias", t((v_ff,), 0.05))
+        if kind == "qwen25vl":  # a gated (SwiGLU) feed-forward
+            w.add_tensor(p + "ffn_gate.weight", t((v_ff, v_embd)))
+            w.add_tensor(p + "ffn_gate.bias", t((v_ff,), 0.05))
         w.add_tensor(p + "ffn_down.weight", t((v_embd, v_ff)))
         w.add_tensor(p + "ffn_down.bias", t((v_embd,), 0.05))
     # mm.0 (linear) -> GELU -> mm.2 (linear), large enough outputs that images move the language

@@ -1,9 +1,10 @@
 """Images in the engine (issue #28 points 3-4): a tiny random-weight vision model (tests/tinyvision.py)
 gives the very tokens llama.cpp's own server (``llama-server --mmproj``) gives on the same files, alone
 and beside text requests, and a follow-up about the same image reuses its cells instead of encoding
-it again. Every test runs on three layouts: LLaVA's (an image takes one position per embedding),
-Qwen2-VL's (M-RoPE: an image's grid of embeddings takes max(height, width) positions) and Qwen3-VL's
-(M-RoPE too, and deepstack: each embedding carries features for a later layer as well)."""
+it again. Every test runs on four layouts: LLaVA's (an image takes one position per embedding),
+Qwen2-VL's (M-RoPE: an image's grid of embeddings takes max(height, width) positions), Qwen2.5-VL's
+(the same, with window attention in the vision tower) and Qwen3-VL's (M-RoPE too, and deepstack:
+each embedding carries features for a later layer as well)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ CONVERSATION = ("<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nhi th
                 f"<|im_start|>user\nlook {IMAGE_MARKER} and {IMAGE_MARKER} now<|im_end|>\n<|im_start|>assistant\n")
 
 
-@pytest.fixture(scope="module", params=["llava", "qwen2vl", "qwen3vl"])
+@pytest.fixture(scope="module", params=["llava", "qwen2vl", "qwen25vl", "qwen3vl"])
 def vision_files(request: pytest.FixtureRequest,
                  tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[Path]]:
     folder = tmp_path_factory.mktemp("vision")
