@@ -378,10 +378,11 @@ class Batcher:
     def _decode(self, participants: list[Sequence]) -> bool:
         """Decode the batch; a step of decode rows only is timed for the cost model (stepcost.py)."""
         pure_decode = not self._placeholder and all(s.state is SeqState.DECODE for s in participants)
-        rows, started = self.batch.n_tokens, time.perf_counter()
+        rows = self.batch.n_tokens
         cells = sum(attended(s.n_past, s.chunk if s.state is SeqState.PREFILL else 1 + len(s.draft))
                     for s in participants)
         self._set_threads(prefill=not pure_decode and not self._short(rows, cells))
+        started = time.perf_counter()  # after the thread policy's own sampling: the step alone is timed
         try:
             decoded = self._decode_batch(participants)
         finally:

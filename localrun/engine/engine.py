@@ -339,7 +339,7 @@ class Engine:
         prompt with images is never cut (half an image is no image): it is refused instead. An
         image counts its cells (more than its positions with M-RoPE: vision.py)."""
         num_ctx = self.num_ctx
-        size = len(tokens) + sum(s.extra_cells for s in media.spans) if media is not None else len(tokens)
+        size = len(tokens) + (media.extra_cells if media is not None else 0)
         if size < num_ctx:
             return tokens, 0
         if request.truncation is Truncation.REJECT or media is not None:

@@ -88,9 +88,14 @@ class MediaPrompt:
     tokens: list[int]
     spans: tuple[ImageSpan, ...]
 
+    @property
+    def extra_cells(self) -> int:
+        """Cells the images take beyond their positions (M-RoPE, module docstring)."""
+        return sum(s.extra_cells for s in self.spans)
+
     def counted(self) -> list[int]:
         """``tokens`` with each image's stand-ins as many as its embeddings: what usage reports count."""
-        if not any(s.extra_cells for s in self.spans):
+        if not self.extra_cells:
             return self.tokens
         out: list[int] = []
         at = 0
