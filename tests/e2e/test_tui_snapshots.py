@@ -39,8 +39,11 @@ def chat_app(backend: FakeBackend | None = None) -> LocalrunApp:
 
 
 async def steady(pilot) -> None:  # type: ignore[no-untyped-def]
-    """Stop cursors blinking, so the picture does not depend on when it is taken."""
+    """Let the app's workers finish (the model preload fills the defaults F3 shows) and stop cursors
+    blinking, so the picture does not depend on how busy the machine is or when it is taken."""
     from textual.widgets import Input, TextArea
+
+    await pilot.app.workers.wait_for_complete()
 
     for screen in pilot.app.screen_stack:
         for widget in screen.query("TextArea, Input"):
