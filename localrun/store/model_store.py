@@ -47,6 +47,8 @@ class ModelStore:
         self.root = Path(root)
         self.blobs = BlobStore(self.root)
         self.manifests = ManifestStore(self.root)
+        # resolve()'s answers by name, with what the files it read looked like (resolve_unchanged)
+        self._resolved: dict[str, tuple[ResolvedModel, FileMarks]] = {}
 
     # -- lookups ---------------------------------------------------------------------
 
@@ -144,6 +146,8 @@ class ModelStore:
         Raises ModelNotFound, InvalidName, or CorruptBlob when a layer's bytes do not match its
         digest (checked by hashing small layers every time and the weights whenever they changed).
         """
+        parsed = ModelName.parse(name)
+        manifest_mark = _mark(self.manifests.path(parsed))  # before reading it: a later change shows
         stored = self._require(name)
         m = stored.manifest
         model = m.first(mt.MODEL)
@@ -157,7 +161,7 @@ class ModelStore:
         if projector is not None:
             self.blobs.ensure_verified(projector.digest)
         licenses = [self._text(x) or "" for x in m.all(mt.LICENSE)]
-        return ResolvedModel(
+        resolved = ResolvedModel(
             name=str(stored.name),
             digest=stored.digest,
             model_path=self.blobs.path(model.digest),
@@ -170,6 +174,21 @@ class ModelStore:
             metadata=self.read_config(m),
             projector_path=self.blobs.path(projector.digest) if projector else None,
         )
+        if stored.name == parsed and manifest_mark is not None:  # exact names only: no fallback to re-check
+            blobs = {self.blobs.path(layer.digest) for layer in m.layers}
+            self._resolved[name] = resolved, ((self.manifests.path(parsed), manifest_mark),
+                                              *((path, _mark(path)) for path in sorted(blobs)))
+        return resolved
+
+    def resolve_unchanged(self, name: str) -> ResolvedModel | None:
+        """:meth:`resolve`'s last answer for ``name`` while the manifest and every blob it read look
+        as they did then (size, mtime, inode: a stat each, cheap enough for an event loop); None
+        when there is none or anything changed, and then only :meth:`resolve` answers."""
+        hit = self._resolved.get(name)
+        if hit is None:
+            return None
+        resolved, marks = hit
+        return resolved if all(_mark(path) == mark for path, mark in marks) else None
 
     def show(self, name: str) -> ModelDetails:
         resolved = self.resolve(name)
@@ -395,3 +414,15 @@ def _kind(value: JSONValue) -> ModelKind:
         return ModelKind(value) if isinstance(value, str) else ModelKind.GENERATION
     except ValueError:
         return ModelKind.GENERATION
+
+
+FileMarks = tuple[tuple[Path, "tuple[int, int, int] | None"], ...]
+
+
+def _mark(path: Path) -> tuple[int, int, int] | None:
+    """What tells a file's change: size, modification time and inode (None: it is gone)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino

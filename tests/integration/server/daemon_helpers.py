@@ -41,6 +41,10 @@ class DictStore:
             raise ModelNotFound(f"model {name!r} not found, try pulling it first")
         return Resolved(full, str(self.models[full]), **self.fields.get(full, {}))
 
+    def resolve_unchanged(self, name: str) -> None:
+        """Never known: every request resolves (the real store's fast path is tested with the real store)."""
+        return None
+
     def list(self) -> list[ModelEntry]:
         """Rows like the real store's: modified is the GGUF's mtime, size its length."""
         rows = []

@@ -1,4 +1,5 @@
-"""Random sequences of store operations keep the store sound: no missing layers, no orphan blobs."""
+"""Random sequences of store operations keep the store sound: no missing layers, no orphan blobs, and
+resolve's remembered answers (``resolve_unchanged``) never outlive a change."""
 
 from __future__ import annotations
 
@@ -48,5 +49,11 @@ def test_store_stays_sound(tiny_gguf: Path, sequence: list[tuple[str, str, str]]
                 pass
             assert store.check_integrity() == []
             assert {e.name for e in store.list()} == set(oracle)
+            for name in NAMES:  # resolve_unchanged answers only what resolve would answer now
+                system = oracle.get(str(ModelName.parse(name)))
+                known = store.resolve_unchanged(name)
+                assert known is None or (system is not None and known.system == system)
+                if system is not None:
+                    assert store.resolve(name).system == system
         for shown, system in oracle.items():
             assert store.resolve(shown).system == system
