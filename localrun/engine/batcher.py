@@ -70,6 +70,9 @@ SHORT_STEP = 0.004  # seconds: a step priced under this runs with the decode thr
 # requests waiting behind the first one's prefill.
 BURST_GAP = 0.004  # seconds
 BURST_MAX = 0.050  # seconds
+# An idle engine with released paths to copy to host RAM (KVCache.stage_idle) waits this long first, so
+# the rest of a burst, or the next request of a client sending one after another, is not held behind it.
+STAGE_AFTER = 0.002  # seconds
 
 
 class Batcher:

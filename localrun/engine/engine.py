@@ -28,7 +28,7 @@ from .. import trace
 from ..errors import ContextOverflow, EngineError, InvalidRequest, UnsupportedCapability
 from ..modelkind import ModelKind, kind_refusal, model_kind
 from . import limits, native, prefix_store
-from .batcher import BURST_GAP, BURST_MAX, Batcher
+from .batcher import BURST_GAP, BURST_MAX, STAGE_AFTER, Batcher
 from .detok import TextStream
 from .embedding import Embedder
 from .grammar import grammar_for
@@ -364,24 +364,32 @@ class Engine:
         assert batcher is not None
         idle = False
         while True:
+            stage = False
             with self._cond:
                 if not self._closed and not self._incoming and (idle or not batcher.has_work()):
                     # a wake (a request, a cancel, an image encoded: batcher.py) or 50 ms of a step with
-                    # nothing to decode, then the next step looks at the state again
+                    # nothing to decode, then the next step looks at the state again; with nothing to run
+                    # and released paths to copy, STAGE_AFTER first (the rest of a burst), then the copy
                     if not batcher.has_work():
                         self.thread_policy.idle()
-                    self._cond.wait(timeout=0.05 if batcher.has_work() else None)
+                    pending = not batcher.has_work() and batcher.kv.staging_pending()
+                    self._cond.wait(timeout=0.05 if batcher.has_work() else STAGE_AFTER if pending else None)
+                    stage = pending and not self._incoming
                 if self._closed:
                     break
-                if not batcher.has_work():
-                    self._gather_burst()
-                elif self._watch_first_step:  # a request came during the first step of a lone one: bursts again
-                    self._lone_arrivals = 0 if self._incoming else self._lone_arrivals
-                    self._watch_first_step = False
-                batcher.waiting.extend(self._incoming)
-                self._incoming.clear()
+                if not stage:
+                    if not batcher.has_work():
+                        self._gather_burst()
+                    elif self._watch_first_step:  # a request came during the first step of a lone one: bursts again
+                        self._lone_arrivals = 0 if self._incoming else self._lone_arrivals
+                        self._watch_first_step = False
+                    batcher.waiting.extend(self._incoming)
+                    self._incoming.clear()
             try:
-                idle = not batcher.step()
+                if stage:  # off the lock: a request arriving meanwhile stops it at the next node
+                    batcher.kv.stage_idle(lambda: bool(self._incoming) or self._closed)
+                else:
+                    idle = not batcher.step()
             except Exception as exc:  # a bug must end requests with an error, never kill the thread silently
                 log.exception("engine step failed")
                 # an assertion is our bug: its text (e.g. an option's value) stays in the log

@@ -47,6 +47,8 @@ Owned by the engine thread; nothing here is thread-safe.
 from __future__ import annotations
 
 import logging
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import llama_cpp as lc
@@ -64,6 +66,11 @@ log = logging.getLogger(__name__)
 # A prefix in use is locked and stays; an idle engine trims nothing, so a chat's next turn that
 # arrives before any other request finds its conversation still resident.
 RESIDENT_IDLE_CELLS = 0
+# Idle nodes up to this many tokens are copied to host RAM while the engine waits (KVCache.stage_idle), at
+# most this many tokens of each released path: a copy costs ~0.35 ms a node at a 64k-cell context plus
+# ~7 us a token, and a request arriving meanwhile waits for the node being copied (~15 ms at most here).
+STAGE_MAX = 2048
+STAGED_SHARE = 4  # idle-time copies stop at 1/STAGED_SHARE of the host tier's bytes
 GUARD_STRIDE = 64  # generated positions between two guard copies (sliding windows are 512 and more)
 
 
@@ -78,6 +85,20 @@ class SeqLease:
     guarded: int = 0                 # positions [0, guarded) carry the guard id (sliding-window models)
 
 
+@dataclass(eq=False, slots=True)
+class _Staged:
+    """A copy of ``node``'s own KV (positions ``[start, end)``) made while the engine was idle."""
+
+    node: RadixNode
+    start: int
+    end: int
+    state: bytearray
+
+    def valid(self) -> bool:
+        """Whether the node still covers exactly those positions (a split moves its start)."""
+        return (self.node.start, self.node.end) == (self.start, self.end)
+
+
 class KVCache:
     def __init__(self, mem: lc.llama_memory_t, n_cells: int, n_seq_max: int, enabled: bool,
                  *, reorder_when_idle: bool = False, ctx: lc.llama_context_p | None = None,
@@ -88,6 +109,9 @@ class KVCache:
         self.ctx = ctx
         self.host = host if ctx is not None and enabled and not reorder_when_idle else None
         self.resident_idle = RESIDENT_IDLE_CELLS  # trim_idle's limit
+        self._staging: deque[RadixNode] = deque(maxlen=64)  # leaves of released paths, newest last (stage_idle)
+        self._staged: dict[int, _Staged] = {}  # id(node) -> its idle-time copy (stage_idle)
+        self._staged_bytes = 0
         self.n_cells = n_cells
         self.enabled = enabled
         self.tree = RadixCache()
@@ -172,8 +196,67 @@ class KVCache:
         if node is not None:  # idle holder: keep exactly the path to its leaf
             if not self._give_up(seq, node.end, -1):
                 self._disable("partial removal refused")
+            elif self.host is not None:
+                self._staging.append(node)
         else:
             self._drop(seq)
+
+    def staging_pending(self) -> bool:
+        """Whether :meth:`stage_idle` has released paths to look at."""
+        return bool(self._staging)
+
+    def stage_idle(self, interrupted: Callable[[], bool]) -> None:
+        """The engine has nothing to run: copy the KV of recently released paths, node by node, while
+        their cells stay where they are, until ``interrupted()`` (a request came). When such a node is
+        later moved to host RAM (:meth:`trim_idle`, :meth:`evict`), the copy goes there and only its
+        cells are freed: the copy (each scans every cell, ~0.35 ms a node at a 64k-cell context) is off
+        the next request's first token. What the host tier holds, and when, is what it was without this.
+        Nodes in use, over :data:`STAGE_MAX` tokens or copied already are skipped; a path's walk stops
+        at the first such node; copies stop at a quarter of the host tier's bytes."""
+        if self.host is None or self.ctx is None or not self.enabled:
+            self._staging.clear()
+            return
+        for key in [k for k, copy in self._staged.items() if not (copy.valid() and self._attached(copy.node))]:
+            self._unstage(key)
+        while self._staging and not interrupted():
+            node: RadixNode | None = self._staging.pop()
+            budget = STAGE_MAX
+            while node is not None and node.parent is not None and self._attached(node) and node.lock_ref == 0 \
+                    and len(node.key) <= budget:
+                if not self._is_staged(node):
+                    if self._staged_bytes * STAGED_SHARE >= self.host.max_bytes:
+                        return
+                    state = self.export_segment(self.ctx, node)
+                    if state is None:
+                        break
+                    self._staged[id(node)] = _Staged(node, node.start, node.end, state)
+                    self._staged_bytes += len(state)
+                budget -= len(node.key)
+                node = node.parent
+                if interrupted():
+                    break
+
+    def _is_staged(self, node: RadixNode) -> bool:
+        copy = self._staged.get(id(node))
+        return copy is not None and copy.node is node and copy.valid()
+
+    def _unstage(self, key: int) -> _Staged:
+        copy = self._staged.pop(key)
+        self._staged_bytes -= len(copy.state)
+        return copy
+
+    def _forget_staged(self) -> None:
+        self._staging.clear()
+        self._staged.clear()
+        self._staged_bytes = 0
+
+    def _attached(self, node: RadixNode) -> bool:
+        """Whether ``node`` is still in this cache's tree (not evicted, not from a tree since replaced)."""
+        while node.parent is not None:
+            if node.parent.children.get(node.key[0]) is not node:
+                return False
+            node = node.parent
+        return node is self.tree.root
 
     # -- on disk (prefix_store.py; engine thread, while nothing runs) ----------------------
     def export_order(self, max_tokens: int) -> list[tuple[RadixNode, RadixNode | None]]:
@@ -296,6 +379,9 @@ class KVCache:
         """Keep the KV of an evicted ``leaf`` (held by ``owner``) in host RAM."""
         assert self.host is not None and self.ctx is not None
         path = leaf.path()
+        if self._is_staged(leaf):  # copied while the engine was idle (stage_idle)
+            self.host.put(path, leaf.start, self._unstage(id(leaf)).state)
+            return
         lc.llama_memory_seq_cp(self.mem, owner, self.parked_id, leaf.start, leaf.end)
         try:
             state = state_of(self.ctx, self.parked_id)
@@ -362,6 +448,7 @@ class KVCache:
         log.info("KV cache: cleared after it filled up, so new cells are allocated in order (%d cached tokens dropped)",
                  self.tree.total_size)
         self.tree = RadixCache()
+        self._forget_staged()
         self._owned.clear()
         self._free = self._all_ids()
         self._parked = False
@@ -456,6 +543,7 @@ class KVCache:
         self.release_parked()
         self._owned.clear()
         self.tree = RadixCache()
+        self._forget_staged()
         if self.host is not None:
             self.host.clear()
             self.host = None

@@ -7,6 +7,7 @@ that would slow every decode step.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,46 @@ def test_a_prefix_comes_back_only_after_idle_ones_left(tiny_gguf: Path, monkeypa
         again = run(engine, 0)
         assert again.done.cached_tokens > len(SYSTEM)  # answered from host RAM
         assert resident_at_restore and resident_at_restore[0] == 0  # prompt 1's idle cells had left first
+
+
+def test_idle_time_copies_take_the_move_to_host_ram_off_the_next_request(tiny_gguf: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the engine waits, the path a request leaves behind is copied out (its cells stay), so the next
+    request's admission only frees cells. What host RAM holds, and every text, is as without the copies."""
+    from localrun.engine import kvcache
+
+    def session(copy_while_idle: bool) -> tuple[list[str], list[tuple[int, tuple[int, ...]]], list[int]]:
+        order = [0, 1, 2, 3, 0, 4]
+        copies_during: list[int] = []  # the request each copy made while a request ran belonged to
+        with Engine(str(tiny_gguf), OPTIONS) as engine:
+            kv = engine.batcher.kv  # type: ignore[union-attr]
+            state_of = kvcache.state_of
+            texts: list[str] = []
+
+            def spy(ctx, seq_id):  # type: ignore[no-untyped-def]
+                if kv._active:
+                    copies_during.append(len(texts))
+                return state_of(ctx, seq_id)
+
+            monkeypatch.setattr(kvcache, "state_of", spy)
+            if not copy_while_idle:
+                monkeypatch.setattr(kv, "stage_idle", lambda interrupted: kv._staging.clear())
+            for i in order:
+                texts.append(run(engine, i).text)
+                for _ in range(400):  # the copies are made once the engine has waited STAGE_AFTER
+                    if not kv.staging_pending():
+                        break
+                    time.sleep(0.005)
+            kv.check_integrity()
+            held = sorted((seg.start, tuple(seg.path)) for seg in kv.host_segments())
+        monkeypatch.undo()
+        return texts, held, copies_during
+
+    texts, held, during = session(copy_while_idle=True)
+    without = session(copy_while_idle=False)
+    assert (texts, held) == without[:2]
+    # requests 2 and 3 start new branches beside an idle one: it moves out with no copy on their path, as
+    # it did not without the idle-time copies (a node split after its copy, or the unused tail of a
+    # segment brought back, is still copied when it moves)
+    assert not {2, 3} & set(during) and {2, 3} <= set(without[2])
+    assert len(during) < len(without[2])
