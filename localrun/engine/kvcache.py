@@ -25,7 +25,9 @@ Two tiers (default mode, with a :class:`~.host_cache.HostCache`): every cell in 
 every decode step (host_cache.py says why), so while requests run the tree keeps at most
 :data:`RESIDENT_IDLE_CELLS` cells that no running request uses (:meth:`trim_idle`), and an evicted
 leaf's KV moves to host RAM instead of being forgotten. :meth:`acquire` brings back the segments
-that extend a prompt's cached prefix before it matches. The deterministic mode keeps one tier:
+that extend a prompt's cached prefix before it matches. A move is made of copies that each scan
+every cell, so :meth:`stage_idle` makes them while the engine waits, for the paths requests left
+behind; the move that follows only frees cells. The deterministic mode keeps one tier:
 a restored segment's cells could land out of position order.
 
 :meth:`export_order`, :meth:`export_segment` and :meth:`adopt` save the tree to disk and put it
