@@ -72,7 +72,6 @@ RESIDENT_IDLE_CELLS = 0
 # most this many tokens of each released path: a copy costs ~0.35 ms a node at a 64k-cell context plus
 # ~7 us a token, and a request arriving meanwhile waits for the node being copied (~15 ms at most here).
 STAGE_MAX = 2048
-STAGED_SHARE = 4  # idle-time copies stop at 1/STAGED_SHARE of the host tier's bytes
 GUARD_STRIDE = 64  # generated positions between two guard copies (sliding windows are 512 and more)
 
 
@@ -214,7 +213,8 @@ class KVCache:
         cells are freed: the copy (each scans every cell, ~0.35 ms a node at a 64k-cell context) is off
         the next request's first token. What the host tier holds, and when, is what it was without this.
         Nodes in use, over :data:`STAGE_MAX` tokens or copied already are skipped; a path's walk stops
-        at the first such node; copies stop at a quarter of the host tier's bytes."""
+        at the first such node. The copies count against the host tier's bytes: none is made when it is
+        full, and the oldest give way to what is moved there."""
         if self.host is None or self.ctx is None or not self.enabled:
             self._staging.clear()
             return
@@ -226,11 +226,13 @@ class KVCache:
             while node is not None and node.parent is not None and self._attached(node) and node.lock_ref == 0 \
                     and len(node.key) <= budget:
                 if not self._is_staged(node):
-                    if self._staged_bytes * STAGED_SHARE >= self.host.max_bytes:
-                        return
+                    if self.host.n_bytes + self._staged_bytes >= self.host.max_bytes:
+                        return  # no room: the copies live inside the host tier's budget
                     state = self.export_segment(self.ctx, node)
                     if state is None:
                         break
+                    if self.host.n_bytes + self._staged_bytes + len(state) > self.host.max_bytes:
+                        return  # no room for this one
                     self._staged[id(node)] = _Staged(node, node.start, node.end, state)
                     self._staged_bytes += len(state)
                 budget -= len(node.key)
@@ -382,13 +384,15 @@ class KVCache:
         assert self.host is not None and self.ctx is not None
         path = leaf.path()
         if self._is_staged(leaf):  # copied while the engine was idle (stage_idle)
-            self.host.put(path, leaf.start, self._unstage(id(leaf)).state)
-            return
-        lc.llama_memory_seq_cp(self.mem, owner, self.parked_id, leaf.start, leaf.end)
-        try:
-            state = state_of(self.ctx, self.parked_id)
-        finally:
-            lc.llama_memory_seq_rm(self.mem, self.parked_id, -1, -1)
+            state = self._unstage(id(leaf)).state
+        else:
+            lc.llama_memory_seq_cp(self.mem, owner, self.parked_id, leaf.start, leaf.end)
+            try:
+                state = state_of(self.ctx, self.parked_id)
+            finally:
+                lc.llama_memory_seq_rm(self.mem, self.parked_id, -1, -1)
+        while self._staged and self.host.n_bytes + self._staged_bytes + len(state) > self.host.max_bytes:
+            self._unstage(next(iter(self._staged)))  # the copies give way to what is moved: oldest first
         self.host.put(path, leaf.start, state)
 
     # -- memory ------------------------------------------------------------------------

@@ -153,3 +153,22 @@ def test_idle_time_copies_take_the_move_to_host_ram_off_the_next_request(tiny_gg
     # segment brought back, is still copied when it moves)
     assert not {2, 3} & set(during) and {2, 3} <= set(without[2])
     assert len(during) < len(without[2])
+
+
+def test_idle_time_copies_stay_inside_the_host_ram_budget(tiny_gguf: Path) -> None:
+    """LOCALRUN_PREFIX_CACHE_RAM bounds the copies too: with room for about three segments, what host RAM
+    holds plus the idle-time copies never goes over it, and every answer is still served."""
+    with Engine(str(tiny_gguf), OPTIONS) as engine:
+        kv = engine.batcher.kv  # type: ignore[union-attr]
+        assert kv.host is not None
+        run(engine, 0)
+        segment = max(len(seg.state) for seg in kv.host_segments()) if len(kv.host) else 0
+        kv.host.max_bytes = 3 * max(segment, 4096)
+        for i in [1, 2, 3, 4, 0, 5]:
+            assert run(engine, i).done.eval_count == 16
+            for _ in range(400):
+                if not kv.staging_pending():
+                    break
+                time.sleep(0.005)
+            assert kv.host.n_bytes + kv._staged_bytes <= kv.host.max_bytes
+        kv.check_integrity()
