@@ -285,7 +285,11 @@ class KVCache:
         if owner is None:
             return None
         self.release_parked()
-        lc.llama_memory_seq_cp(self.mem, owner, self.parked_id, node.start, node.end)
+        return self._range_state(ctx, owner, node.start, node.end)
+
+    def _range_state(self, ctx: lc.llama_context_p, owner: int, start: int, end: int) -> bytearray:
+        """``owner``'s KV of positions ``[start, end)``, serialised through the parked id (nothing moves)."""
+        lc.llama_memory_seq_cp(self.mem, owner, self.parked_id, start, end)
         try:
             return state_of(ctx, self.parked_id)
         finally:
@@ -386,11 +390,7 @@ class KVCache:
         if self._is_staged(leaf):  # copied while the engine was idle (stage_idle)
             state = self._unstage(id(leaf)).state
         else:
-            lc.llama_memory_seq_cp(self.mem, owner, self.parked_id, leaf.start, leaf.end)
-            try:
-                state = state_of(self.ctx, self.parked_id)
-            finally:
-                lc.llama_memory_seq_rm(self.mem, self.parked_id, -1, -1)
+            state = self._range_state(self.ctx, owner, leaf.start, leaf.end)
         while self._staged and self.host.n_bytes + self._staged_bytes + len(state) > self.host.max_bytes:
             self._unstage(next(iter(self._staged)))  # the copies give way to what is moved: oldest first
         self.host.put(path, leaf.start, state)
