@@ -245,7 +245,8 @@ class Service:
         costs the first token of every request a thread hand-off)."""
         resolved = self.store.resolve(name)
         geometry = self._geometry(str(resolved.model_path))
-        self._geometries[name] = resolved, geometry
+        if self.store.resolve_unchanged(name) is resolved:  # names the store remembers, so a client's
+            self._geometries[name] = resolved, geometry     # spellings of one model cannot grow this
         return resolved, geometry
 
     def _resolved_now(self, name: str) -> tuple[ResolvedModel, ModelGeometry] | None:
