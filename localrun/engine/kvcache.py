@@ -113,6 +113,7 @@ class KVCache:
         self._staging: deque[RadixNode] = deque(maxlen=64)  # leaves of released paths, newest last (stage_idle)
         self._staged: dict[int, _Staged] = {}  # id(node) -> its idle-time copy (stage_idle)
         self._staged_bytes = 0
+        self._cuts: dict[int, int] = {}  # owner -> position its cells go from, once an eviction ends (_evict_tree)
         self.n_cells = n_cells
         self.enabled = enabled
         self.tree = RadixCache()
@@ -404,7 +405,7 @@ class KVCache:
         """Free at least ``num_tokens`` cached cells if possible (LRU leaves first)."""
         if not self.enabled or num_tokens <= 0:
             return 0
-        freed = self.tree.evict(num_tokens, self._on_evict)
+        freed = self._evict_tree(num_tokens)
         if freed:
             log.debug("prefix cache: evicted %d tokens", freed)
         return freed
@@ -464,12 +465,24 @@ class KVCache:
 
     def _give_up(self, seq: int, p0: int, p1: int) -> bool:
         """Remove positions [p0, p1) from ``seq``, parking the cells; False when llama.cpp
-        refuses a partial removal (nothing is removed then)."""
+        refuses a partial removal (nothing is removed then). A range the sequence holds no
+        position of is left alone: each removal scans every cell of the context, and a finished
+        request's release usually has nothing beyond its cached path to give up."""
+        if self._holds_none(seq, p0, p1):
+            return True
         if self.enabled and self.reorder_when_idle:
             lc.llama_memory_seq_cp(self.mem, seq, self.parked_id, p0, p1)
             self._parked = True
         self._guard_stale = self.guard_id is not None
         return bool(lc.llama_memory_seq_rm(self.mem, seq, p0, p1))
+
+    def _holds_none(self, seq: int, p0: int, p1: int) -> bool:
+        """Whether ``seq`` has no position in ``[p0, p1)`` (negative: open ends), from the lowest
+        and highest position llama.cpp keeps for each sequence (no scan of the cells)."""
+        high = int(lc.llama_memory_seq_pos_max(self.mem, seq))
+        if high < 0 or high < p0:
+            return True
+        return 0 <= p1 <= int(lc.llama_memory_seq_pos_min(self.mem, seq))
 
     # -- sliding-window guard (module docstring) -----------------------------------------
     def guard(self, lease: SeqLease, n_past: int, *, now: bool = False) -> None:
@@ -514,14 +527,25 @@ class KVCache:
         if self.host is not None:
             self._offload(owner, leaf)
         self._owned.pop(owner, None)
-        if inherited and self._give_up(owner, leaf.start, -1):
+        if inherited:  # the owner keeps the parent's path; its cells from the leaf on go when the eviction ends
             assert leaf.parent is not None
             self._owned[owner] = leaf.parent
+            self._cuts[owner] = min(leaf.start, self._cuts.get(owner, leaf.start))
             return
-        if inherited:  # cannot cut the tail off: the parent must not point at this sequence
-            self._disable("partial removal refused")
-            return
+        self._cuts.pop(owner, None)
         self._drop(owner)
+
+    def _evict_tree(self, num_tokens: int) -> int:
+        """The tree's LRU eviction (:meth:`_on_evict` per leaf), then one removal per owner that kept a
+        shorter path: evicting a chain of nodes of one owner scans the cells once, not once a node."""
+        try:
+            return self.tree.evict(num_tokens, self._on_evict)
+        finally:
+            cuts, self._cuts = self._cuts, {}
+            for owner, start in cuts.items():
+                if not self._give_up(owner, start, -1):  # the parent must not point at this sequence
+                    self._disable("partial removal refused")
+                    break
 
     def _all_ids(self) -> list[int]:
         """Every sequence id but the parked and guard ones, as a free list (pop() gives the lowest id)."""
@@ -530,7 +554,7 @@ class KVCache:
 
     def _take_id(self) -> int:
         while not self._free:
-            if not self.enabled or self.tree.evict(1, self._on_evict) == 0:
+            if not self.enabled or self._evict_tree(1) == 0:
                 raise RuntimeError("no free sequence id (more active sequences than slots?)")
         return self._free.pop()
 
