@@ -392,18 +392,28 @@ class Batcher:
             if self._placeholder:  # its one cell goes back at once
                 self._placeholder = False
                 self.kv.clear_scratch()
-        if decoded and pure_decode and self.batch.n_tokens == rows:  # not shrunk by a full cache
-            # llama_decode returns once a GPU step is queued; sampling waits for it anyway, so waiting
-            # here costs nothing and times the step itself (the queueing alone misled the model on CUDA)
+        if not decoded or self.batch.n_tokens != rows:  # shrunk by a full cache: not this step's cost
+            return decoded
+        # llama_decode returns once a GPU step is queued; sampling waits for it anyway, so waiting here
+        # costs nothing and times the step itself (the queueing alone misled the model on CUDA). A step
+        # of prompt chunks that samples nothing yet is not waited for: that would stall a GPU.
+        if pure_decode:
             lc.llama_synchronize(self.ctx)
             self.step_cost.record(rows, cells, time.perf_counter() - started)
+        elif any(s.state is SeqState.PREFILL and s.n_past + s.chunk >= s.prefill_end for s in participants):
+            lc.llama_synchronize(self.ctx)
+            self.step_cost.record_prompt(rows, time.perf_counter() - started)
         return decoded
 
     def _short(self, rows: int, cells: int) -> bool:
-        """Whether a step of ``rows`` rows attending ``cells`` cells is priced (stepcost.py) under
+        """Whether a step with prompt tokens of ``rows`` rows attending ``cells`` cells takes under
         :data:`SHORT_STEP`: thread hand-offs, not arithmetic, decide its time, so it runs with the
         decode count, which the policy keeps off contended cores (a tiny model's prompt, a chat
-        turn's last chunk), where the prefill count would spin a thread on one (threads.py)."""
+        turn's last chunk), where the prefill count would spin a thread on one (threads.py). What
+        such steps of that size took says so; before one was timed, the decode rows' cost model."""
+        measured = self.step_cost.prompt_seconds(rows)
+        if measured is not None:
+            return measured < SHORT_STEP
         model = self.step_cost.model()
         return model is not None and model.seconds(rows, cells) < SHORT_STEP
 

@@ -180,3 +180,14 @@ def test_step_cost_never_goes_negative() -> None:
         cost.record(4, attended(100, 4), 0.01)  # noise: a bigger step measured faster
     model = cost.model()
     assert model is not None and model.per_row == 0.0 and model.fixed >= 0.0
+
+
+def test_prompt_steps_are_timed_per_size_class_after_the_first() -> None:
+    cost = StepCost()
+    cost.record_prompt(61, 0.5)  # the first of its class builds the graph: left out
+    assert cost.prompt_seconds(61) is None
+    cost.record_prompt(40, 0.002)
+    assert cost.prompt_seconds(61) == pytest.approx(0.002)  # 32-63 rows: one class
+    cost.record_prompt(50, 0.004)
+    assert 0.002 < (cost.prompt_seconds(33) or 0) < 0.004  # the mean moves towards the latest
+    assert cost.prompt_seconds(64) is None and cost.prompt_seconds(31) is None and cost.prompt_seconds(0) is None
