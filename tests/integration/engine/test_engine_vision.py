@@ -27,6 +27,7 @@ from localrun.engine.vision import IMAGE_MARKER
 from localrun.errors import ContextOverflow, InvalidRequest, UnsupportedCapability
 
 GREEDY = SamplingOptions(temperature=0, num_predict=12, repeat_penalty=1.0)  # llama.cpp's default penalty
+TIE = 0.01  # log-probabilities of greedy's two best tokens closer than this: batching may pick either
 CONVERSATION = ("<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nhi there<|im_end|>\n"
                 f"<|im_start|>user\nlook {IMAGE_MARKER} and {IMAGE_MARKER} now<|im_end|>\n<|im_start|>assistant\n")
 
@@ -123,17 +124,21 @@ def test_an_image_request_beside_text_requests_gives_the_same_text(engine: Engin
                                                                                                      list[Path]],
                                                                    llama_server: str) -> None:
     picture = vision_files[2][2]
-    longer = SamplingOptions(temperature=0, num_predict=24, repeat_penalty=1.0)
-    alone = run(engine, chat(f"{IMAGE_MARKER}describe"), picture, sampling=longer)[0]
+    longer = SamplingOptions(temperature=0, num_predict=24, repeat_penalty=1.0, logprobs=True, top_logprobs=2)
+    request = GenerateRequest(chat(f"{IMAGE_MARKER}describe"), longer, images=(picture.read_bytes(),))
+    alone = collect(engine.submit(request))
     texts = [engine.submit(GenerateRequest(chat(f"story {i}"), SamplingOptions(temperature=0, num_predict=40,
                                                                                ignore_eos=True)))
              for i in range(4)]
-    beside = engine.submit(GenerateRequest(chat(f"{IMAGE_MARKER}describe"),
-                                           longer,
-                                           images=(picture.read_bytes(),)))
-    assert b"".join(engine.vocab.piece(t) for t in collect(beside).generated) == alone
+    beside = collect(engine.submit(request))
+    # Random weights tie now and then: where greedy's two best tokens are within float noise of each other
+    # (2e-4 apart on a Zen 3 EPYC), a step beside other rows may pick the other one. Up to the first such
+    # tie the text must be the same.
+    tops = [lp.top for event in alone.tokens for lp in event.logprobs]
+    tie = next((i for i, top in enumerate(tops) if len(top) > 1 and top[0][1] - top[1][1] < TIE), len(tops))
+    assert tie >= 8 and beside.generated[:tie] == alone.generated[:tie]
     want = llama_cpp_tokens(llama_server, chat(f"{IMAGE_MARKER}describe"), [picture], n=24)
-    assert b"".join(engine.vocab.piece(t) for t in want) == alone
+    assert want[:tie] == alone.generated[:tie]
     assert all(collect(t).done.eval_count == 40 for t in texts)
 
 
