@@ -84,29 +84,39 @@ class Contended:
         pass
 
 
+def contended_engine(tiny_gguf: Path, decode_row_seconds: float) -> tuple[Engine, list[tuple[bool, int]]]:
+    """An engine under the :class:`Contended` policy whose cost model learned decode rows of about
+    ``decode_row_seconds``, and the list each step appends (has prompt tokens, threads it ran on) to."""
+    engine = Engine(str(tiny_gguf), LoadOptions(num_ctx=512, num_parallel=1, num_batch=512, speculative=False))
+    batcher = engine.batcher
+    assert batcher is not None
+    batcher.threads = Contended()  # type: ignore[assignment]
+    for _ in range(64):  # what timing decode steps of one and two rows taught the cost model
+        batcher.step_cost.record(1, 100, decode_row_seconds)
+        batcher.step_cost.record(2, 200, decode_row_seconds * 1.1)
+    seen: list[tuple[bool, int]] = []
+    decode_batch = batcher._decode_batch
+
+    def record(participants: list) -> bool:  # type: ignore[type-arg]
+        seen.append((any(s.chunk > 1 for s in participants), batcher._n_threads))
+        return decode_batch(participants)
+
+    batcher._decode_batch = record  # type: ignore[method-assign]
+    return engine, seen
+
+
+def prompt_of(k: int) -> list[int]:
+    return [1] + [300 + (7 * i + k) % 400 for i in range(100)]
+
+
 @pytest.mark.parametrize(("step_seconds", "prefill_threads"), [(0.0002, 1), (0.05, 2)])
 def test_a_prompt_step_too_short_to_gain_from_a_contended_thread_runs_on_the_decode_count(
         tiny_gguf: Path, step_seconds: float, prefill_threads: int) -> None:
     """A tiny model's prompt takes a millisecond: a second thread on a contended core costs more than
     it computes. A step the cost model prices long (a real model's prompt) still gets the prefill count."""
-    with Engine(str(tiny_gguf), LoadOptions(num_ctx=512, num_parallel=1, num_batch=512,
-                                            speculative=False)) as engine:
-        batcher = engine.batcher
-        assert batcher is not None
-        batcher.threads = Contended()  # type: ignore[assignment]
-        for _ in range(64):  # what timing decode steps of one and two rows taught the cost model
-            batcher.step_cost.record(1, 100, step_seconds)
-            batcher.step_cost.record(2, 200, step_seconds * 1.1)
-        seen: list[tuple[bool, int]] = []
-        decode_batch = batcher._decode_batch
-
-        def record(participants: list) -> bool:  # type: ignore[type-arg]
-            seen.append((any(s.chunk > 1 for s in participants), batcher._n_threads))
-            return decode_batch(participants)
-
-        batcher._decode_batch = record  # type: ignore[method-assign]
-        prompt = [1] + [300 + (7 * i) % 400 for i in range(100)]
-        collect(engine.submit(GenerateRequest(prompt, SamplingOptions(temperature=0, num_predict=3))))
+    engine, seen = contended_engine(tiny_gguf, step_seconds)
+    with engine:
+        collect(engine.submit(GenerateRequest(prompt_of(0), SamplingOptions(temperature=0, num_predict=3))))
     assert seen[0] == (True, prefill_threads)
     assert all(n == 1 for prompt_step, n in seen if not prompt_step)
 
@@ -116,29 +126,15 @@ def test_a_prompt_step_that_took_little_runs_on_the_decode_count_whatever_decode
     """On a small model one more decode row beside one costs more than one more prompt row among sixty,
     so the decode rows priced a tiny model's prompt step long and gave it a thread on a contended core.
     What prompt steps of that size took decides once one was timed (the engine times them itself)."""
-    with Engine(str(tiny_gguf), LoadOptions(num_ctx=512, num_parallel=1, num_batch=512,
-                                            speculative=False)) as engine:
+    engine, seen = contended_engine(tiny_gguf, 0.05)  # decode rows that price a 101-row step at 3 s
+    with engine:
         batcher = engine.batcher
         assert batcher is not None
-        batcher.threads = Contended()  # type: ignore[assignment]
-        for _ in range(64):  # decode rows that price a 101-row step at 3 s
-            batcher.step_cost.record(1, 100, 0.05)
-            batcher.step_cost.record(2, 200, 0.08)
-        seen: list[tuple[bool, int]] = []
-        decode_batch = batcher._decode_batch
-
-        def record(participants: list) -> bool:  # type: ignore[type-arg]
-            seen.append((any(s.chunk > 1 for s in participants), batcher._n_threads))
-            return decode_batch(participants)
-
-        batcher._decode_batch = record  # type: ignore[method-assign]
-        prompts = [[1] + [300 + (7 * i + k) % 400 for i in range(100)] for k in range(3)]
-        for prompt in prompts[:2]:  # the first of a size is left out of the timing, the second counts
-            collect(engine.submit(GenerateRequest(prompt, SamplingOptions(temperature=0, num_predict=3))))
-        timed = batcher.step_cost.prompt_seconds(len(prompts[0]))
-        assert timed is not None
+        for k in range(2):  # the first of a size is left out of the timing, the second counts
+            collect(engine.submit(GenerateRequest(prompt_of(k), SamplingOptions(temperature=0, num_predict=3))))
+        assert batcher.step_cost.prompt_seconds(len(prompt_of(0))) is not None
         for _ in range(40):  # what a tiny model's prompt step takes (the mean forgets the timed one)
-            batcher.step_cost.record_prompt(len(prompts[0]), 0.001)
+            batcher.step_cost.record_prompt(len(prompt_of(0)), 0.001)
         seen.clear()
-        collect(engine.submit(GenerateRequest(prompts[2], SamplingOptions(temperature=0, num_predict=3))))
+        collect(engine.submit(GenerateRequest(prompt_of(2), SamplingOptions(temperature=0, num_predict=3))))
     assert seen[0] == (True, 1)
