@@ -188,7 +188,7 @@ class Batcher:
 
     def _start(self, seq: Sequence) -> None:
         """Admit ``seq``: a sequence id, its cached prefix, and (the first time) its prompt's accounting."""
-        seq.lease = self.kv.acquire(seq.tokens[: seq.prefill_end])
+        seq.lease = self.kv.acquire(seq.tokens[: seq.prefill_end], self.step_cost.prompt_token_seconds)
         seq.n_past = seq.lease.cached
         seq.state = SeqState.PREFILL
         seq.t_admit = time.perf_counter()

@@ -65,6 +65,7 @@ class HostCache:
         self._ids = itertools.count()
         self._bytes = 0
         self.restored_tokens = 0  # cumulative, for stats
+        self.skipped_tokens = 0   # cumulative: tokens of segments left for the step to recompute (kvcache.py)
 
     def __len__(self) -> int:
         return len(self._segments)
@@ -99,14 +100,14 @@ class HostCache:
             self._remove(next(iter(self._segments)))
         return True
 
-    def best(self, prompt: list[int], cached: int) -> Segment | None:
+    def best(self, prompt: list[int], cached: int, *, take: bool = True) -> Segment | None:
         """The segment that extends a cached prefix of ``cached`` tokens of ``prompt`` the most.
 
         Candidates continue a prefix the context holds: ``start <= cached``, and their path agrees
         with ``prompt`` up to ``start`` and beyond ``cached`` (a short segment still counts: it may
         be the first link of a chain of segments, each evicted from its own tree node). The
         segment is removed from this cache (the caller puts it into the context) and its bytes
-        are freed. None when no segment qualifies.
+        are freed; with ``take`` False it stays (a look ahead). None when no segment qualifies.
         """
         if cached >= len(prompt):  # nothing can reach further than the prompt
             return None
@@ -124,7 +125,8 @@ class HostCache:
         for _, key in sorted(found):
             seg = self._segments[key]
             if seg.path[: seg.start] == prompt[: seg.start]:  # the anchor agreed; the whole prefix must too
-                self._remove(key)
+                if take:
+                    self._remove(key)
                 return seg
         return None
 

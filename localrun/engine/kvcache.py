@@ -25,10 +25,11 @@ Two tiers (default mode, with a :class:`~.host_cache.HostCache`): every cell in 
 every decode step (host_cache.py says why), so while requests run the tree keeps at most
 :data:`RESIDENT_IDLE_CELLS` cells that no running request uses (:meth:`trim_idle`), and an evicted
 leaf's KV moves to host RAM instead of being forgotten. :meth:`acquire` brings back the segments
-that extend a prompt's cached prefix before it matches. A move is made of copies that each scan
-every cell, so :meth:`stage_idle` makes them while the engine waits, for the paths requests left
-behind; the move that follows only frees cells. The deterministic mode keeps one tier:
-a restored segment's cells could land out of position order.
+that extend a prompt's cached prefix before it matches, unless the last of them is so short that
+recomputing it costs the step less than putting it back (:meth:`_worth_restoring`). A move is
+made of copies that each scan every cell, so :meth:`stage_idle` makes them while the engine
+waits, for the paths requests left behind; the move that follows only frees cells. The
+deterministic mode keeps one tier: a restored segment's cells could land out of position order.
 
 :meth:`export_order`, :meth:`export_segment` and :meth:`adopt` save the tree to disk and put it
 back (``prefix_store.py``), between loads of the model.
@@ -49,6 +50,7 @@ Owned by the engine thread; nothing here is thread-safe.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,7 +58,7 @@ from dataclasses import dataclass
 import llama_cpp as lc
 
 from .host_cache import HostCache, Segment
-from .radix import RadixCache, RadixNode
+from .radix import RadixCache, RadixNode, common_prefix_len
 from .seqstate import load_state, state_of
 from .standins import image_start
 
@@ -73,6 +75,10 @@ RESIDENT_IDLE_CELLS = 0
 # ~7 us a token, and a request arriving meanwhile waits for the node being copied (~15 ms at most here).
 STAGE_MAX = 2048
 GUARD_STRIDE = 64  # generated positions between two guard copies (sliding windows are 512 and more)
+# A host segment that brings back fewer tokens than this may be left for the prompt step to recompute,
+# when that is cheaper (KVCache._worth_restoring); longer ones always come back.
+SHORT_RESTORE = 16
+RESTORE_ALPHA = 0.2  # weight of the newest sample in the mean time a short restore takes
 
 
 @dataclass(slots=True)
@@ -126,6 +132,7 @@ class KVCache:
         # order). With reorder_when_idle the next admission into an idle engine starts from an
         # empty cache instead (reset_if_fragmented): cached prefixes are recomputed, in order.
         self.reorder_when_idle = reorder_when_idle
+        self._short_restore: float | None = None  # seconds a restore under SHORT_RESTORE tokens takes, lately
         self.fragmented = False
         self.resets = 0
         self._free = self._all_ids()
@@ -133,15 +140,18 @@ class KVCache:
         self._active: set[int] = set()
 
     # -- sequences ---------------------------------------------------------------------
-    def acquire(self, prompt: list[int]) -> SeqLease:
+    def acquire(self, prompt: list[int], token_seconds: Callable[[int], float | None] | None = None) -> SeqLease:
         """Take a sequence id for a new request and give it the longest cached prefix of
-        ``prompt`` (never the whole prompt: its last token must be decoded for fresh logits)."""
+        ``prompt`` (never the whole prompt: its last token must be decoded for fresh logits).
+        ``token_seconds(rows)``: what one more token costs a prompt step of ``rows`` rows
+        (StepCost.prompt_token_seconds), which decides whether a short host segment is worth
+        bringing back (None: it always is)."""
         seq = self._take_id()
         self._active.add(seq)
         if not self.enabled or len(prompt) < 2:
             return SeqLease(seq, 0, 0)
         if self.host is not None and len(self.host):
-            self._restore_from_host(prompt[:-1])
+            self._restore_from_host(prompt[:-1], token_seconds)
         match = self.tree.match_prefix(prompt[:-1])
         if match.length == 0:
             return SeqLease(seq, 0, 0)
@@ -361,7 +371,7 @@ class KVCache:
         beyond what the context keeps); False without a host tier or room."""
         return self.host is not None and self.host.put(tokens, start, state)
 
-    def _restore_from_host(self, prompt: list[int]) -> None:
+    def _restore_from_host(self, prompt: list[int], token_seconds: Callable[[int], float | None] | None) -> None:
         """Bring back the host segments that extend the cached prefix of ``prompt``, one by one."""
         assert self.host is not None and self.ctx is not None
         while True:
@@ -369,13 +379,25 @@ class KVCache:
             seg = self.host.best(prompt, match.length)
             if seg is None:
                 return
+            reach = seg.start + common_prefix_len(seg.path, prompt, seg.start)  # what it brings this prompt
+            rows = len(prompt) + 1 - match.length  # the step this request's prompt makes without it
+            per_token = token_seconds(rows) if token_seconds is not None else None
+            if not self._worth_restoring(prompt, reach - match.length, reach, per_token):
+                self.host.put(seg.path, seg.start, seg.state)  # kept for a prompt it brings more
+                self.host.skipped_tokens += reach - match.length
+                return
             self.tree.lock(match.node)  # room for the segment must not come from the prefix it continues
             try:
                 # the idle prefixes this request's step would move out anyway go first, so the segment
                 # lands in the lowest free cells: llama.cpp attends every cell up to the highest in use,
                 # and a segment restored above a 20k idle prefix kept each step over the gap (+8 % a token)
                 self.trim_idle()
+                started = time.perf_counter()
                 restored = self.adopt(self.ctx, seg.path, seg.start, seg.state)
+                if restored and seg.end - seg.start < SHORT_RESTORE:
+                    took = time.perf_counter() - started
+                    last = self._short_restore
+                    self._short_restore = took if last is None else last + RESTORE_ALPHA * (took - last)
             finally:
                 self.tree.unlock(match.node)
             if not restored:
@@ -383,6 +405,23 @@ class KVCache:
                 self.host.put(seg.path, seg.start, seg.state)
                 return
             self.host.restored_tokens += seg.end - seg.start
+
+    def _worth_restoring(self, prompt: list[int], tokens: int, reach: int, token_seconds: float | None) -> bool:
+        """Whether bringing back a segment that gives ``prompt`` ``tokens`` more cached tokens (up
+        to ``reach``) saves the prompt step more than it costs.
+
+        A restore costs a few scans of every cell whatever its length (0.5-1 ms at 65,536 cells on
+        a 2-vCPU EPYC), where recomputing a token costs a tiny model's step 0.05 ms and a 0.5B
+        model's 3: on a small or fast model, a segment of one or two tokens (the words that prompts
+        sharing a template also share) is cheaper to recompute. Only the last link of a chain is
+        left: one that others continue opens the way to all of them. Unknown costs restore.
+        """
+        if token_seconds is None or self._short_restore is None or tokens >= SHORT_RESTORE:
+            return True
+        if tokens * token_seconds >= self._short_restore:
+            return True
+        assert self.host is not None
+        return self.host.best(prompt, reach, take=False) is not None  # a chain: the next link needs this one
 
     def _offload(self, owner: int, leaf: RadixNode) -> None:
         """Keep the KV of an evicted ``leaf`` (held by ``owner``) in host RAM."""

@@ -131,6 +131,12 @@ class StepCost:
         decode fit priced a 61-token prompt step at 7.2 ms; it took 2-3.6)."""
         return self._prompt.get(rows.bit_length()) if rows > 0 else None
 
+    def prompt_token_seconds(self, rows: int) -> float | None:
+        """What one prompt token costs a step of about ``rows`` prompt rows, on average (what
+        recomputing a few cached tokens would add to it); None before such a step was timed."""
+        seconds = self.prompt_seconds(rows)
+        return None if seconds is None else seconds / rows
+
     def model(self) -> CostModel | None:
         """The least-squares fit over the buckets seen at least :data:`MIN_SAMPLES` times, or None
         while fewer than two row counts qualify (nothing is known about the slope yet).

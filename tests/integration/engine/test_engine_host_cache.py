@@ -15,6 +15,7 @@ from engine_helpers import collect
 
 from localrun.engine.engine import Engine
 from localrun.engine.kvcache import RESIDENT_IDLE_CELLS
+from localrun.engine.stepcost import StepCost
 from localrun.engine.types import GenerateRequest, LoadOptions, PrefixCacheLocation, SamplingOptions
 
 GREEDY = SamplingOptions(temperature=0, num_predict=16)
@@ -174,3 +175,30 @@ def test_idle_time_copies_stay_inside_the_host_ram_budget(tiny_gguf: Path) -> No
                 time.sleep(0.005)
             assert kv.host.n_bytes + kv._staged_bytes <= kv.host.max_bytes
         kv.check_integrity()
+
+
+@pytest.mark.parametrize("token_seconds", [1e-9, 1.0], ids=["recompute-cheap", "recompute-dear"])
+def test_a_short_last_segment_is_recomputed_where_that_is_cheaper_with_the_same_text(
+        tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch, token_seconds: float) -> None:
+    # prompts that share the system prompt and one more token of two kinds: the one-token node of
+    # each kind goes to host RAM, and brings back only that token to the next prompt of its kind
+    monkeypatch.setattr(StepCost, "prompt_token_seconds", lambda self, rows: token_seconds)
+    prompts = [[*SYSTEM, 500 + i % 2, *prompt(i)[len(SYSTEM):]] for i in range(10)]
+    with Engine(str(tiny_gguf), OPTIONS) as engine:
+        kv = engine.batcher.kv  # type: ignore[union-attr]
+        replies = [collect(engine.submit(GenerateRequest(p, GREEDY))) for p in prompts]
+        # a repeat of one whose tail was stored after its one-token node: that node opens the way to
+        # the rest of it, so it comes back
+        repeat = collect(engine.submit(GenerateRequest(prompts[2], GREEDY)))
+        assert repeat.done.cached_tokens == len(prompts[2]) - 1 and repeat.text == replies[2].text
+        kv.check_integrity()
+        kv.check_cells()
+        assert kv.host is not None
+        skipped = kv.host.skipped_tokens
+    with Engine(str(tiny_gguf), LoadOptions(num_ctx=256, num_parallel=4, num_batch=64, prefix_cache_ram=0)) as plain:
+        assert [r.text for r in replies] == [collect(plain.submit(GenerateRequest(p, GREEDY))).text for p in prompts]
+    cached = [r.done.cached_tokens for r in replies[3:]]
+    if token_seconds < 1e-6:  # each later prompt recomputes its one token rather than restore it
+        assert skipped > 0 and set(cached) == {len(SYSTEM)}
+    else:
+        assert skipped == 0 and set(cached) == {len(SYSTEM) + 1}
