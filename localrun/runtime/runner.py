@@ -10,9 +10,7 @@ through one outbox drained by one writer thread: generate requests forward their
 straight from the engine thread (:meth:`RequestHandle.forward`), and whatever has piled up since
 the last write leaves as one ``batch`` frame. So one engine step's tokens for 16 streams cost one
 write and one wake-up of the daemon, not 16 of each and no thread per stream; and the writer
-encodes JSON while the engine thread is inside ``llama_decode`` (which releases the GIL). While
-one request is the only one in flight and nothing is queued, the engine thread writes its events
-itself: one stream has nothing to batch, and the hand-off would cost each token a wake-up.
+encodes JSON while the engine thread is inside ``llama_decode`` (which releases the GIL).
 A native crash kills only this process; the daemon notices end-of-stream and reports it.
 """
 
@@ -110,64 +108,27 @@ _Queued = protocol.FromRunner | tuple[int, Event] | None
 
 
 class Outbox:
-    """Every message to the daemon, in order: queued for one writer thread (a frame per wake-up),
-    or written at once by the engine thread when nothing is waiting (:meth:`send_event`).
-
-    ``_unwritten`` counts the items queued (or claimed for a direct write) and not yet written. An
-    event goes out directly only when it is 0, so it never overtakes anything sent before it; what
-    is queued meanwhile by another thread may overtake it (a message of another request). No lock is
-    held while a write blocks on a daemon slow to read, except the writes' own ``_write_lock``,
-    which a direct write never meets (nothing else is being written when it claims its turn).
-    """
+    """Every message to the daemon, in order, written by one writer thread (a frame per wake-up)."""
 
     def __init__(self, out: IO[bytes]) -> None:
         self._out = out
         self._queue: queue.SimpleQueue[_Queued] = queue.SimpleQueue()
-        self._lock = threading.Lock()        # guards _unwritten; never held during a write
-        self._write_lock = threading.Lock()  # one frame at a time on the pipe
-        self._unwritten = 0
-        self._closed = False                 # the daemon went away: nothing more is written
         self._traced: set[int] = set()  # request ids whose first event went out (tracing only)
         self._writer = threading.Thread(target=self._write_loop, name="runner-writer", daemon=True)
         self._writer.start()
 
     def send(self, message: protocol.FromRunner) -> None:
         """Queue one message; the writer sends messages in the order they were queued."""
-        self._put(message)
+        self._queue.put(message)
 
-    def send_event(self, rid: int, event: Event, *, direct: bool = False) -> None:
-        """Any thread (the engine's): one event of request ``rid``.
-
-        ``direct``: write it now, on the calling thread, when nothing sent before it is still
-        unwritten. One request streaming has nothing to batch, and the hand-off would delay each
-        of its tokens: the writer wakes, then waits for the GIL, which the engine thread holds
-        until its next ``llama_decode`` (0.4-0.5 ms of a tiny model's first token on a 2-vCPU
-        EPYC). Otherwise, and without ``direct``, it is queued for the writer, which sends a
-        step's events of many requests as one frame.
-        """
-        if direct:
-            with self._lock:
-                claimed = self._unwritten == 0
-                if claimed:
-                    self._unwritten = 1
-            if claimed:
-                try:
-                    self._write([(rid, event)])
-                finally:
-                    with self._lock:
-                        self._unwritten -= 1
-                return
-        self._put((rid, event))
+    def send_event(self, rid: int, event: Event) -> None:
+        """Any thread (the engine's): queue one event of request ``rid``; the writer encodes it."""
+        self._queue.put((rid, event))
 
     def flush(self, timeout: float = 5.0) -> None:
         """Send everything queued so far and stop the writer (the last call before exiting)."""
         self._queue.put(None)
         self._writer.join(timeout)
-
-    def _put(self, item: protocol.FromRunner | tuple[int, Event]) -> None:
-        with self._lock:
-            self._unwritten += 1
-            self._queue.put(item)
 
     def _write_loop(self) -> None:
         while True:
@@ -177,33 +138,21 @@ class Outbox:
                     items.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            queued = [item for item in items if item is not None]
-            if queued:
+            stop = None in items
+            messages = [_as_message(item) for item in items if item is not None]
+            if messages:
+                frame = protocol.encode_frame(messages[0] if len(messages) == 1 else protocol.encode_batch(messages))
                 try:
-                    self._write(queued)
-                finally:
-                    with self._lock:
-                        self._unwritten -= len(queued)
-            if None in items or self._closed:
+                    self._out.write(frame)
+                    self._out.flush()
+                except (BrokenPipeError, OSError):  # the daemon went away: nothing left to tell it
+                    return
+                if trace.enabled():
+                    self._trace_frame(items)
+            if stop:
                 return
 
-    def _write(self, items: list[protocol.FromRunner | tuple[int, Event]]) -> None:
-        """Encode ``items`` into one frame and write it; a daemon gone away ends all writing."""
-        messages = [_as_message(item) for item in items]
-        frame = protocol.encode_frame(messages[0] if len(messages) == 1 else protocol.encode_batch(messages))
-        with self._write_lock:
-            if self._closed:
-                return
-            try:
-                self._out.write(frame)
-                self._out.flush()
-            except (BrokenPipeError, OSError):  # the daemon went away: nothing left to tell it
-                self._closed = True
-                return
-            if trace.enabled():
-                self._trace_frame(items)
-
-    def _trace_frame(self, items: list[protocol.FromRunner | tuple[int, Event]]) -> None:
+    def _trace_frame(self, items: list[_Queued]) -> None:
         """Tracing only: mark the frame, and each request whose first event it carried."""
         trace.mark("frame_written", 0, len(items))
         for item in items:
@@ -273,14 +222,7 @@ class Runner:
         if trace.enabled():
             trace.mark("submitted", rid, handle.request_id)
         self.send(protocol.Accepted(rid))
-        sent = False
-
-        def sink(event: Event) -> None:
-            nonlocal sent
-            self._on_event(rid, event, first=not sent)
-            sent = True
-
-        handle.forward(sink)
+        handle.forward(lambda event: self._on_event(rid, event))
 
     def _cancel(self, message: protocol.Cancel) -> None:
         with self._handles_lock:
@@ -293,16 +235,10 @@ class Runner:
             os.abort()  # simulate a native crash (tests only)
         self.send(protocol.Failed(None, errors.EngineError(f"unknown op {message.OP!r}")))
 
-    def _on_event(self, rid: int, event: Event, first: bool) -> None:
-        """Engine thread: one event of request ``rid``. The first and the last are written at once
-        while it is the only request in flight (:meth:`Outbox.send_event`): the client waits for
-        them (its first token; the end of a request, after which it sends the next one). The
-        others are queued for the writer: written by the engine thread, each token cost a tiny
-        model's one stream 20 % of its speed (1,690-1,770 -> 1,360-1,370 tok/s on a 2-vCPU EPYC),
-        the write and the daemon's wake-up taken from the step."""
-        last = is_last(event)
-        self._outbox.send_event(rid, event, direct=(first or last) and len(self._handles) == 1)
-        if last:
+    def _on_event(self, rid: int, event: Event) -> None:
+        """Engine thread: queue one event of request ``rid`` (encoded later by the writer)."""
+        self._outbox.send_event(rid, event)
+        if is_last(event):
             with self._handles_lock:
                 self._handles.pop(rid, None)
 
