@@ -47,6 +47,7 @@ _.layers_per_device, _.tensor_split
 _.resets, _.protected_size, _.t_submit, _.debug_abort, _.requested, _.parse_reply, _.curated_modelfile
 _.registered  # engine.rpc: what this process registered, read by its tests
 _.restored_tokens  # engine.host_cache: tokens brought back from host RAM, read by the host-tier tests
+_.skipped_tokens  # engine.host_cache: short segments left for the step to recompute, read by its tests
 _.check_cells  # engine.kvcache: asserts llama.cpp still holds every cached path, called by the engine tests
 _.print_timings  # engine.vision: a libmtmd context parameter (ctypes structure field), read by the C side
 _.image_names  # tui.conversations: a ChatMessage key (TypedDict), read and written by its string name
