@@ -1,4 +1,4 @@
-"""Regenerate the service templates in packaging/ from localrun.autostart (the code `localrun service
+"""Regenerate the service templates in packaging/ from localrun.cli.autostart (the code `localrun service
 install` uses), with placeholders instead of this machine's paths:
 
     @PYTHON@   the interpreter that has localrun installed (pythonw.exe on Windows)
@@ -6,13 +6,12 @@ install` uses), with placeholders instead of this machine's paths:
     @HOME@     the user's home directory
 
 Run from the repository root: ``.venv/bin/python packaging/render_service_templates.py``.
-tests/unit/test_autostart.py fails when the templates and the code disagree.
+tests/integration/test_autostart.py fails when the templates and the code disagree.
 """
 
 from pathlib import Path
 
-from localrun import autostart
-from localrun.autostart import ServiceKind, ServiceSpec
+from localrun.cli.autostart import ServiceKind, ServiceSpec, render
 
 PLACEHOLDERS = ServiceSpec(python="@PYTHON@", log_dir=Path("@LOG_DIR@"), working_dir=Path("@HOME@"))
 TARGETS = {
@@ -22,5 +21,5 @@ TARGETS = {
 }
 
 for kind, target in TARGETS.items():
-    Path(target).write_bytes(service.render(kind, PLACEHOLDERS))
+    Path(target).write_bytes(render(kind, PLACEHOLDERS))
     print(f"wrote {target}")
