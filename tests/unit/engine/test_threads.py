@@ -211,3 +211,27 @@ def test_short_pauses_between_requests_do_not_hide_the_load_beside_them() -> Non
     cpu.other = 0.4
     assert requests_one_after_another(cpu, p, 1.0) == (1, 2)
     assert p.settled
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or len(usable_cores()) < 2,
+                    reason="reads /proc and needs two cores")
+def test_the_real_reader_counts_the_daemon_as_other_load() -> None:
+    """The runner's parent (the daemon) writes replies while the next step computes, on a core the
+    spinning threads would want: a runner whose parent spins sees about one core of other load."""
+    runner = (
+        "import time\nfrom localrun.engine.threads import ThreadPolicy\np = ThreadPolicy()\n"
+        "end = time.monotonic() + 10\n"
+        "while time.monotonic() < end and p.update().other_load < 0.5: time.sleep(0.2)\n"
+        "print(p.current().other_load)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", runner], stdout=subprocess.PIPE, text=True)
+    try:
+        while child.poll() is None:  # this process is the child's parent: keep one core busy
+            end = time.monotonic() + 0.05
+            while time.monotonic() < end:
+                pass
+        assert child.stdout is not None
+        assert float(child.stdout.read()) >= 0.5
+    finally:
+        child.kill()
+        child.wait()
