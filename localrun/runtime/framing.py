@@ -20,12 +20,13 @@ from ..errors import BadFrame, FrameTooLarge
 from ..jsontypes import JSONValue
 
 HEADER = struct.Struct(">I")
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # json.dumps builds one a call
 
 
 def encode(message: object, limit: int) -> bytes:
     """``message`` as one frame. TypeError or ValueError when it is not JSON (``json.dumps``
     checks), FrameTooLarge when its body is over ``limit`` bytes."""
-    body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    body = _ENCODER.encode(message).encode("utf-8")
     if len(body) > limit:
         raise FrameTooLarge(f"message of {len(body)} bytes is over the {limit}-byte frame limit")
     return HEADER.pack(len(body)) + body

@@ -229,7 +229,8 @@ def encode_event(event: Event) -> JSONObject:
 def decode_event(data: JSONObject) -> Event:
     kind = data.get("type")
     if kind == "token":
-        lps = tuple(_logprob(_dict(lp)) for lp in _list(data.get("logprobs", [])))
+        raw = data.get("logprobs")
+        lps = tuple(_logprob(_dict(lp)) for lp in _list(raw)) if raw is not None else ()
         return TokenEvent(text=_str(data["text"]), logprobs=lps)
     if kind == "done":
         fields = {f.name for f in dataclasses.fields(DoneEvent)}
@@ -547,6 +548,9 @@ def _encode_value(value: object) -> JSONValue:
 
 def encode_message(message: Message) -> JSONObject:
     """A message as the JSON object of its frame: ``{"op": ..., field: payload, ...}``."""
+    if type(message) is EventMessage and type(message.event) is TokenEvent and not message.event.logprobs:
+        # every generated token of every stream: the object the loop below builds, without the loop
+        return {"op": EventMessage.OP, "id": message.id, "event": {"type": "token", "text": message.event.text}}
     out: JSONObject = {"op": message.OP}
     for f in dataclasses.fields(message):
         out[f.name] = _encode_value(getattr(message, f.name))
@@ -562,6 +566,11 @@ def encode_batch(encoded: list[JSONObject]) -> JSONObject:
 def decode_message(data: JSONObject) -> Message:
     """The message a frame holds; raises ProtocolError for an unknown op or a malformed field."""
     op = data.get("op")
+    if op == EventMessage.OP:  # every generated token of every stream: the fields' decoders, without the loop
+        try:
+            return EventMessage(_int(data["id"]), decode_event(_dict(data["event"])))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"malformed {op!r} message: {exc}") from exc
     cls = MESSAGES.get(op) if isinstance(op, str) else None
     if cls is None:
         raise ProtocolError(f"unknown op {op!r}")
