@@ -128,6 +128,14 @@ def iso(ts: float | None) -> str:
         return FOREVER_ISO
 
 
+def _stream_json(obj: JSONMapping) -> bytes:
+    """``obj`` as compact UTF-8 JSON, for one event of a streamed reply (orjson: a tenth of
+    ``json.dumps``'s time, paid for every token of every stream). A non-finite float (a -inf
+    log-probability) is written as null, which strict parsers read, where ``json.dumps`` would
+    write ``-Infinity``, which they do not."""
+    return orjson.dumps(obj)
+
+
 class _Streamed(web.StreamResponse):
     """A streamed reply whose headers leave with its first chunk (every stream below prepares at its
     first write): one write and one wake-up of the client instead of two, as aiohttp's own
@@ -146,7 +154,7 @@ class NDJSONStream:
     async def write(self, obj: JSONMapping) -> None:
         if not self.response.prepared:
             await self.response.prepare(self.request)
-        await self.response.write(json.dumps(obj, ensure_ascii=False).encode() + b"\n")
+        await self.response.write(_stream_json(obj) + b"\n")
         trace.mark_request("written")
 
     async def finish(self) -> web.StreamResponse:
@@ -166,8 +174,8 @@ class SSEStream:
     async def write(self, obj: JSONMapping | str) -> None:
         if not self.response.prepared:
             await self.response.prepare(self.request)
-        data = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)
-        await self.response.write(f"data: {data}\n\n".encode())
+        data = obj.encode() if isinstance(obj, str) else _stream_json(obj)
+        await self.response.write(b"data: " + data + b"\n\n")
         trace.mark_request("written")
 
     async def finish(self) -> web.StreamResponse:
@@ -194,8 +202,7 @@ class EventStream:
     async def write(self, name: str, data: JSONMapping) -> None:
         if not self.response.prepared:
             await self.response.prepare(self.request)
-        payload = json.dumps(data, ensure_ascii=False)
-        await self.response.write(f"event: {name}\ndata: {payload}\n\n".encode())
+        await self.response.write(b"event: " + name.encode() + b"\ndata: " + _stream_json(data) + b"\n\n")
 
     async def finish(self) -> web.StreamResponse:
         if not self.response.prepared:

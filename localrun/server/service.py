@@ -122,6 +122,7 @@ class Generation:
 
     async def events(self) -> AsyncIterator[TokenEvent]:
         metrics = self.service.metrics
+        token_latency = metrics.token_latency.labels(self.target.name)  # once, not at every token
         async for event in self.stream:
             if isinstance(event, TokenEvent):
                 now = time.perf_counter_ns()
@@ -130,7 +131,7 @@ class Generation:
                     self.first_token_ns = now
                     metrics.ttft.labels(self.target.name).observe((now - self.started_ns) / 1e9)
                 elif self.last_token_ns is not None:
-                    metrics.token_latency.labels(self.target.name).observe((now - self.last_token_ns) / 1e9)
+                    token_latency.observe((now - self.last_token_ns) / 1e9)
                 self.last_token_ns = now
                 yield event
             elif isinstance(event, DoneEvent):
