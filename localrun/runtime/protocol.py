@@ -30,7 +30,7 @@ import base64
 import dataclasses
 import typing
 from collections.abc import Callable
-from typing import IO, ClassVar, TypeVar
+from typing import IO, Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -527,33 +527,65 @@ _DECODERS: dict[str, Callable[[JSONValue], object]] = {
 """One decoder per payload type, keyed by the annotation text a message field carries."""
 
 
-def _encode_value(value: object) -> JSONValue:
-    if isinstance(value, BaseException):
-        return encode_error(value)
-    if isinstance(value, GenerateRequest):
-        return encode_request(value)
-    if isinstance(value, (TokenEvent, DoneEvent, ErrorEvent)):
-        return encode_event(value)
-    if isinstance(value, LoadOptions):
-        return encode_load_options(value)
-    if isinstance(value, (PrefixCacheLocation, ModelInfo)):
-        return dataclasses.asdict(value)
-    if isinstance(value, tuple):  # a batch's messages
-        messages: list[JSONValue] = [encode_message(item) for item in value]
-        return messages
+def _json(value: object) -> JSONValue:
+    """A field that already holds its own JSON (an id, a text, token ids, an RPC's result...)."""
     if isinstance(value, (str, int, float, list, dict)) or value is None:  # bool is an int
-        return value  # a field's own JSON (an id, a text, token ids, an RPC's result...)
+        return value
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _optional_asdict(value: object) -> JSONValue:
+    return None if value is None else dataclasses.asdict(value)  # type: ignore[call-overload]
+
+
+_ENCODERS: dict[str, Callable[[Any], JSONValue]] = {
+    "int": _json,
+    "int | None": _json,
+    "str": _json,
+    "str | None": _json,
+    "bool": _json,
+    "JSONValue": _json,
+    "list[int]": _json,
+    "list[str]": _json,
+    "list[EmbedInput]": _json,
+    "LoadOptions": encode_load_options,
+    "ModelInfo | None": _optional_asdict,
+    "PrefixCacheLocation | None": _optional_asdict,
+    "GenerateRequest": encode_request,
+    "Event": encode_event,
+    "errors.LocalrunError": encode_error,
+    "tuple[Message, ...]": lambda messages: [encode_message(m) for m in messages],
+}
+"""One encoder per payload type, keyed like :data:`_DECODERS`."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Field:
+    name: str
+    encode: Callable[[Any], JSONValue]
+    decode: Callable[[JSONValue], object]
+
+
+def _fields(cls: type[Message]) -> tuple[_Field, ...]:
+    """``cls``'s fields with the codec of each one's annotation (fails at import when one has none)."""
+    out = []
+    for f in dataclasses.fields(cls):
+        kind = str(f.type)
+        assert kind in _ENCODERS and kind in _DECODERS, f"{cls.__name__}.{f.name}: no codec for {kind}"
+        out.append(_Field(f.name, _ENCODERS[kind], _DECODERS[kind]))
+    return tuple(out)
+
+
+_FIELDS: dict[type[Message], tuple[_Field, ...]] = {cls: _fields(cls) for cls in MESSAGES.values()}
+"""Each message class's fields and their codecs, worked out once: every frame (a token of every
+stream among them) is encoded and decoded by these, without a walk over the dataclass."""
 
 
 def encode_message(message: Message) -> JSONObject:
     """A message as the JSON object of its frame: ``{"op": ..., field: payload, ...}``."""
-    if type(message) is EventMessage and type(message.event) is TokenEvent and not message.event.logprobs:
-        # every generated token of every stream: the object the loop below builds, without the loop
-        return {"op": EventMessage.OP, "id": message.id, "event": {"type": "token", "text": message.event.text}}
     out: JSONObject = {"op": message.OP}
-    for f in dataclasses.fields(message):
-        out[f.name] = _encode_value(getattr(message, f.name))
+    for f in _FIELDS[type(message)]:
+        out[f.name] = f.encode(getattr(message, f.name))
     return out
 
 
@@ -566,19 +598,14 @@ def encode_batch(encoded: list[JSONObject]) -> JSONObject:
 def decode_message(data: JSONObject) -> Message:
     """The message a frame holds; raises ProtocolError for an unknown op or a malformed field."""
     op = data.get("op")
-    if op == EventMessage.OP:  # every generated token of every stream: the fields' decoders, without the loop
-        try:
-            return EventMessage(_int(data["id"]), decode_event(_dict(data["event"])))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ProtocolError(f"malformed {op!r} message: {exc}") from exc
     cls = MESSAGES.get(op) if isinstance(op, str) else None
     if cls is None:
         raise ProtocolError(f"unknown op {op!r}")
     values: dict[str, object] = {}
     try:
-        for f in dataclasses.fields(cls):
+        for f in _FIELDS[cls]:
             if f.name in data:
-                values[f.name] = _DECODERS[str(f.type)](data[f.name])
+                values[f.name] = f.decode(data[f.name])
         build: Callable[..., Message] = cls  # each value decoded as its field's annotation says
         return build(**values)
     except (KeyError, TypeError, ValueError) as exc:
@@ -589,8 +616,3 @@ def message_id(data: JSONObject) -> int | None:
     """The ``id`` of a raw frame, when it has a usable one (to answer a frame that did not decode)."""
     rid = data.get("id")
     return rid if isinstance(rid, int) and not isinstance(rid, bool) else None
-
-
-for _cls in MESSAGES.values():  # every field's annotation has a decoder (checked once, at import)
-    for _field in dataclasses.fields(_cls):
-        assert str(_field.type) in _DECODERS, f"{_cls.__name__}.{_field.name}: no decoder for {_field.type}"
