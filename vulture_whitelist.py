@@ -25,7 +25,7 @@ _.enqueued  # scheduler _Pending, built positionally (kept for queue-wait report
 
 # Fields of llama.cpp's ctypes structs: assigning them configures the native library.
 _.use_extra_bufts, _.n_gpu_layers, _.n_ubatch, _.n_threads_batch, _.kv_unified, _.flash_attn_type, _.load_mode
-_.type_k, _.type_v, _.no_perf, _.pooling_type, _.embd
+_.type_k, _.type_v, _.no_perf, _.pooling_type, _.embd, _.n_outputs_max_per_seq
 
 # Read by name through getattr-style indirection inside their own module.
 _._utf8_cache, _._eog_ids  # native.Vocab._scan_once(attribute_name, ...)

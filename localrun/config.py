@@ -308,6 +308,18 @@ def repack() -> bool | None:
     return _switch("LOCALRUN_REPACK", default=False)
 
 
+def backend_sampling() -> bool | None:
+    """``LOCALRUN_BACKEND_SAMPLING``: greedy requests (temperature 0, no grammar, no logprobs, not
+    drafting) are sampled inside llama.cpp's decode graph, so only the chosen token leaves the device
+    (``engine/backend_sampler.py``): ``1`` always, ``0`` never. Default (unset or ``auto``): ``None``,
+    where a model's output layer is on a GPU; on a CPU the graph's sampling costs more than it saves.
+    """
+    raw = _env("LOCALRUN_BACKEND_SAMPLING")
+    if raw is None or raw.lower() == "auto":
+        return None
+    return _switch("LOCALRUN_BACKEND_SAMPLING", default=False)
+
+
 def batch_invariant() -> bool:
     """``LOCALRUN_BATCH_INVARIANT``: the default of the ``batch_invariant`` load option (deterministic
     mode: seeded output independent of the requests decoded alongside). Default off.
@@ -485,6 +497,7 @@ class Settings:
     fetch_images: bool = False  # download images requests name by URL (off: nothing leaves the machine)
     num_thread: int | None = None  # None: follow the free cores (engine/threads.py)
     repack: bool | None = None  # None: as the probe found (hardware/repack.py)
+    backend_sampling: bool | None = None  # None: where the output layer is on a GPU (engine/backend_sampler.py)
 
     def report(self) -> dict[str, str]:
         """Each setting as the variable a user would set for it, with its value written back in that form.
@@ -514,6 +527,8 @@ class Settings:
             "LOCALRUN_FETCH_IMAGES": "1" if self.fetch_images else "0",
             "LOCALRUN_NUM_THREAD": "auto" if self.num_thread is None else str(self.num_thread),
             "LOCALRUN_REPACK": "auto" if self.repack is None else "1" if self.repack else "0",
+            "LOCALRUN_BACKEND_SAMPLING": "auto" if self.backend_sampling is None
+            else "1" if self.backend_sampling else "0",
         }
 
 
@@ -524,7 +539,7 @@ SETTING_VARIABLES = (
     "LOCALRUN_KV_CACHE_TYPE", "LOCALRUN_BATCH_INVARIANT", "LOCALRUN_MAX_QUEUE", "LOCALRUN_ORIGINS", "LOCALRUN_API_KEY",
     "LOCALRUN_LOG_LEVEL", "LOCALRUN_PREFIX_CACHE", "LOCALRUN_PREFIX_CACHE_RAM", "LOCALRUN_UPSTREAMS",
     "LOCALRUN_RPC_SERVERS", "LOCALRUN_SPECULATIVE", "LOCALRUN_CONTEXT_LENGTH", "LOCALRUN_FETCH_IMAGES",
-    "LOCALRUN_NUM_THREAD", "LOCALRUN_REPACK",
+    "LOCALRUN_NUM_THREAD", "LOCALRUN_REPACK", "LOCALRUN_BACKEND_SAMPLING",
 )
 _SEAMS = ("LOCALRUN_RUNNER_FACTORY", "LOCALRUN_RUNNER_DEBUG", "LOCALRUN_TRACE")
 
@@ -575,5 +590,6 @@ def load_settings() -> Settings:
         fetch_images=fetch_images(),
         num_thread=num_thread(),
         repack=repack(),
+        backend_sampling=backend_sampling(),
     )
 

@@ -47,6 +47,7 @@ import llama_cpp as lc
 from .. import trace
 from ..errors import EngineError, GrammarError, LocalrunError
 from . import admission
+from .backend_sampler import BackendSamplers, ChainKey
 from .drafter import MAX_DRAFT, NgramDrafter, Offer, choose
 from .kvcache import KVCache
 from .native import Batch, Vocab
@@ -78,13 +79,14 @@ STAGE_AFTER = 0.002  # seconds
 class Batcher:
     def __init__(self, ctx: lc.llama_context_p, vocab: Vocab, kv: KVCache, *, n_batch: int,
                  num_parallel: int, speculative: bool = True, projector: Projector | None = None,
-                 wake: Callable[[], None] = lambda: None, threads: ThreadPolicy | None = None) -> None:
+                 wake: Callable[[], None] = lambda: None, threads: ThreadPolicy | None = None,
+                 backend: BackendSamplers | None = None) -> None:
         """``threads``: the thread counts to decode and prefill with, re-checked between steps (threads.py;
         None: llama.cpp's context keeps the count it was created with). ``speculative``: greedy
         sequences draft tokens (module docstring) where the KV cache can drop a sequence's tail
         cells (not in the deterministic mode, not for recurrent models).
         ``projector``: a vision model's mmproj; its encodes run on a thread that calls ``wake``
-        when one is done."""
+        when one is done. ``backend``: greedy sequences are sampled in llama.cpp's graph (backend_sampler.py)."""
         self.ctx = ctx
         self.vocab = vocab
         self.kv = kv
@@ -109,6 +111,7 @@ class Batcher:
         self._encoder = ThreadPoolExecutor(1, thread_name_prefix="vision") if projector is not None else None
         self.image_tokens = 0      # cumulative: image positions computed (not taken from the cache)
         self.threads = threads
+        self.backend = backend
         self._n_threads = threads.current().prefill if threads is not None else 0  # the context's count now
 
     # -- accounting --------------------------------------------------------------------
@@ -194,15 +197,29 @@ class Batcher:
         seq.t_admit = time.perf_counter()
         trace.mark("admitted", seq.handle.request_id, seq.lease.cached)
         self.running.append(seq)
-        if seq.t_start:  # resuming after a preemption: its sampler and drafter carry on
+        if not seq.t_start:  # resuming after a preemption, its sampler and drafter carry on
+            seq.t_start = seq.t_admit
+            prompt = seq.tokens[: seq.prompt_len]
+            accept_prompt(seq.sampler, [t for t in prompt if t >= 0] if seq.spans else prompt, seq.last_n)
+            if self.speculative and self.kv.can_draft and seq.sampler.fast_greedy is not None and not seq.spans:
+                seq.drafter = NgramDrafter()
+            self.prompt_tokens += seq.prompt_len
+            self.cached_tokens += seq.lease.cached
+        self._attach(seq)
+
+    def _attach(self, seq: Sequence) -> None:
+        """Sample ``seq`` in llama.cpp's graph when it is greedy with one output row a step (no drafts,
+        no logprobs, no min_tokens), else make sure its sequence id carries no chain (backend_sampler.py).
+        At every admission: a resumed request may hold another id."""
+        if self.backend is None:
             return
-        seq.t_start = seq.t_admit
-        prompt = seq.tokens[: seq.prompt_len]
-        accept_prompt(seq.sampler, [t for t in prompt if t >= 0] if seq.spans else prompt, seq.last_n)
-        if self.speculative and self.kv.can_draft and seq.sampler.fast_greedy is not None and not seq.spans:
-            seq.drafter = NgramDrafter()
-        self.prompt_tokens += seq.prompt_len
-        self.cached_tokens += seq.lease.cached
+        assert seq.lease is not None
+        sampler, greedy = seq.sampler, seq.sampler.fast_greedy
+        if greedy is not None and seq.drafter is None and not sampler.logprobs and sampler.min_tokens == 0:
+            key = ChainKey.of(greedy, mask_eog=sampler.ignore_eos and sampler.eog is not None)
+            sampler.backend = self.backend.attach(seq.lease.seq_id, key, greedy.history())
+        else:
+            sampler.backend = self.backend.attach(seq.lease.seq_id, None, [])
 
     def _preempt(self, seq: Sequence) -> None:
         """Pause running ``seq`` because the pool is full (admission.py): its cells become an unlocked
@@ -213,6 +230,7 @@ class Batcher:
             seq.resume_decode = True
         self.kv.release(seq.lease, seq.tokens[: seq.n_past], keep=True)
         seq.lease, seq.n_past, seq.row, seq.chunk, seq.draft = None, 0, None, 0, []
+        seq.sampler.backend = 0  # its id's chain may go to another request: attached again on resuming
         seq.state = SeqState.WAITING
         self.waiting.appendleft(seq)
         self.preemptions += 1

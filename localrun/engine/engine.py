@@ -28,16 +28,17 @@ from .. import trace
 from ..errors import ContextOverflow, EngineError, InvalidRequest, UnsupportedCapability
 from ..modelkind import ModelKind, kind_refusal, model_kind
 from . import limits, native, prefix_store
+from .backend_sampler import BackendSamplers
 from .batcher import BURST_GAP, BURST_MAX, STAGE_AFTER, Batcher
 from .detok import TextStream
 from .embedding import Embedder
 from .grammar import grammar_for
 from .host_cache import HostCache
 from .kvcache import KVCache
-from .load_report import parse_load_report
+from .load_report import LoadReport, parse_load_report
 from .prefix_store import PrefixStore
 from .rerank import Reranker
-from .sampling import assert_valid, build_sampler
+from .sampling import assert_valid, build_sampler, eog_tokens
 from .sequence import RequestHandle, Sequence
 from .threads import ThreadPolicy
 from .types import (
@@ -87,6 +88,15 @@ def kv_type(options: LoadOptions) -> str:
     return "bf16" if options.batch_invariant and not gpu else "f16"
 
 
+def backend_sampling(options: LoadOptions, report: LoadReport) -> bool:
+    """Whether greedy requests are sampled in llama.cpp's graph (backend_sampler.py): as
+    ``options.backend_sampling`` says, by default (None) where the output layer is on a GPU."""
+    if options.backend_sampling is not None:
+        return options.backend_sampling
+    output = report.layer_devices.get(max(report.layer_devices, default=-1))
+    return output is not None and not output.upper().startswith("CPU")
+
+
 def check_load_options(options: LoadOptions) -> None:
     """Assert the invariants the daemon established (the server's option parsing and the scheduler's
     slot sizing set these; Settings checks kv_cache_type): a violation is a caller's bug, not user input."""
@@ -118,6 +128,7 @@ class Engine:
         self.embedder: Embedder | None = None   # set by _setup unless a reranker (None once freed)
         self.reranker: Reranker | None = None   # set by _setup for rerank models (None once freed)
         self.projector: Projector | None = None  # set by _setup when the options name an mmproj
+        self._backend: BackendSamplers | None = None  # set by _setup where greedy samples in the graph
         try:
             self._setup(model, model_path, options, prefix_cache)
         except BaseException:
@@ -151,6 +162,7 @@ class Engine:
         self._lone_arrivals = 0  # idle arrivals in a row that found no companion (_gather_burst)
         self._watch_first_step = False  # the request being started was not waited on (_gather_burst)
         self._next_id = 0
+        report = parse_load_report(native.last_load_log)
         if generation:
             n_seq_max = min(MAX_SEQ_IDS, options.num_parallel + max(8, 2 * options.num_parallel))
             # llama.cpp aborts (GGML_ASSERT on n_outputs_max) when a batch is smaller than n_seq_max;
@@ -160,8 +172,10 @@ class Engine:
                 log.info("num_batch %d clamped to %d", options.num_batch, n_batch)
             spec = native.ContextSpec(n_ctx=pool, n_seq_max=n_seq_max,
                                       n_batch=n_batch, n_threads=self.threads, swa_full=n_swa > 0,
-                                      kv_type=kv_type(options))
+                                      kv_type=kv_type(options), backend_sampling=backend_sampling(options, report))
             self._ctx = native.create_context(model, spec)
+            if spec.backend_sampling:
+                self._backend = BackendSamplers(self._ctx, self.vocab.n_vocab, eog_tokens(self.vocab).tolist())
             trace.mark("context_created", 0, spec.n_ctx)
             n_cells = int(lc.llama_n_ctx(self._ctx))
             host = HostCache(options.prefix_cache_ram) if options.prefix_cache_ram > 0 else None
@@ -172,14 +186,14 @@ class Engine:
                                            use_gpu=bool(options.num_gpu))
             self.batcher = Batcher(self._ctx, self.vocab, kv, n_batch=n_batch,
                                    num_parallel=options.num_parallel, speculative=options.speculative,
-                                   projector=self.projector, wake=self._wake, threads=self.thread_policy)
+                                   projector=self.projector, wake=self._wake, threads=self.thread_policy,
+                                   backend=self._backend)
             if prefix_cache is not None and kv.enabled:
                 self._prefix_store = PrefixStore(Path(prefix_cache.directory), prefix_cache.model_digest,
                                                  prefix_store.fingerprint(Path(model_path)), spec.kv_type,
                                                  n_cells // 2)
                 prefix_store.restore(self._prefix_store, self._ctx, kv)
                 trace.mark("prefix_restored", 0, kv.cached_cells)
-        report = parse_load_report(native.last_load_log)
         self._info = ModelInfo(
             architecture=arch, n_params=int(lc.llama_model_n_params(model)), n_ctx_train=n_ctx_train,
             n_embd=int(lc.llama_model_n_embd(model)), n_layer=int(lc.llama_model_n_layer(model)),
@@ -196,8 +210,9 @@ class Engine:
         if generation:
             self._thread.start()
         log.info("loaded %s (%s, up to %d parallel in a pool of %d tokens, at most %d per request, %d threads, "
-                 "prefix cache %s)", arch, model_path, options.num_parallel, pool, num_ctx, self.threads,
-                 "on" if self._info.prefix_cache else "off")
+                 "prefix cache %s, greedy sampling %s)", arch, model_path, options.num_parallel, pool, num_ctx,
+                 self.threads, "on" if self._info.prefix_cache else "off",
+                 "in the graph" if self._backend is not None else "on the host")
 
     # -- public API ----------------------------------------------------------------------
     @property
@@ -445,6 +460,9 @@ class Engine:
         if self._ctx is not None:
             lc.llama_free(self._ctx)
             self._ctx = None
+        if self._backend is not None:  # the context held its chains until now
+            self._backend.close()
+            self._backend = None
         if self._model is not None:
             lc.llama_model_free(self._model)
             self._model = None

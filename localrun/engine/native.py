@@ -181,6 +181,7 @@ class ContextSpec:
     embeddings: bool = False
     pooling: int | None = None  # llama_pooling_type, None = the model's
     kv_type: str = "f16"  # a key of KV_TYPES
+    backend_sampling: bool = False  # sampler chains in the graph (backend_sampler.py): one output row per sequence
 
 
 def create_context(model: lc.llama_model_p, spec: ContextSpec) -> lc.llama_context_p:
@@ -197,6 +198,8 @@ def create_context(model: lc.llama_model_p, spec: ContextSpec) -> lc.llama_conte
     params.flash_attn_type = FLASH_ATTN
     params.type_k, params.type_v = KV_TYPES[spec.kv_type]
     params.no_perf = True
+    if spec.backend_sampling:  # llama.cpp's penalties run in the graph only so (backend_sampler.py)
+        params.n_outputs_max_per_seq = 1
     if spec.embeddings:
         params.embeddings = True
         if spec.pooling is not None:

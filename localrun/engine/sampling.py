@@ -39,6 +39,7 @@ import numpy as np
 
 from ..errors import GrammarError
 from . import limits
+from .backend_sampler import sampled_token
 from .greedy import GreedyPenalties
 from .native import Vocab
 from .types import SamplingOptions, TokenLogprob
@@ -111,6 +112,7 @@ class Sampler:
     ignore_eos: bool = False       # mask them for the whole output
     min_tokens: int = 0            # mask them while fewer tokens than this were generated
     fast_greedy: GreedyPenalties | None = None  # greedy without a grammar: no chain (greedy.py)
+    backend: int = 0  # the chain llama.cpp samples this sequence with in its graph (backend_sampler.py)
 
     def suppresses_eog(self, generated: int) -> bool:
         """Whether EOG tokens are masked for the token after ``generated`` generated ones."""
@@ -202,6 +204,11 @@ def sample(sampler: Sampler, ctx: lc.llama_context_p, row: int, scratch: TokenDa
     counts a malformed byte sequence as one character where the text shows several U+FFFD,
     which could break maxLength or a pattern (byte tokens from a small vocabulary do that).
     """
+    if sampler.backend:
+        assert sampler.fast_greedy is not None
+        token = sampled_token(ctx, row, sampler.backend)
+        sampler.fast_greedy.accept(token)
+        return token
     if sampler.grammar is None:
         if sampler.suppresses_eog(generated):
             assert sampler.eog is not None

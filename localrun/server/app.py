@@ -149,6 +149,7 @@ def create_app(
                                                      kv_cache_type=settings.kv_cache_type,
                                                      prefix_cache_ram=settings.prefix_cache_ram,
                                                      speculative=settings.speculative,
+                                                     backend_sampling=settings.backend_sampling,
                                                      num_thread=settings.num_thread),
                            executors=executors, upstreams=upstreams)
     app[STARTED_AT] = 0.0
