@@ -105,7 +105,7 @@ tar -C "$SITE_PKGS" -cf - --exclude=llama_cpp/lib --exclude=__pycache__ --exclud
 PKGS="aiohttp aiohappyeyeballs aiosignal attrs frozenlist multidict propcache yarl
       httpx httpcore h11 anyio sniffio idna certifi
       jinja2 markupsafe platformdirs prometheus_client psutil
-      rich pygments markdown-it-py mdurl
+      rich pygments markdown-it-py mdurl orjson
       gguf pyyaml tqdm diskcache typing_extensions"
 PINS=$("$PY" - $PKGS <<'EOF'
 import importlib.metadata as m, sys

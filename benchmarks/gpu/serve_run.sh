@@ -42,6 +42,7 @@ B=${B:-/tmp/lcpp-build}
 LS_PORT=${LS_PORT:-18080}
 LR_PORT=${LR_PORT:-18081}
 SPEC=${SPEC:-0}
+ENGINE_TESTS_S=${ENGINE_TESTS_S:-40}   # seconds kept after the bench for the engine tests (0: none)
 MODEL=$W/model.gguf
 LR_MODEL=rand8b
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PYTHONNOUSERSITE=1
@@ -50,12 +51,12 @@ if [ "$LOCAL" = 1 ]; then
   WHEELS=${WHEELS:-}
   NP=4; LEVELS=1,4; IN=64; OUTTOK=16; CTX_PER=$((64 + 16 + 64))
   GEN_ARGS="--n-layer 2 --n-embd 256 --n-ff 512 --n-head 4 --n-head-kv 2"
-  BENCH_DURATION=${BENCH_DURATION:-4}; BENCH_WARMUP=${BENCH_WARMUP:-1}; TAILS=4
+  BENCH_DURATION=${BENCH_DURATION:-4}; BENCH_WARMUP=${BENCH_WARMUP:-1}; TAILS=4; ENGINE_TESTS_S=0
   LOCAL_LLAMA_SERVER=${LOCAL_LLAMA_SERVER:-/tmp/llama-server/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin/llama-server}
 else
   PY=${PY:-python3}
   WHEELS=${WHEELS:-$G/wheels}
-  NP=64; LEVELS=1,8,32,64; IN=512; OUTTOK=256; CTX_PER=$((512 + 256 + 64))
+  NP=64; LEVELS=${LEVELS:-1,8,32,64}; IN=512; OUTTOK=256; CTX_PER=$((512 + 256 + 64))
   GEN_ARGS=""
   BENCH_WARMUP=${BENCH_WARMUP:-5}; TAILS=${TAILS:-25}   # TAILS: the last requests of every level, one target, s
 fi
@@ -155,7 +156,7 @@ fi
 "$PY" - <<'EOF' || die "a package the daemon or the bench imports is missing"
 import importlib
 mods = ["numpy", "aiohttp", "httpx", "jinja2", "markupsafe", "gguf", "yaml", "psutil", "prometheus_client",
-        "rich", "platformdirs", "diskcache", "yarl", "multidict", "frozenlist", "propcache", "aiosignal",
+        "rich", "platformdirs", "diskcache", "orjson", "yarl", "multidict", "frozenlist", "propcache", "aiosignal",
         "aiohappyeyeballs", "attr", "anyio", "h11", "httpcore", "idna", "certifi", "sniffio",
         "localrun.server.app", "localrun.bench.runner", "localrun.cli.store_cmds"]
 for m in mods:
@@ -353,7 +354,7 @@ timeout -k 5 60 "${BENCH[@]}" --concurrency 8 --requests 8 --output-tokens 32 --
 grep -E "│ (localrun|llama-server)" "$OUT/warmup.txt" | cut -c1-150
 
 # --- the bench --------------------------------------------------------------------------------
-BENCH_S=$(( $(left) - 30 ))
+BENCH_S=$(( $(left) - 30 - ENGINE_TESTS_S ))
 [ $BENCH_S -ge 20 ] || die "only $(left)s left: no time for the bench"
 if [ -z "${BENCH_DURATION:-}" ]; then
   BENCH_DURATION=$(( (BENCH_S - 5 - 2 * TAILS - 2 * N_LEVELS * (BENCH_WARMUP + 1)) / (2 * N_LEVELS) ))
@@ -491,6 +492,22 @@ print(text)
 (out / "summary.md").write_text(text + "\n")
 EOF
 stop_group "$LS_PID" 5
+
+# --- the engine's numerics on this GPU (deterministic mode, logprob and embedding tolerances) -------
+if [ "$LOCAL" != 1 ] && [ "$ENGINE_TESTS_S" -gt 0 ] && [ "$(left)" -gt 25 ]; then
+  T=$(( $(left) - 12 ))
+  stamp "engine tests on the GPU (-p gpuwarm, ${T}s): speculative, tiny, backend sampling"
+  ( cd "$REPO" && PYTHONPATH=$G:$PYTHONPATH timeout -k 3 $T "$PY" -m pytest -p gpuwarm -p no:cacheprovider -q \
+      --timeout 60 -rs -W ignore::pytest.PytestConfigWarning tests/integration/engine/test_engine_speculative.py \
+      tests/integration/engine/test_engine_tiny.py tests/integration/engine/test_engine_backend_sampling.py ) \
+      >"$OUT/engine_tests.txt" 2>&1
+  stamp "engine tests rc=$?"
+  grep -E "^(FAILED|ERROR)|passed|failed|^E  .*(assert|Expected|Obtained|difference)" "$OUT/engine_tests.txt" | head -40
+fi
+# at most 8 files come back from the device: the small ones stay, the rest travel in one archive
+( cd "$OUT" && tar -czf extra.tgz --remove-files $(ls | grep -vxE \
+    "log.txt|serve_gpu.json|serve_gpu.md|summary.md|step_share.md|trace_report.md|engine_tests.txt") 2>/dev/null )
+ls "$OUT"
 stamp "done"
 }
 
