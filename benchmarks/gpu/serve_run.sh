@@ -43,6 +43,10 @@ LS_PORT=${LS_PORT:-18080}
 LR_PORT=${LR_PORT:-18081}
 SPEC=${SPEC:-0}
 ENGINE_TESTS_S=${ENGINE_TESTS_S:-40}   # seconds kept after the bench for the engine tests (0: none)
+# A second daemon with other settings (ALT_ENV="VAR=value ..."), measured against the first at ALT_LEVELS
+# after the main bench (an A/B of one setting in the same run); ALT_S seconds are kept for it.
+ALT_ENV=${ALT_ENV:-}; ALT_LEVELS=${ALT_LEVELS:-1}; ALT_PORT=${ALT_PORT:-18082}; ALT_S=${ALT_S:-0}
+[ -n "$ALT_ENV" ] || ALT_S=0
 MODEL=$W/model.gguf
 LR_MODEL=rand8b
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PYTHONNOUSERSITE=1
@@ -281,6 +285,18 @@ for m in ps.get("models", []):
     print("api/ps:", json.dumps({k: m.get(k) for k in ("name", "size", "size_vram", "context_length")}),
           m.get("details", {}).get("quantization_level"))
 EOF
+if [ -n "$ALT_ENV" ]; then
+  stamp "second daemon on :$ALT_PORT with $ALT_ENV"
+  mkdir -p "$W/alt/home"
+  # shellcheck disable=SC2086
+  ALT_PID=$(start_group "$OUT/alt_serve.log" env LOCALRUN_HOST=127.0.0.1:$ALT_PORT LOCALRUN_MODELS=$W/models \
+    HOME=$W/alt/home XDG_CACHE_HOME=$W/alt/cache XDG_DATA_HOME=$W/alt/data XDG_CONFIG_HOME=$W/alt/config \
+    LOCALRUN_KEEP_ALIVE=-1 LOCALRUN_NUM_PARALLEL=$NP LOCALRUN_CONTEXT_LENGTH=$CTX_PER LOCALRUN_PREFIX_CACHE=off \
+    LOCALRUN_SPECULATIVE=$SPEC $ALT_ENV "$PY" -m localrun serve)
+  wait_http "http://127.0.0.1:$ALT_PORT/api/version" "$ALT_PID" "$OUT/alt_serve.log" 60 || die "the second daemon did not start"
+  "$PY" -c "import httpx,sys; r = httpx.post('http://127.0.0.1:$ALT_PORT/api/generate', json={'model': '$LR_MODEL', 'prompt': '', 'keep_alive': -1}, timeout=180); print('alt load:', r.status_code, r.text[:200]); r.raise_for_status()" \
+    || die "the second daemon could not load the model"
+fi
 wait_http "http://127.0.0.1:$LS_PORT/health" "$LS_PID" "$OUT/llama_server.log" 120 || die "llama-server did not start"
 stamp "both up"
 
@@ -354,7 +370,7 @@ timeout -k 5 60 "${BENCH[@]}" --concurrency 8 --requests 8 --output-tokens 32 --
 grep -E "│ (localrun|llama-server)" "$OUT/warmup.txt" | cut -c1-150
 
 # --- the bench --------------------------------------------------------------------------------
-BENCH_S=$(( $(left) - 30 - ENGINE_TESTS_S ))
+BENCH_S=$(( $(left) - 30 - ENGINE_TESTS_S - ALT_S ))
 [ $BENCH_S -ge 20 ] || die "only $(left)s left: no time for the bench"
 if [ -z "${BENCH_DURATION:-}" ]; then
   BENCH_DURATION=$(( (BENCH_S - 5 - 2 * TAILS - 2 * N_LEVELS * (BENCH_WARMUP + 1)) / (2 * N_LEVELS) ))
@@ -368,6 +384,19 @@ timeout -k 10 $BENCH_S "${BENCH[@]}" --concurrency $LEVELS --output-tokens $OUTT
   | grep -v "^\s*$"
 stamp "bench rc=${PIPESTATUS[0]}"
 [ -n "${SMI_PID:-}" ] && kill $SMI_PID 2>/dev/null
+
+if [ -n "$ALT_ENV" ] && [ "$(left)" -gt $(( ALT_S / 2 + 30 )) ]; then
+  A_S=$(( $(left) - 30 - ENGINE_TESTS_S ))
+  [ $A_S -gt $ALT_S ] && A_S=$ALT_S
+  A_DUR=$(( (A_S - 10) / 2 - BENCH_WARMUP - 4 )); [ $A_DUR -lt 3 ] && A_DUR=3
+  stamp "A/B: $ALT_ENV against the default daemon, levels $ALT_LEVELS, window ${A_DUR}s (timeout ${A_S}s)"
+  timeout -k 5 $A_S "$PY" -m localrun bench --base-url "127.0.0.1:$ALT_PORT" --model "$LR_MODEL" --label "alt" \
+    --tokenizer-url "127.0.0.1:$LR_PORT" --compare "127.0.0.1:$LR_PORT" --compare-label localrun --input-tokens $IN \
+    --timeout 120 --concurrency $ALT_LEVELS --output-tokens $OUTTOK --duration $A_DUR --warmup $BENCH_WARMUP --pause 1 \
+    --json "$OUT/alt.json" --markdown "$OUT/alt.md" 2>&1 | grep -E "│ (alt|localrun)|warning" | cut -c1-160
+  stamp "A/B rc=${PIPESTATUS[0]}"
+  stop_group "$ALT_PID" 10
+fi
 
 stamp "stopping localrun (its runner writes its trace)"
 curl_ps=$("$PY" -c "import httpx,sys; print(httpx.get('http://127.0.0.1:$LR_PORT/metrics', timeout=5).text)" 2>/dev/null \
@@ -506,7 +535,7 @@ if [ "$LOCAL" != 1 ] && [ "$ENGINE_TESTS_S" -gt 0 ] && [ "$(left)" -gt 25 ]; the
 fi
 # at most 8 files come back from the device: the small ones stay, the rest travel in one archive
 ( cd "$OUT" && tar -czf extra.tgz --remove-files $(ls | grep -vxE \
-    "log.txt|serve_gpu.json|serve_gpu.md|summary.md|step_share.md|trace_report.md|engine_tests.txt") 2>/dev/null )
+    "log.txt|serve_gpu.json|serve_gpu.md|summary.md|step_share.md|trace_report.md|engine_tests.txt|alt.md") 2>/dev/null )
 ls "$OUT"
 stamp "done"
 }
