@@ -308,15 +308,13 @@ def repack() -> bool | None:
     return _switch("LOCALRUN_REPACK", default=False)
 
 
-def backend_sampling() -> bool | None:
+def backend_sampling() -> bool:
     """``LOCALRUN_BACKEND_SAMPLING``: greedy requests (temperature 0, no grammar, no logprobs, not
     drafting) are sampled inside llama.cpp's decode graph, so only the chosen token leaves the device
-    (``engine/backend_sampler.py``): ``1`` always, ``0`` never. Default (unset or ``auto``): ``None``,
-    where a model's output layer is on a GPU; on a CPU the graph's sampling costs more than it saves.
+    (``engine/backend_sampler.py``). Off by default: it is meant for models whose output layer is on a
+    GPU, where it has not been measured yet (llama.cpp calls the API experimental); on a CPU the graph's
+    sampling costs more than the host's argmax it replaces.
     """
-    raw = _env("LOCALRUN_BACKEND_SAMPLING")
-    if raw is None or raw.lower() == "auto":
-        return None
     return _switch("LOCALRUN_BACKEND_SAMPLING", default=False)
 
 
@@ -497,7 +495,7 @@ class Settings:
     fetch_images: bool = False  # download images requests name by URL (off: nothing leaves the machine)
     num_thread: int | None = None  # None: follow the free cores (engine/threads.py)
     repack: bool | None = None  # None: as the probe found (hardware/repack.py)
-    backend_sampling: bool | None = None  # None: where the output layer is on a GPU (engine/backend_sampler.py)
+    backend_sampling: bool = False  # greedy sampled in llama.cpp's graph (engine/backend_sampler.py)
 
     def report(self) -> dict[str, str]:
         """Each setting as the variable a user would set for it, with its value written back in that form.
@@ -527,8 +525,7 @@ class Settings:
             "LOCALRUN_FETCH_IMAGES": "1" if self.fetch_images else "0",
             "LOCALRUN_NUM_THREAD": "auto" if self.num_thread is None else str(self.num_thread),
             "LOCALRUN_REPACK": "auto" if self.repack is None else "1" if self.repack else "0",
-            "LOCALRUN_BACKEND_SAMPLING": "auto" if self.backend_sampling is None
-            else "1" if self.backend_sampling else "0",
+            "LOCALRUN_BACKEND_SAMPLING": "1" if self.backend_sampling else "0",
         }
 
 

@@ -1,4 +1,4 @@
-"""Greedy sampling inside llama.cpp's graph, where the output layer runs on a GPU.
+"""Greedy sampling inside llama.cpp's graph, for models whose output layer runs on a GPU.
 
 A greedy request's host-side sample (greedy.py) reads the whole logits row: 600 KB for a 152k
 vocabulary, first copied from the GPU by llama.cpp, then scanned by numpy while the GPU waits for
@@ -19,8 +19,9 @@ constrained, logprobs, min_tokens, drafting) takes the id's chain off first.
 llama.cpp's penalties sampler runs on the backend only with one output row per sequence and
 step, so the context is created with ``n_outputs_max_per_seq = 1`` when this is on (native.py) and
 a sequence with a drafter is never attached. On a CPU the graph's sampling ops cost more than the
-host argmax they replace (Gemma 3 270M, 16 rows: +35 ms a step against -3.6 ms): the engine turns
-this on only where the output layer is on a GPU (engine.py), unless LOCALRUN_BACKEND_SAMPLING says.
+host argmax they replace (Gemma 3 270M, 16 rows: +35 ms a step against -3.6 ms). On a GPU it has not
+been measured yet (benchmarks/gpu/serve_run.sh's ALT_ENV measures it against the host path), so
+LOCALRUN_BACKEND_SAMPLING=1 turns it on; off by default.
 
 Owned by the engine thread.
 """

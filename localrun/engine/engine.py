@@ -35,7 +35,7 @@ from .embedding import Embedder
 from .grammar import grammar_for
 from .host_cache import HostCache
 from .kvcache import KVCache
-from .load_report import LoadReport, parse_load_report
+from .load_report import parse_load_report
 from .prefix_store import PrefixStore
 from .rerank import Reranker
 from .sampling import assert_valid, build_sampler, eog_tokens
@@ -86,15 +86,6 @@ def kv_type(options: LoadOptions) -> str:
         return options.kv_cache_type
     gpu = lc.llama_supports_gpu_offload() and options.num_gpu != 0
     return "bf16" if options.batch_invariant and not gpu else "f16"
-
-
-def backend_sampling(options: LoadOptions, report: LoadReport) -> bool:
-    """Whether greedy requests are sampled in llama.cpp's graph (backend_sampler.py): as
-    ``options.backend_sampling`` says, by default (None) where the output layer is on a GPU."""
-    if options.backend_sampling is not None:
-        return options.backend_sampling
-    output = report.layer_devices.get(max(report.layer_devices, default=-1))
-    return output is not None and not output.upper().startswith("CPU")
 
 
 def check_load_options(options: LoadOptions) -> None:
@@ -172,7 +163,7 @@ class Engine:
                 log.info("num_batch %d clamped to %d", options.num_batch, n_batch)
             spec = native.ContextSpec(n_ctx=pool, n_seq_max=n_seq_max,
                                       n_batch=n_batch, n_threads=self.threads, swa_full=n_swa > 0,
-                                      kv_type=kv_type(options), backend_sampling=backend_sampling(options, report))
+                                      kv_type=kv_type(options), backend_sampling=options.backend_sampling)
             self._ctx = native.create_context(model, spec)
             if spec.backend_sampling:
                 self._backend = BackendSamplers(self._ctx, self.vocab.n_vocab, eog_tokens(self.vocab).tolist())

@@ -53,8 +53,8 @@ class LoadOptions:
     # LOCALRUN_SPECULATIVE, set by the daemon for every load
     speculative: bool = True
     # greedy requests sampled in llama.cpp's graph (engine/backend_sampler.py): LOCALRUN_BACKEND_SAMPLING,
-    # set by the daemon for every load; None = where the output layer is on a GPU
-    backend_sampling: bool | None = None
+    # set by the daemon for every load
+    backend_sampling: bool = False
     # llama.cpp's repacked CPU weight layouts (use_extra_bufts; off = its --no-repack). Off by default: one
     # VM's CPU advertised AMX it could not run (SIGSEGV); the runner turns it on where hardware/repack.py's
     # probe found it safe

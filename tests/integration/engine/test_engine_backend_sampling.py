@@ -82,14 +82,15 @@ def test_drafting_requests_stay_on_the_host(tiny_gguf: Path) -> None:
     assert texts[0] == texts[1] == texts[2] == texts[3]
 
 
-@pytest.mark.parametrize("raw, expected", [(None, None), ("auto", None), ("1", True), ("0", False)])
-def test_the_setting(raw: str | None, expected: bool | None, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("raw, expected", [(None, False), ("0", False), ("1", True), ("on", True)])
+def test_the_setting_is_off_unless_set(raw: str | None, expected: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     from localrun import config
     if raw is None:
         monkeypatch.delenv("LOCALRUN_BACKEND_SAMPLING", raising=False)
     else:
         monkeypatch.setenv("LOCALRUN_BACKEND_SAMPLING", raw)
     assert config.backend_sampling() is expected
+    assert config.load_settings().report()["LOCALRUN_BACKEND_SAMPLING"] == ("1" if expected else "0")
 
 
 def test_one_id_passed_between_every_kind_of_request(tiny_gguf: Path) -> None:
