@@ -154,6 +154,10 @@ class Engine:
         self._watch_first_step = False  # the request being started was not waited on (_gather_burst)
         self._next_id = 0
         report = parse_load_report(native.last_load_log)
+        if options.batch_invariant and report.gpu_layers:
+            log.warning("deterministic mode: %d of %d layers run on a GPU, whose kernels do not keep a row's "
+                        "result independent of the batch; a seeded request repeats its text there only when it "
+                        "runs alone", report.gpu_layers, report.total_layers)
         if generation:
             n_seq_max = min(MAX_SEQ_IDS, options.num_parallel + max(8, 2 * options.num_parallel))
             # llama.cpp aborts (GGML_ASSERT on n_outputs_max) when a batch is smaller than n_seq_max;

@@ -78,6 +78,26 @@ def test_same_seed_same_text_alone_and_alongside_others(tiny_gguf: Path, monkeyp
         assert other_seed != alone
 
 
+def test_the_deterministic_mode_warns_when_layers_run_on_a_gpu(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """GPU kernels are outside the mode (packaging/README.md, numerics on a GPU): a load that puts layers
+    there says so. No GPU here: llama.cpp's load report is the seam."""
+    from localrun.engine import engine as engine_module
+    from localrun.engine.load_report import LoadReport
+    monkeypatch.delenv("GGML_CPU_TILED_MM", raising=False)
+    gpu = LoadReport(layer_devices={0: "CPU", 1: "CUDA0", 2: "CUDA0"}, buffers={})
+    monkeypatch.setattr(engine_module, "parse_load_report", lambda text: gpu)
+    with caplog.at_level("WARNING", logger="localrun.engine.engine"):
+        with Engine(str(tiny_gguf), LoadOptions(num_ctx=256, num_parallel=1, num_batch=64, batch_invariant=True)):
+            pass
+    assert "deterministic mode: 2 of 3 layers run on a GPU" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="localrun.engine.engine"):
+        with Engine(str(tiny_gguf), LoadOptions(num_ctx=256, num_parallel=1, num_batch=64)):
+            pass
+    assert "deterministic mode" not in caplog.text
+
+
 def test_same_seed_same_text_when_repeated_alone_with_the_fast_kernels(tiny_gguf: Path) -> None:
     """The default mode: the last prompt token in a step of its own and a placeholder beside a lone decode
     make a repeat, whose prompt comes from the prefix cache, compute exactly what the first run did."""
