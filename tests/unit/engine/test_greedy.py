@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from localrun.engine.greedy import GreedyPenalties
+from localrun.engine.greedy import ONE_PASS_VOCAB, GreedyPenalties
 
 
 def oracle(row: np.ndarray, history: list[int], last_n: int, repeat: float, freq: float, present: float) -> int:
@@ -26,7 +26,7 @@ def oracle(row: np.ndarray, history: list[int], last_n: int, repeat: float, freq
 @settings(max_examples=300, deadline=None)
 @given(
     seed=st.integers(0, 2**32 - 1),
-    vocab=st.integers(2, 300),
+    vocab=st.one_of(st.integers(2, 300), st.integers(ONE_PASS_VOCAB, ONE_PASS_VOCAB + 300)),  # both ways
     history_len=st.integers(0, 80),
     last_n=st.integers(0, 64),
     repeat=st.sampled_from([1.0, 1.1, 1.5, 0.9]),
