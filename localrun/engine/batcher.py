@@ -197,7 +197,7 @@ class Batcher:
         seq.t_admit = time.perf_counter()
         trace.mark("admitted", seq.handle.request_id, seq.lease.cached)
         self.running.append(seq)
-        if not seq.t_start:  # resuming after a preemption, its sampler and drafter carry on
+        if not seq.t_start:  # its first admission (resuming after a preemption, its sampler and drafter carry on)
             seq.t_start = seq.t_admit
             prompt = seq.tokens[: seq.prompt_len]
             accept_prompt(seq.sampler, [t for t in prompt if t >= 0] if seq.spans else prompt, seq.last_n)
