@@ -87,14 +87,14 @@ def test_the_deterministic_mode_warns_when_layers_run_on_a_gpu(tiny_gguf: Path, 
     monkeypatch.delenv("GGML_CPU_TILED_MM", raising=False)
     gpu = LoadReport(layer_devices={0: "CPU", 1: "CUDA0", 2: "CUDA0"}, buffers={})
     monkeypatch.setattr(engine_module, "parse_load_report", lambda text: gpu)
-    with caplog.at_level("WARNING", logger="localrun.engine.engine"):
-        with Engine(str(tiny_gguf), LoadOptions(num_ctx=256, num_parallel=1, num_batch=64, batch_invariant=True)):
-            pass
+    options = LoadOptions(num_ctx=256, num_parallel=1, num_batch=64, batch_invariant=True)
+    with caplog.at_level("WARNING", logger="localrun.engine.engine"), Engine(str(tiny_gguf), options):
+        pass
     assert "deterministic mode: 2 of 3 layers run on a GPU" in caplog.text
     caplog.clear()
-    with caplog.at_level("WARNING", logger="localrun.engine.engine"):
-        with Engine(str(tiny_gguf), LoadOptions(num_ctx=256, num_parallel=1, num_batch=64)):
-            pass
+    options = LoadOptions(num_ctx=256, num_parallel=1, num_batch=64)
+    with caplog.at_level("WARNING", logger="localrun.engine.engine"), Engine(str(tiny_gguf), options):
+        pass
     assert "deterministic mode" not in caplog.text
 
 
