@@ -42,6 +42,7 @@ from .greedy import GreedyPenalties
 class ChainKey:
     """What a sequence's chain is built from: two requests with equal keys share a chain by reset."""
 
+    penalised: bool  # GreedyPenalties.active: the penalties change some logit
     last_n: int
     repeat: float
     frequency: float
@@ -50,7 +51,8 @@ class ChainKey:
 
     @classmethod
     def of(cls, greedy: GreedyPenalties, mask_eog: bool) -> ChainKey:
-        return cls(greedy.last_n, float(greedy.repeat), float(greedy.frequency), float(greedy.presence), mask_eog)
+        return cls(greedy.active, greedy.last_n, float(greedy.repeat), float(greedy.frequency),
+                   float(greedy.presence), mask_eog)
 
 
 class BackendSamplers:
@@ -95,7 +97,7 @@ class BackendSamplers:
                 *[lc.llama_logit_bias(token, float("-inf")) for token in self._eog])
             lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_logit_bias(
                 self._n_vocab, len(self._eog), ctypes.cast(bias, ctypes.POINTER(lc.llama_logit_bias))))
-        if key.last_n > 0 and not (key.repeat == 1.0 and key.frequency == 0.0 and key.presence == 0.0):
+        if key.penalised:
             lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_penalties(
                 self._n_vocab, key.last_n, key.repeat, key.frequency, key.presence))
         lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
