@@ -7,6 +7,15 @@ message over it before sending anything (:class:`~localrun.errors.FrameTooLarge`
 refuses an announced length over it, a body that is not JSON, or a stream that ends inside a
 frame (:class:`~localrun.errors.BadFrame`). A stream that ends between two frames ends cleanly:
 the readers return None.
+
+orjson writes and reads the bodies: a token's frame costs 0.5 us to write and 1.6 to read where
+Python's json took 7 and 6, a 64-stream step's batch 6 and 23 where it took 81 and 52, and an
+image's 200 KB string 25 us where it took 1.5 ms. What orjson cannot write (an integer past 64
+bits, nesting past 255 levels: a client's JSON schema or tool arguments may hold either) Python's
+json writes instead, behind one leading space, and the reader reads such a body with json too, so
+nothing changes on the way (orjson would read a big integer back as a float). Neither codec has a
+JSON form for a non-finite float (orjson writes null): a message that may hold one carries it in
+its own form (``protocol``'s logprobs and scores).
 """
 
 from __future__ import annotations
@@ -16,17 +25,23 @@ import json
 import struct
 from typing import IO
 
+import orjson
+
 from ..errors import BadFrame, FrameTooLarge
 from ..jsontypes import JSONValue
 
 HEADER = struct.Struct(">I")
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # json.dumps builds one a call
+_BY_JSON = b" "  # the first byte of a body Python's json wrote (orjson never starts with whitespace)
 
 
 def encode(message: object, limit: int) -> bytes:
-    """``message`` as one frame. TypeError or ValueError when it is not JSON (``json.dumps``
-    checks), FrameTooLarge when its body is over ``limit`` bytes."""
-    body = _ENCODER.encode(message).encode("utf-8")
+    """``message`` as one frame. TypeError or ValueError when it is not JSON (a type neither
+    codec writes, a string that is not Unicode), FrameTooLarge when its body is over ``limit`` bytes."""
+    try:
+        body = orjson.dumps(message, option=orjson.OPT_NON_STR_KEYS)
+    except orjson.JSONEncodeError:  # a big integer or deep nesting (module docstring); json says what else
+        body = _BY_JSON + _ENCODER.encode(message).encode("utf-8")
     if len(body) > limit:
         raise FrameTooLarge(f"message of {len(body)} bytes is over the {limit}-byte frame limit")
     return HEADER.pack(len(body)) + body
@@ -68,7 +83,7 @@ async def read_async(reader: asyncio.StreamReader, limit: int) -> JSONValue | No
 
 def _decode(body: bytes) -> JSONValue:
     try:
-        message: JSONValue = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        message: JSONValue = json.loads(body.decode("utf-8")) if body[:1] == _BY_JSON else orjson.loads(body)
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON (orjson's error is json's), a huge int
         raise BadFrame(f"the peer sent a malformed frame: {exc}") from exc
     return message

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import dataclasses
+import math
 import typing
 from collections.abc import Callable
 from typing import IO, Any, ClassVar, TypeVar
@@ -181,7 +183,7 @@ def decode_request(data: JSONObject) -> GenerateRequest:
         truncation=Truncation(data.get("truncation", "front")),
         num_keep=_int(data.get("num_keep", 0)),
         add_special=bool(data.get("add_special", True)),
-        images=tuple(base64.b64decode(str(image)) for image in _list(data.get("images") or [])),
+        images=tuple(binascii.a2b_base64(_str(image)) for image in _list(data.get("images") or [])),
         interactive=None if interactive is None else bool(interactive),
     )
 
@@ -211,7 +213,8 @@ def encode_event(event: Event) -> JSONObject:
         out: JSONObject = {"type": "token", "text": event.text}
         if event.logprobs:
             out["logprobs"] = [
-                {"token": lp.token, "logprob": lp.logprob, "top": [list(t) for t in lp.top]}
+                {"token": lp.token, "logprob": _wire_float(lp.logprob),
+                 "top": [[token, _wire_float(p)] for token, p in lp.top]}
                 for lp in event.logprobs
             ]
         return out
@@ -275,7 +278,8 @@ def decode_embed_result(result: JSONValue) -> EmbedResult:
 
 
 def encode_rerank_result(result: RerankResult) -> JSONObject:
-    return dataclasses.asdict(result)
+    return {"scores": [_wire_float(x) for x in result.scores], "prompt_eval_count": result.prompt_eval_count,
+            "truncated": list(result.truncated)}
 
 
 def decode_rerank_result(result: JSONValue) -> RerankResult:
@@ -472,7 +476,19 @@ def _optional_str(value: JSONValue) -> str | None:
     return None if value is None else _str(value)
 
 
+_NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+"""A non-finite float on the wire (JSON has no form for one; a logprob of a token a grammar rules
+out is -inf, a random model's score may be nan)."""
+
+
+def _wire_float(value: float) -> float | str:
+    """``value`` as a frame carries it: itself, or its name in :data:`_NON_FINITE`."""
+    return value if math.isfinite(value) else repr(value)
+
+
 def _float(value: object) -> float:
+    if isinstance(value, str) and value in _NON_FINITE:
+        return _NON_FINITE[value]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"expected a number, got {value!r}")
     return float(value)

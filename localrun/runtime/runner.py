@@ -16,7 +16,7 @@ A native crash kills only this process; the daemon notices end-of-stream and rep
 
 from __future__ import annotations
 
-import base64
+import binascii
 import importlib
 import logging
 import os
@@ -256,7 +256,7 @@ class Runner:
                     self.engine.rerank(message.query, message.documents, truncate=message.truncate))
             elif isinstance(message, protocol.Tokenize):
                 if message.images:
-                    pictures = tuple(base64.b64decode(image) for image in message.images)
+                    pictures = tuple(binascii.a2b_base64(image) for image in message.images)
                     result = list(self.engine.tokenize(message.text, add_special=message.add_special, images=pictures))
                 else:
                     result = list(self.engine.tokenize(message.text, add_special=message.add_special))

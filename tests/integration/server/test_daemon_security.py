@@ -68,6 +68,8 @@ async def test_cors_allows_localhost_and_configured_origins_only(serve_app: Any,
     ("path", "body", "status", "needle"),
     [
         ("/api/generate", b"{not json", 400, "not valid JSON"),
+        ("/api/generate", b'{"model": "a", "prompt": "x", "options": {"mirostat_tau": NaN}}', 400, "NaN is not"),
+        ("/api/chat", b'{"model": "a", "messages": [], "options": {"temperature": -Infinity}}', 400, "-Infinity"),
         ("/api/generate", b"[1, 2]", 400, "JSON object"),
         ("/api/generate", b'{"model": "a", "prompt": 5}', 400, "'prompt' must be a string"),
         ("/api/generate", b'{"model": "a", "prompt": "x", "stream": "yes"}', 400, "'stream'"),

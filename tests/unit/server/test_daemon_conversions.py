@@ -19,6 +19,7 @@ from localrun.engine.types import (
     ErrorEvent,
     GenerateRequest,
     LoadOptions,
+    RerankResult,
     SamplingOptions,
     TokenEvent,
     TokenLogprob,
@@ -42,6 +43,35 @@ def test_frames_round_trip_through_a_stream() -> None:
     assert protocol.read_frame_sync(buf) == {"op": "x", "text": "héllo"}
     assert protocol.read_frame_sync(buf) == {"op": "y"}
     assert protocol.read_frame_sync(buf) is None
+
+
+def _nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("value", [2**70, -(2**80), _nested(300), "x" * 70_000],
+                         ids=["big", "negative", "deep", "long"])
+def test_what_orjson_cannot_write_crosses_unchanged(value: object) -> None:
+    """A client's schema or tool arguments may hold an integer past 64 bits or deep nesting: the frame
+    carries them as sent (not as a float, not refused)."""
+    frame = protocol.encode_frame({"op": "x", "value": value})
+    assert protocol.read_frame_sync(io.BytesIO(frame)) == {"op": "x", "value": value}
+
+
+def test_non_finite_logprobs_and_scores_cross_the_pipe() -> None:
+    """A token a grammar rules out has a logprob of -inf; a random model may score nan."""
+    token = TokenEvent("a", (TokenLogprob("a", -0.5, (("a", -0.5), ("b", float("-inf")))),))
+    frame = protocol.encode_frame(protocol.encode_event(token))
+    back = protocol.decode_event(protocol.read_frame_sync(io.BytesIO(frame)) or {})
+    assert back == token
+    scores = protocol.encode_frame(protocol.encode_rerank_result(RerankResult([1.5, float("inf"), float("nan")], 3,
+                                                                              [False, True, False])))
+    result = protocol.decode_rerank_result(protocol.read_frame_sync(io.BytesIO(scores)))
+    assert result.scores[:2] == [1.5, float("inf")] and result.scores[2] != result.scores[2]
+    assert result.truncated == [False, True, False] and result.prompt_eval_count == 3
 
 
 async def test_truncated_or_garbage_frames_are_protocol_errors() -> None:
