@@ -40,6 +40,17 @@ def test_a_png_is_read_from_base64_and_from_a_data_url() -> None:
     assert len(image.digest) == 64 and image.as_base64() == b64(png(3, 2))
 
 
+def test_an_image_an_adapter_read_is_not_decoded_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenAI's data URL -> the native message's base64 -> the request's images: one decode, not two."""
+    decodes: list[int] = []
+    real = images.binascii.a2b_base64
+    monkeypatch.setattr(images.binascii, "a2b_base64", lambda *a, **k: decodes.append(1) or real(*a, **k))
+    image = images.from_data_url("data:image/png;base64," + b64(png(3, 2)), "x")
+    native = images.attach("what is this?", [image], "prompt")
+    assert native["images"] == [b64(png(3, 2))]
+    assert images.of_messages([native]) == (png(3, 2),) and decodes == [1]
+
+
 def test_jpeg_gif_and_bmp_headers_give_their_size() -> None:
     sof = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00" \
           b"\xff\xc0\x00\x11\x08\x00\x20\x00\x40\x03\x01\x22\x00\x02\x11\x01\x03\x11\x01\xff\xd9"
