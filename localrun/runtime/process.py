@@ -179,13 +179,12 @@ class RunnerProcess:
     async def _read_loop(self) -> None:
         assert self._proc.stdout is not None
         problem = ""
+        frames = protocol.frames(self._proc.stdout)
         try:
-            while True:
-                message = await protocol.read_frame(self._proc.stdout)
-                if message is None:
-                    break
-                trace.mark("frame_read", self.pid)
-                self._dispatch(protocol.decode_message(message))
+            while (messages := await protocol.read_messages(frames)) is not None:
+                for message in messages:
+                    trace.mark("frame_read", self.pid)
+                    self._dispatch(protocol.decode_message(message))
         except errors.RunnerCrashed as exc:
             problem = str(exc)
         code = await self._proc.wait()

@@ -82,6 +82,21 @@ async def read_frame(reader: asyncio.StreamReader) -> JSONObject | None:
     return _as_message(await framing.read_async(reader, MAX_FRAME))
 
 
+def frames(reader: asyncio.StreamReader) -> framing.FrameStream:
+    """A runner's output as frames a chunk at a time (:func:`read_messages`)."""
+    return framing.FrameStream(reader, MAX_FRAME)
+
+
+async def read_messages(stream: framing.FrameStream) -> list[JSONObject] | None:
+    """The next frames of ``stream`` (at least one); None at a clean end. Raises ProtocolError on garbage."""
+    batch = await stream.next()
+    if batch is None:
+        return None
+    if not all(isinstance(message, dict) for message in batch):
+        raise ProtocolError("runner sent a frame that is not a JSON object")
+    return typing.cast(list[JSONObject], batch)
+
+
 def read_frame_sync(stream: IO[bytes]) -> JSONObject | None:
     """Blocking read of one frame from a binary file; None at end of stream."""
     return _as_message(framing.read_sync(stream, MAX_FRAME))

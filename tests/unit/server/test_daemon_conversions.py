@@ -74,6 +74,37 @@ def test_non_finite_logprobs_and_scores_cross_the_pipe() -> None:
     assert result.truncated == [False, True, False] and result.prompt_eval_count == 3
 
 
+async def test_frames_come_whole_however_the_stream_cuts_them() -> None:
+    """Three frames fed a byte at a time, then all at once: the same messages in order, then the end."""
+    wire = b"".join(protocol.encode_frame({"op": "event", "id": i, "text": "é" * i}) for i in range(3))
+    for size in (1, len(wire)):
+        reader = asyncio.StreamReader()
+        stream = protocol.frames(reader)
+        got: list[object] = []
+
+        async def feed(reader: asyncio.StreamReader = reader, size: int = size) -> None:
+            for at in range(0, len(wire), size):
+                reader.feed_data(wire[at:at + size])
+                await asyncio.sleep(0)
+            reader.feed_eof()
+
+        feeding = asyncio.create_task(feed())
+        while (batch := await protocol.read_messages(stream)) is not None:
+            got.extend(batch)
+        await feeding
+        assert got == [{"op": "event", "id": i, "text": "é" * i} for i in range(3)]
+
+
+@pytest.mark.parametrize("wire", [struct.pack(">I", 10) + b"abc", struct.pack(">I", 3) + b"[1]",
+                                  struct.pack(">I", protocol.MAX_FRAME + 1)])
+async def test_a_frame_stream_refuses_what_read_frame_refuses(wire: bytes) -> None:
+    reader = asyncio.StreamReader()
+    reader.feed_data(wire)
+    reader.feed_eof()
+    with pytest.raises(protocol.ProtocolError):
+        await protocol.read_messages(protocol.frames(reader))
+
+
 async def test_truncated_or_garbage_frames_are_protocol_errors() -> None:
     reader = asyncio.StreamReader()
     reader.feed_data(struct.pack(">I", 10) + b"abc")
