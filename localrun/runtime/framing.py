@@ -54,9 +54,7 @@ def read_sync(stream: IO[bytes], limit: int) -> JSONValue | None:
         return None
     if len(header) < HEADER.size:
         raise BadFrame("the stream ended inside a frame header")
-    (length,) = HEADER.unpack(header)
-    if length > limit:
-        raise BadFrame(f"the peer announced a {length}-byte frame (the limit is {limit})")
+    length = _length(header, 0, limit)
     body = stream.read(length)
     if len(body) < length:
         raise BadFrame("the stream ended inside a frame")
@@ -71,9 +69,7 @@ async def read_async(reader: asyncio.StreamReader, limit: int) -> JSONValue | No
         if exc.partial:
             raise BadFrame("the stream ended inside a frame header") from exc
         return None
-    (length,) = HEADER.unpack(header)
-    if length > limit:
-        raise BadFrame(f"the peer announced a {length}-byte frame (the limit is {limit})")
+    length = _length(header, 0, limit)
     try:
         body = await reader.readexactly(length)
     except asyncio.IncompleteReadError as exc:
@@ -111,10 +107,7 @@ class FrameStream:
         frames: list[JSONValue] = []
         buf, at = self._buf, 0
         while len(buf) - at >= HEADER.size:
-            (length,) = HEADER.unpack_from(buf, at)
-            if length > self._limit:
-                raise BadFrame(f"the peer announced a {length}-byte frame (the limit is {self._limit})")
-            end = at + HEADER.size + length
+            end = at + HEADER.size + _length(buf, at, self._limit)
             if len(buf) < end:
                 break
             frames.append(_decode(bytes(buf[at + HEADER.size:end])))
@@ -122,6 +115,14 @@ class FrameStream:
         if at:
             del buf[:at]
         return frames
+
+
+def _length(data: bytes | bytearray, at: int, limit: int) -> int:
+    """The body length the header at ``data[at:]`` announces; BadFrame when it is over ``limit``."""
+    (length,) = HEADER.unpack_from(data, at)
+    if length > limit:
+        raise BadFrame(f"the peer announced a {length}-byte frame (the limit is {limit})")
+    return int(length)
 
 
 def _decode(body: bytes) -> JSONValue:
