@@ -16,7 +16,7 @@ from aiohttp import web
 
 from .. import __version__
 from ..errors import Forbidden, InvalidRequest
-from .http import get, iso, read_json
+from .http import get, iso, json_reply, read_json
 from .keys import DAEMON, SETTINGS, SHUTDOWN, STARTED_AT
 from .lifecycle import MAX_GRACE_S
 
@@ -24,7 +24,7 @@ from .lifecycle import MAX_GRACE_S
 async def status(request: web.Request) -> web.Response:
     daemon, settings = request.app[DAEMON], request.app[SETTINGS]
     uptime = asyncio.get_running_loop().time() - request.app[STARTED_AT]
-    return web.json_response({
+    return json_reply({
         "version": __version__,
         "pid": daemon.pid,
         "started_at": iso(daemon.started_at),
@@ -51,7 +51,7 @@ async def shutdown(request: web.Request) -> web.Response:
         raise InvalidRequest(f"'grace_seconds' must be from 0 to {MAX_GRACE_S:g} seconds")
     stop = request.app[SHUTDOWN]
     stop.request(float(grace) if grace is not None else None)
-    return web.json_response({"status": "stopping", "pid": request.app[DAEMON].pid,
+    return json_reply({"status": "stopping", "pid": request.app[DAEMON].pid,
                               "grace_seconds": stop.grace}, status=202)
 
 

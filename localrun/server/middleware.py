@@ -30,7 +30,7 @@ from aiohttp import web
 from .. import errors, trace
 from ..jsontypes import JSONObject
 from .anthropic import convert as anthropic_convert
-from .http import PRIORITIES, PRIORITY_HEADER, interactive_hint
+from .http import PRIORITIES, PRIORITY_HEADER, interactive_hint, json_reply
 from .keys import METRICS, SETTINGS
 from .openai import convert as openai_convert
 from .responses import convert as responses_convert
@@ -104,7 +104,7 @@ def error_response(request: web.Request, exc: errors.LocalrunError) -> web.Respo
         headers["Retry-After"] = str(max(1, round(exc.retry_after)))
     if isinstance(exc, errors.Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"
-    return web.json_response(error_body(request, exc.status, error_message(request, exc), exc.code),
+    return json_reply(error_body(request, exc.status, error_message(request, exc), exc.code),
                              status=exc.status, headers=headers)
 
 
@@ -122,7 +122,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         message = {404: f"{request.path} not found", 405: f"method {request.method} not allowed on {request.path}",
                    413: "request body too large"}.get(exc.status, exc.reason)
         body = error_body(request, exc.status, message, exc.reason.lower().replace(" ", "_"))
-        return web.json_response(body, status=exc.status, headers={
+        return json_reply(body, status=exc.status, headers={
             k: v for k, v in exc.headers.items() if k.lower() in ("allow",)})
     except asyncio.CancelledError:
         raise
@@ -134,7 +134,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return web.Response(status=499, reason="Client Closed Request")
     except Exception:  # a bug: log it with its traceback, answer in the API's shape
         log.exception("%s %s answered 500", request.method, request.path)
-        return web.json_response(error_body(request, 500, "internal error (see the server log)", "internal_error"),
+        return json_reply(error_body(request, 500, "internal error (see the server log)", "internal_error"),
                                  status=500)
 
 

@@ -26,7 +26,7 @@ from ..engine.types import RerankResult
 from ..jsontypes import JSONObject, JSONValue
 from ..modelkind import ModelKind
 from .chat import upstream_route
-from .http import get, get_whole, read_json
+from .http import get, get_whole, json_reply, read_json
 from .keys import SERVICE
 from .options import parse_keep_alive
 
@@ -89,7 +89,7 @@ async def rerank(request: web.Request) -> web.Response:
     if cut:
         warnings: list[JSONValue] = [f"document {i} was cut to fit the model's context" for i in cut]
         reply["meta"] = {"warnings": warnings}
-    return web.json_response(reply)
+    return json_reply(reply)
 
 
 def add_routes(app: web.Application) -> None:

@@ -14,7 +14,7 @@ from ..jsontypes import JSONObject, JSONValue
 from ..modelkind import ModelKind, kind_detail
 from ..runtime.scheduler import ResidentModel, Scheduler
 from . import remote
-from .http import iso
+from .http import iso, json_reply
 from .keys import METRICS, PULLS, SCHEDULER, SERVICE, STARTED_AT
 
 log = logging.getLogger(__name__)
@@ -46,12 +46,12 @@ async def root(request: web.Request) -> web.Response:
 
 
 async def version(request: web.Request) -> web.Response:
-    return web.json_response({"version": __version__})
+    return json_reply({"version": __version__})
 
 
 async def health(request: web.Request) -> web.Response:
     scheduler = request.app[SCHEDULER]
-    return web.json_response({
+    return json_reply({
         "status": "ok",
         "version": __version__,
         "models_loaded": len(scheduler.models),
@@ -123,7 +123,7 @@ async def ps(request: web.Request) -> web.Response:
     upstreams = request.app[SERVICE].upstreams
     if upstreams is not None:  # a localrun extension: each upstream member's state
         out["upstreams"] = [remote.ps_row(s) for s in upstreams.snapshot()]
-    return web.json_response(out)
+    return json_reply(out)
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -21,7 +21,7 @@ from ...chat.events import ContentDelta, ThinkingDelta
 from ...engine.types import Truncation
 from ...jsontypes import JSONObject
 from ..chat import ChatRun, TokenUsage, count_prompt_tokens, hit_length_limit, output_events, start_chat, with_heartbeat
-from ..http import EventStream, read_json
+from ..http import EventStream, json_reply, read_json
 from ..image_fetch import inline_remote_images
 from ..keys import SERVICE
 from ..middleware import anthropic_error_type
@@ -66,7 +66,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
                 return None
 
             await _drive(run, encoder, converted.stop_sequences, 0, keep)
-            return web.json_response(encoder.message)
+            return json_reply(encoder.message)
         # message_start carries the prompt's size; the model is loaded now, so this is quick.
         prompt_tokens = await run.prompt_tokens()
         out = EventStream(request)
@@ -90,7 +90,7 @@ async def count_tokens(request: web.Request) -> web.Response:
     body: JSONObject = await read_json(request)
     await inline_remote_images(request, body)
     converted = messages_to_native(body, count_only=True)
-    return web.json_response({"input_tokens": await count_prompt_tokens(request.app[SERVICE], converted.call)})
+    return json_reply({"input_tokens": await count_prompt_tokens(request.app[SERVICE], converted.call)})
 
 
 def add_routes(app: web.Application) -> None:

@@ -30,7 +30,7 @@ from ...store.records import ModelEntry
 from .. import remote
 from ..chat import upstream_route
 from ..executors import run_in
-from ..http import NDJSONStream, get, read_json
+from ..http import NDJSONStream, get, json_reply, read_json
 from ..keys import EXECUTORS, PULLS, SERVICE, STORE
 from ..options import merge_options
 from ..status import details
@@ -84,7 +84,7 @@ async def tags(request: web.Request) -> web.Response:
     upstreams = remote.upstreams_for(request.app[SERVICE].upstreams)
     if upstreams is not None:  # NAME/model rows, with Ollama's remote_model / remote_host fields
         models += await remote.tag_entries(upstreams)
-    return web.json_response({"models": models})
+    return json_reply({"models": models})
 
 
 def _parameters_text(params: JSONMapping) -> str:
@@ -105,7 +105,7 @@ async def show(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     route = upstream_route(service, name)
     if route is not None and service.upstreams is not None:
-        return web.json_response(await remote.show(service.upstreams, route))
+        return json_reply(await remote.show(service.upstreams, route))
     info = await asyncio.to_thread(request.app[STORE].show, name)
     template = info.template or ""
     out: JSONObject = {
@@ -122,7 +122,7 @@ async def show(request: web.Request) -> web.Response:
     }
     if info.messages:
         out["messages"] = [{"role": m.role, "content": m.content} for m in info.messages]
-    return web.json_response(out, dumps=lambda o: json.dumps(o, default=str))
+    return json_reply(out)
 
 
 def _capabilities(template: str, path: Path, *, vision: bool) -> list[str]:
@@ -195,7 +195,7 @@ async def _respond_with_progress(request: web.Request, stream: bool, task: async
                                  queue: asyncio.Queue[JSONObject | None]) -> web.StreamResponse:
     if not stream:
         await asyncio.shield(task)  # raises the store's error as a proper HTTP error
-        return web.json_response({"status": "success"})
+        return json_reply({"status": "success"})
     out = NDJSONStream(request)
     last_status = None
     while True:

@@ -41,7 +41,7 @@ from ...modelkind import ModelKind
 from ...runtime.resident import KeepAlive
 from .. import chatturn, remote
 from ..chat import close_reply, start_chat, start_completions, upstream_route
-from ..http import NDJSONStream, get, now_iso, read_json, vectors_response
+from ..http import NDJSONStream, get, json_reply, now_iso, read_json
 from ..keys import SERVICE
 from ..native_call import NativeCall
 from ..options import parse_keep_alive, top_logprobs
@@ -126,7 +126,7 @@ async def _load_or_unload(request: web.Request, body: JSONObject, keep_alive: Ke
         out["message"] = {"role": "assistant", "content": ""}
     else:
         out["response"] = ""
-    return web.json_response(out)
+    return json_reply(out)
 
 
 async def generate(request: web.Request) -> web.StreamResponse:
@@ -269,7 +269,7 @@ async def _respond(request: web.Request, output: Output, stream: bool, shape: Sh
     result = {**head(), **shape.final(output.done, collect(events)), **done_fields(output)}
     if logprobs_all:
         result["logprobs"] = logprobs_all
-    return web.json_response(result)
+    return json_reply(result)
 
 
 def _inputs(value: JSONValue, name: str) -> list[str]:
@@ -325,7 +325,7 @@ async def embed(request: web.Request) -> web.Response:
     keep_alive = parse_keep_alive(body.get("keep_alive"))
     name, result, load_ns, total_ns = await embed_inputs(request.app[SERVICE], body.get("model"),
                                                          body.get("options"), keep_alive, inputs, truncate)
-    return vectors_response({
+    return json_reply({
         "model": name,
         "embeddings": [resize(e, dimensions) for e in result.embeddings],
         "total_duration": total_ns,
@@ -349,7 +349,7 @@ async def embeddings(request: web.Request) -> web.Response:
     keep_alive = parse_keep_alive(body.get("keep_alive"))
     _, result, _, _ = await embed_inputs(request.app[SERVICE], body.get("model"), body.get("options"), keep_alive,
                                          [prompt] if prompt else [], get(body, "truncate", bool, False))
-    return vectors_response({"embedding": result.embeddings[0] if result.embeddings else [],
+    return json_reply({"embedding": result.embeddings[0] if result.embeddings else [],
                              **truncated_field(result)})
 
 

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from ... import errors
 from ...jsontypes import JSONMapping, JSONObject
-from ..http import get, read_json
+from ..http import get, json_reply, read_json
 from ..keys import SERVICE
 from ..options import parse_keep_alive
 
@@ -64,7 +64,7 @@ async def tokenize(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     target = await service.target(body.get("model"), None, keep_alive)
     tokens = await service.tokenize(target, text, add_special)
-    return web.json_response({"model": target.name, "tokens": tokens})
+    return json_reply({"model": target.name, "tokens": tokens})
 
 
 async def detokenize(request: web.Request) -> web.Response:
@@ -74,7 +74,7 @@ async def detokenize(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     target = await service.target(body.get("model"), None, keep_alive)
     text = await service.detokenize(target, tokens)
-    return web.json_response({"model": target.name, "content": text})
+    return json_reply({"model": target.name, "content": text})
 
 
 def add_routes(app: web.Application) -> None:

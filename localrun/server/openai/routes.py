@@ -21,7 +21,7 @@ from ...engine.types import TokenLogprob
 from ...jsontypes import JSONObject, JSONValue
 from .. import remote
 from ..chat import ChatRun, start_chat, start_completions, upstream_route
-from ..http import SSEStream, get, read_json, vectors_response
+from ..http import SSEStream, get, json_reply, read_json
 from ..image_fetch import inline_remote_images
 from ..keys import SERVICE, STORE
 from ..middleware import error_body
@@ -107,7 +107,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 "logprobs": oc.chat_logprobs(lps[i]) if call.logprobs else None,
                 "finish_reason": oc.finish_reason(done.done_reason if done else None, bool(reply.tool_calls)),
             })
-        return web.json_response(oc.chat_completion(rid, run.model, created, choices, _usage(run.outputs)))
+        return json_reply(oc.chat_completion(rid, run.model, created, choices, _usage(run.outputs)))
     finally:
         await run.close()
 
@@ -188,7 +188,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
                 "logprobs": oc.completion_logprobs(lps[i], len(prefix[i])) if call.logprobs else None,
                 "finish_reason": oc.finish_reason(done.done_reason if done else None, False),
             })
-        return web.json_response(oc.completion(rid, model, created, choices, _usage(outputs, len(call.prompts))))
+        return json_reply(oc.completion(rid, model, created, choices, _usage(outputs, len(call.prompts))))
     finally:
         await run.close()
 
@@ -208,7 +208,7 @@ async def embeddings(request: web.Request) -> web.Response:
                                             get(body, "truncate", bool, False))
     data = [{"object": "embedding", "index": i, "embedding": oc.embedding_vector(resize(e, dimensions), encoding)}
             for i, e in enumerate(result.embeddings)]
-    return vectors_response({"object": "list", "data": data, "model": name,
+    return json_reply({"object": "list", "data": data, "model": name,
                              "usage": {"prompt_tokens": result.prompt_eval_count,
                                        "total_tokens": result.prompt_eval_count},
                              **truncated_field(result)})
@@ -236,7 +236,7 @@ async def models(request: web.Request) -> web.Response:
     if upstreams is not None:
         data += [oc.model_object(name, 0) for row in await remote.tag_entries(upstreams)
                  if isinstance(name := row["name"], str)]  # always: an upstream model's name
-    return web.json_response({"object": "list", "data": data})
+    return json_reply({"object": "list", "data": data})
 
 
 async def model(request: web.Request) -> web.Response:
@@ -245,12 +245,12 @@ async def model(request: web.Request) -> web.Response:
     route = upstream_route(service, wanted)
     if route is not None and service.upstreams is not None:
         await remote.check_served(service.upstreams, route)
-        return web.json_response(oc.model_object(route.name, 0))
+        return json_reply(oc.model_object(route.name, 0))
     store = request.app[STORE]
     resolved = store.resolve(wanted)  # raises ModelNotFound (404) for unknown names
     name = resolved.name
     created = next((ts for listed, ts in _store_models(request) if listed == name), 0)
-    return web.json_response(await _local_model(request, name, created))
+    return json_reply(await _local_model(request, name, created))
 
 
 def add_routes(app: web.Application) -> None:

@@ -22,7 +22,7 @@ from ...chat.events import ContentDelta, ThinkingDelta
 from ...engine.types import Truncation
 from ...jsontypes import JSONObject
 from ..chat import ChatRun, TokenUsage, count_prompt_tokens, hit_length_limit, output_events, start_chat
-from ..http import EventStream, read_json
+from ..http import EventStream, json_reply, read_json
 from ..image_fetch import inline_remote_images
 from ..keys import SERVICE
 from ..service import Service
@@ -60,7 +60,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
                 return None
 
             await _drive(run, converted, encoder, keep)
-            return web.json_response(encoder.response)
+            return json_reply(encoder.response)
         out = EventStream(request)
 
         async def send(events: list[Event]) -> None:
@@ -138,7 +138,7 @@ async def input_tokens(request: web.Request) -> web.Response:
     await inline_remote_images(request, body)
     converted = responses_to_native(body)
     count = await count_prompt_tokens(request.app[SERVICE], converted.call)
-    return web.json_response({"object": "response.input_tokens", "input_tokens": count})
+    return json_reply({"object": "response.input_tokens", "input_tokens": count})
 
 
 def add_routes(app: web.Application) -> None:

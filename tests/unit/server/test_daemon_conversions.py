@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import struct
 
 import pytest
@@ -27,6 +28,7 @@ from localrun.engine.types import (
 )
 from localrun.runtime import protocol
 from localrun.runtime.scheduler import DEFAULT
+from localrun.server.http import json_body, json_reply
 from localrun.server.openai import convert as oc
 from localrun.server.options import merge_options, parse_keep_alive
 
@@ -72,6 +74,25 @@ def test_non_finite_logprobs_and_scores_cross_the_pipe() -> None:
     result = protocol.decode_rerank_result(protocol.read_frame_sync(io.BytesIO(scores)))
     assert result.scores[:2] == [1.5, float("inf")] and result.scores[2] != result.scores[2]
     assert result.truncated == [False, True, False] and result.prompt_eval_count == 3
+
+
+def test_every_reply_is_strict_json_whatever_the_numbers() -> None:
+    """Whole replies and streamed events alike: a non-finite score is null (strict parsers refuse
+    NaN and -Infinity), and what orjson cannot write (a 70-bit integer in a model's tool arguments,
+    nesting past 255 levels, an int key) still arrives unchanged."""
+    def strict(raw: bytes) -> object:
+        return json.loads(raw, parse_constant=lambda name: pytest.fail(f"{name} in a reply"))
+
+    assert strict(json_body({"scores": [1.5, float("inf"), float("nan")]})) == {"scores": [1.5, None, None]}
+    big = {"arguments": {"n": 2**70, "x": float("-inf")}, "deep": [[[[1]]]]}
+    assert strict(json_body(big)) == {"arguments": {"n": 2**70, "x": None}, "deep": [[[[1]]]]}
+    nested: object = 1
+    for _ in range(300):
+        nested = [nested]
+    assert strict(json_body({"v": nested, 3: "int key"})) == {"v": nested, "3": "int key"}
+    reply = json_reply({"logprob": float("-inf"), "text": "é"}, status=201, headers={"X-A": "b"})
+    assert reply.status == 201 and reply.content_type == "application/json" and reply.headers["X-A"] == "b"
+    assert isinstance(reply.body, bytes) and strict(reply.body) == {"logprob": None, "text": "é"}
 
 
 async def test_frames_come_whole_however_the_stream_cuts_them() -> None:
