@@ -132,14 +132,14 @@ class RunnerProcess:
             first = await runner._load(model_path, options, factory, prefix_cache)
         except BaseException:  # a failed, timed-out or abandoned load must not leave a process behind
             runner.kill()
-            await proc.wait()
+            await runner._reap()
             raise
         if not isinstance(first, (protocol.Loaded, protocol.LoadFailed)):
             runner.kill()
-            code = await proc.wait()
+            code = await runner._reap()
             raise errors.RunnerCrashed(f"the runner for {name} died while loading ({_describe_exit(code)})")
         if isinstance(first, protocol.LoadFailed):
-            await proc.wait()
+            await runner._reap()
             raise first.error
         runner.info = first.info
         runner._reader_task = asyncio.create_task(runner._read_loop(), name=f"runner-reader-{name}")
@@ -187,7 +187,7 @@ class RunnerProcess:
                     self._dispatch(protocol.decode_message(message))
         except errors.RunnerCrashed as exc:
             problem = str(exc)
-        code = await self._proc.wait()
+        code = await self._reap()
         reason = "unloaded" if self._closing and code == 0 else _describe_exit(code)
         if problem:
             reason = f"{reason}; {problem}"
@@ -332,6 +332,15 @@ class RunnerProcess:
             log.warning("runner for %s (pid %d) did not exit in %.0fs; killing it", self.name, self.pid, timeout)
             self.kill()
             await self.exited
+
+    async def _reap(self) -> int:
+        """Wait for the process to exit, then close our end of its stdin: asyncio frees the
+        process's transport only once every pipe is closed, and a runner that died or was killed
+        leaves stdin open (the transport was otherwise collected after its loop had closed)."""
+        code = await self._proc.wait()
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        return code
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):

@@ -115,7 +115,7 @@ class Scheduler:
         # Busy models the head of the queue waits to evict: new requests for them queue behind it
         # instead of taking the fast path, so a waiting load is not starved by a steady stream.
         self._blocked_by: set[str] = set()
-        self._unloading: set[asyncio.Task[None]] = set()  # runners closing after an eviction for the model count
+        self._unloading: set[asyncio.Task[None]] = set()  # unloads under way: close() waits for them
         self.on_event: Callable[[str, ResidentModel, str], None] | None = None  # (load|unload, model, reason)
         self._refusing = False  # set by refuse_new() when the daemon is shutting down
 
@@ -457,6 +457,14 @@ class Scheduler:
         log.info("unloading %s: %s", model.name, reason)
         if self.on_event:
             self.on_event("unload", model, reason)
+        closing = asyncio.create_task(self._close_backend(model), name=f"close-{model.name}")
+        self._unloading.add(closing)
+        closing.add_done_callback(self._unloading.discard)
+        # shielded: cancelling the caller (the scheduler's loop, when the daemon stops mid-unload)
+        # must not abandon a runner that was told to exit; close() waits for it instead
+        await asyncio.shield(closing)
+
+    async def _close_backend(self, model: ResidentModel) -> None:
         try:
             await model.backend.close()
         except Exception:

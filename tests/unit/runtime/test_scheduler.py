@@ -147,6 +147,31 @@ async def test_keep_alive_zero_unloads_after_the_request_and_negative_never(worl
     await s.close()
 
 
+async def test_stopping_the_daemon_mid_unload_waits_for_the_runner_to_exit(world: World) -> None:
+    """keep_alive 0 unloads from the scheduler's own loop; a shutdown that cancels the loop while the
+    runner is still exiting must wait for it, not leave it behind."""
+    s = world.scheduler()
+    lease = await s.acquire(spec("a"), 0)
+    backend = world.backends[0]
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def slow_close() -> None:
+        backend.closed = True
+        await gate
+        backend.exited.set_result("unloaded")
+
+    backend.close = slow_close  # type: ignore[method-assign]
+    lease.release()
+    await settle()
+    assert "a" not in s.models and backend.closed and backend.alive  # told to exit, still exiting
+    stopping = asyncio.create_task(s.close())
+    await settle()
+    assert not stopping.done()
+    gate.set_result(None)
+    await stopping
+    assert not backend.alive
+
+
 async def test_a_new_request_resets_the_keep_alive_timer(world: World) -> None:
     s = world.scheduler()
     (await s.acquire(spec("a"), 60.0)).release()
