@@ -231,7 +231,7 @@ class Vocab:
         # wait for it. Eight requests each scanning 262k tokens at once held the GIL for ~1.5 s
         # and stalled the engine thread's decode loop (measured).
         self._scan_lock = threading.Lock()
-        self._eog = {t for t in (self.eos, int(lc.llama_vocab_eot(self.ptr))) if t >= 0}
+        self._eog: dict[int, bool] = {t: True for t in (self.eos, int(lc.llama_vocab_eot(self.ptr))) if t >= 0}
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         data = text.encode("utf-8", "replace")
@@ -316,7 +316,12 @@ class Vocab:
             "_eog_ids", lambda: np.array([t for t in range(self.n_vocab) if self.is_eog(t)], dtype=np.int64))
 
     def is_eog(self, token: int) -> bool:
-        return token in self._eog or bool(lc.llama_vocab_is_eog(self.ptr, token))
+        """Whether ``token`` ends generation; each id asks llama.cpp once (asked for every token
+        sampled: a dict lookup is a tenth of the native call)."""
+        known = self._eog.get(token)
+        if known is None:
+            known = self._eog[token] = bool(lc.llama_vocab_is_eog(self.ptr, token))
+        return known
 
     def special_text(self, token: int) -> str:
         return self.text_of(token, special=True) if token >= 0 else ""

@@ -293,11 +293,27 @@ def _grammar_allows(grammar: int, token: int, scratch: TokenData) -> bool:
     return bool(np.isfinite(scratch.one["logit"][0]))
 
 
+_ROW_VIEWS: dict[tuple[int, int], np.ndarray] = {}
+_MAX_ROW_VIEWS = 1024
+
+
 def logits_row(ctx: lc.llama_context_p, row: int, n_vocab: int) -> np.ndarray:
+    """The context's float32 logits of output ``row``: a view, not a copy (writes reach llama.cpp).
+
+    Views are kept by address: building one (``np.ctypeslib.as_array``) costs 6 us, a lookup 0.4,
+    paid for every row of every step. A view holds no memory of its own, and llama.cpp returning
+    the same address again means ``n_vocab`` logits are there now, so a kept view is never stale.
+    """
     ptr = lc.llama_get_logits_ith(ctx, row)
     if not ptr:
         raise RuntimeError(f"no logits for output row {row}")
-    return np.ctypeslib.as_array(ptr, shape=(n_vocab,))
+    key = (ctypes.addressof(ptr.contents), n_vocab)
+    view = _ROW_VIEWS.get(key)
+    if view is None:
+        if len(_ROW_VIEWS) >= _MAX_ROW_VIEWS:  # the buffer moved many times (contexts come and go)
+            _ROW_VIEWS.clear()
+        view = _ROW_VIEWS[key] = np.ctypeslib.as_array(ptr, shape=(n_vocab,))
+    return view
 
 
 def token_logprobs(ctx: lc.llama_context_p, row: int, n_vocab: int, token: int, top: int,
