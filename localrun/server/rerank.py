@@ -16,6 +16,7 @@ Reranking runs on local models; a model that is not a reranker is a 400 (``Targe
 
 from __future__ import annotations
 
+import math
 import uuid
 
 from aiohttp import web
@@ -51,8 +52,11 @@ def documents_of(value: JSONValue) -> list[str]:
 
 
 def ranked(result: RerankResult, documents: list[str], top_n: int, with_documents: bool) -> list[JSONValue]:
-    """The results, best score first (ties keep the documents' order), at most ``top_n``."""
-    order = sorted(range(len(result.scores)), key=lambda i: -result.scores[i])[:top_n]
+    """The results, best score first (ties keep the documents' order), at most ``top_n``. A score
+    that is not a number (a broken model's NaN, written as null) ranks last: NaN compares false
+    with everything, so sorting by it would leave the order to chance."""
+    scores = result.scores
+    order = sorted(range(len(scores)), key=lambda i: (math.isnan(scores[i]), -scores[i]))[:top_n]
     out: list[JSONValue] = []
     for i in order:
         item: JSONObject = {"index": i, "relevance_score": result.scores[i]}

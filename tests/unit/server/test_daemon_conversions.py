@@ -28,6 +28,7 @@ from localrun.engine.types import (
 )
 from localrun.runtime import protocol
 from localrun.runtime.scheduler import DEFAULT
+from localrun.server import rerank
 from localrun.server.http import json_body, json_reply
 from localrun.server.openai import convert as oc
 from localrun.server.options import merge_options, parse_keep_alive
@@ -286,3 +287,11 @@ def test_forced_schemas_drop_keywords_a_grammar_cannot_enforce() -> None:
     assert args["properties"]["when"]["format"] == "date"
     assert args["properties"]["tags"]["items"] == {"type": "string"}
     assert args["required"] == ["n"]
+
+
+def test_a_score_that_is_not_a_number_ranks_last() -> None:
+    """A broken reranker's NaN would make the sort's order a matter of chance; it goes last, as null."""
+    result = RerankResult([0.5, float("nan"), 2.0, float("-inf"), 0.5], 9, [False] * 5)
+    ranked = rerank.ranked(result, ["a", "b", "c", "d", "e"], 5, with_documents=True)
+    assert [r["index"] for r in ranked] == [2, 0, 4, 3, 1]  # type: ignore[index]
+    assert json.loads(json_body(ranked))[-1] == {"index": 1, "relevance_score": None, "document": {"text": "b"}}
