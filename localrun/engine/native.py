@@ -313,7 +313,8 @@ class Vocab:
         server does for ``ignore_eos``: about 0.1 s for a 262k vocabulary.
         """
         return self._scan_once(
-            "_eog_ids", lambda: np.array([t for t in range(self.n_vocab) if self.is_eog(t)], dtype=np.int64))
+            "_eog_ids", lambda: np.array([t for t in range(self.n_vocab) if lc.llama_vocab_is_eog(self.ptr, t)],
+                                         dtype=np.int64))  # asked directly: is_eog keeps what it is asked
 
     def is_eog(self, token: int) -> bool:
         """Whether ``token`` ends generation; each id asks llama.cpp once (asked for every token

@@ -336,7 +336,7 @@ class Scheduler:
         for victim in victims:
             reason_out = f"evicted to make room for {spec.name}"
             if room_now:
-                self._unload_in_background(victim, reason_out)
+                self._start_unload(victim, reason_out)
             else:
                 await self._unload(victim, reason_out)
         reason = f"reloaded ({_diff(current.spec.options, spec.options)})" if current is not None else "loaded"
@@ -439,16 +439,14 @@ class Scheduler:
             self.on_event("crash", model, reason)
         self._wake.set()
 
-    def _unload_in_background(self, model: ResidentModel, reason: str) -> None:
-        """Forget ``model`` now (it no longer counts as loaded) and close its runner in a task
-        that :meth:`close` waits for."""
-        if self.models.get(model.name) is model:
-            del self.models[model.name]
-        task = asyncio.create_task(self._unload(model, reason), name=f"unload-{model.name}")
-        self._unloading.add(task)
-        task.add_done_callback(self._unloading.discard)
-
     async def _unload(self, model: ResidentModel, reason: str) -> None:
+        """Forget ``model`` and wait until its runner has closed. Shielded: cancelling the caller
+        (the scheduler's loop, when the daemon stops mid-unload) must not abandon a runner that was
+        told to exit; :meth:`close` waits for it instead."""
+        await asyncio.shield(self._start_unload(model, reason))
+
+    def _start_unload(self, model: ResidentModel, reason: str) -> asyncio.Task[None]:
+        """Forget ``model`` now and start closing its runner in a task :meth:`close` waits for."""
         if self.models.get(model.name) is model:
             del self.models[model.name]
         if model.timer is not None:
@@ -457,12 +455,10 @@ class Scheduler:
         log.info("unloading %s: %s", model.name, reason)
         if self.on_event:
             self.on_event("unload", model, reason)
-        closing = asyncio.create_task(self._close_backend(model), name=f"close-{model.name}")
+        closing = asyncio.create_task(self._close_backend(model), name=f"unload-{model.name}")
         self._unloading.add(closing)
         closing.add_done_callback(self._unloading.discard)
-        # shielded: cancelling the caller (the scheduler's loop, when the daemon stops mid-unload)
-        # must not abandon a runner that was told to exit; close() waits for it instead
-        await asyncio.shield(closing)
+        return closing
 
     async def _close_backend(self, model: ResidentModel) -> None:
         try:
