@@ -110,11 +110,15 @@ def json_body(obj: object) -> bytes:
     try:
         return orjson.dumps(obj)
     except orjson.JSONEncodeError:
+        pass
+    try:  # a hostile tools list echoed back may nest ~1000 deep: json's C encoder walks it, _finite would not
+        return json.dumps(obj, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except ValueError:  # a non-finite float
         return json.dumps(_finite(obj), ensure_ascii=False).encode("utf-8")
 
 
 def _finite(obj: object) -> object:
-    """``obj`` with every non-finite float replaced by None (for the rare json fallback)."""
+    """``obj`` with every non-finite float replaced by None (for the rarest json fallback)."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, Mapping):

@@ -54,7 +54,11 @@ class ResponsesEncoder:
         return kind, data
 
     def _snapshot(self, kind: str) -> Event:
-        return self._event(kind, response=copy.deepcopy(self.response))
+        """The response as it stands, for an event written later. Only the output items change in
+        place (the rest is set by assignment), so only they are copied: the request's echoed
+        tools, schema and metadata are never walked (a hostile 600-deep metadata made a deep copy
+        of the whole response overflow Python's stack: a 500)."""
+        return self._event(kind, response={**self.response, "output": copy.deepcopy(self._output)})
 
     def start(self) -> list[Event]:
         return [self._snapshot("response.created"), self._snapshot("response.in_progress")]

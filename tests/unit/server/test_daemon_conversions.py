@@ -32,6 +32,7 @@ from localrun.server import rerank
 from localrun.server.http import json_body, json_reply
 from localrun.server.openai import convert as oc
 from localrun.server.options import merge_options, parse_keep_alive
+from localrun.server.responses.stream import ResponsesEncoder
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
@@ -287,6 +288,18 @@ def test_forced_schemas_drop_keywords_a_grammar_cannot_enforce() -> None:
     assert args["properties"]["when"]["format"] == "date"
     assert args["properties"]["tags"]["items"] == {"type": "string"}
     assert args["required"] == ["n"]
+
+
+def test_a_reply_echoing_a_hostile_nesting_is_still_written() -> None:
+    """The request reader takes ~1000 levels (json's own limit) and a Responses reply echoes the
+    tools back: the writer must manage whatever the reader let in."""
+    nested: object = 1
+    for _ in range(800):
+        nested = [nested]
+    assert json.loads(json_body({"tools": nested})) == {"tools": nested}
+    stream = ResponsesEncoder("m", {"metadata": {"a": nested}})  # every snapshot carries the echo
+    for _, data in stream.start():
+        assert json.loads(json_body(data))["response"]["metadata"] == {"a": nested}
 
 
 def test_a_score_that_is_not_a_number_ranks_last() -> None:
