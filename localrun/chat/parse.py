@@ -45,7 +45,7 @@ from __future__ import annotations
 import enum
 import json
 
-from ..jsontypes import JSONObject, JSONValue
+from ..jsontypes import JSONObject, JSONValue, loads
 from .events import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall, collect
 from .format import ChatFormat, ToolFormat
 
@@ -353,7 +353,7 @@ class _JsonScan:
 def _calls(body: str, names: frozenset[str]) -> list[tuple[str, JSONObject]] | None:
     """The calls in a JSON text, or None when it is not (only) calls to offered tools."""
     try:
-        value: JSONValue = json.loads(body)
+        value = loads(body)
     except ValueError:
         return None
     items = value if isinstance(value, list) else [value]
@@ -372,7 +372,7 @@ def _as_call(obj: JSONValue, names: frozenset[str]) -> tuple[str, JSONObject] | 
     args = fn.get("arguments", fn.get("parameters", {}))
     if isinstance(args, str):
         try:
-            args = json.loads(args) if args.strip() else {}
+            args = loads(args) if args.strip() else {}
         except ValueError:
             return None
     if args is None:

@@ -31,6 +31,7 @@ from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import TemplateError, TemplateLimit
+from ..jsontypes import loads
 from .gotemplate import GoTemplate
 from .template_limits import BoundedSandbox
 
@@ -196,7 +197,7 @@ def _hf_call(call: object, default_id: str) -> object:
     arguments = fn.get("arguments")
     if isinstance(arguments, str):
         with contextlib.suppress(ValueError):  # not JSON: a template shows it as the text it is
-            fn["arguments"] = json.loads(arguments) if arguments.strip() else {}
+            fn["arguments"] = loads(arguments) if arguments.strip() else {}
     elif arguments is None:
         fn["arguments"] = {}
     return {**call, "id": call.get("id") or default_id, "type": call.get("type") or "function", "function": fn}

@@ -23,7 +23,7 @@ import re
 from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
 from ..errors import GrammarError
-from ..jsontypes import JSONObject
+from ..jsontypes import JSONObject, JSONValue, TooDeep, loads
 from .regex_bounds import check_pattern
 from .types import OutputFormat
 
@@ -66,14 +66,17 @@ def grammar_for(format: OutputFormat, grammar: str | None,
         return None
     if format == "json":
         return JSON_GBNF
+    schema: JSONValue = format
     if isinstance(format, str):
         try:
-            format = json.loads(format)
+            schema = loads(format)
+        except TooDeep as exc:
+            raise GrammarError(f"format is not accepted: {exc}") from None
         except ValueError:
             raise GrammarError(f"format must be \"json\" or a JSON Schema object, got {format!r}") from None
-    if not isinstance(format, dict):
+    if not isinstance(schema, dict):
         raise GrammarError("format must be \"json\" or a JSON Schema object")
-    gbnf = schema_to_gbnf(format)
+    gbnf = schema_to_gbnf(schema)
     return _framed(gbnf, frame) if frame is not None else gbnf
 
 

@@ -16,7 +16,7 @@ from aiohttp import web
 from .. import trace
 from ..errors import InvalidRequest, OptionError
 from ..fmt import FOREVER_ISO
-from ..jsontypes import JSONMapping, JSONObject
+from ..jsontypes import JSONMapping, JSONObject, TooDeep, loads
 
 PRIORITY_HEADER = "X-Localrun-Priority"
 """``interactive`` (a person waits: the TUI, ``localrun run``) or ``batch``: how the engine queues the
@@ -41,8 +41,10 @@ async def read_json(request: web.Request) -> JSONObject:
     except UnicodeDecodeError as exc:
         raise InvalidRequest(f"request body is not valid JSON: it is not UTF-8 ({exc})") from None
     try:
-        body = json.loads(text, parse_constant=_not_json)
-    except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, or an int of > 4300 digits
+        body = loads(text)
+    except TooDeep as exc:
+        raise InvalidRequest(f"request body is not accepted: {exc}") from None
+    except ValueError as exc:  # JSONDecodeError, NaN, or an int of > 4300 digits
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object")
@@ -53,12 +55,6 @@ async def read_json(request: web.Request) -> JSONObject:
         except UnicodeEncodeError:
             raise InvalidRequest("request body contains invalid Unicode (a lone surrogate escape)") from None
     return body
-
-
-def _not_json(name: str) -> float:
-    """``NaN`` and ``Infinity``, which Python's json reads and JSON does not have: refused (no option
-    may be non-finite, and nothing after this point need expect one)."""
-    raise ValueError(f"{name} is not a JSON number")
 
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -106,15 +102,18 @@ def json_body(obj: object) -> bytes:
     non-finite float (a grammar-masked token's -inf log-probability, a random model's NaN score)
     is written as null, which strict parsers read, where ``json.dumps`` writes ``-Infinity``,
     which they do not. What orjson cannot write (an integer past 64 bits or nesting past 255
-    levels, which a model's tool arguments may hold) goes by Python's json, with the same nulls."""
+    levels, which ``loads`` keeps out) goes by Python's json, with the same nulls."""
     try:
         return orjson.dumps(obj)
     except orjson.JSONEncodeError:
         pass
-    try:  # a hostile tools list echoed back may nest ~1000 deep: json's C encoder walks it, _finite would not
-        return json.dumps(obj, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    try:  # json first: a reply with no NaN in it needs no copy
+        return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=_COMPACT).encode("utf-8")
     except ValueError:  # a non-finite float
-        return json.dumps(_finite(obj), ensure_ascii=False).encode("utf-8")
+        return json.dumps(_finite(obj), ensure_ascii=False, separators=_COMPACT).encode("utf-8")
+
+
+_COMPACT = (",", ":")
 
 
 def _finite(obj: object) -> object:

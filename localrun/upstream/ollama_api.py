@@ -18,7 +18,7 @@ from ..chat import images
 from ..chat.events import ChatEvent, ContentDelta, ThinkingDelta, ToolCall, new_call_id
 from ..engine.types import DoneEvent, DoneReason, EmbedResult
 from ..errors import UpstreamError
-from ..jsontypes import JSONMapping
+from ..jsontypes import JSONMapping, loads
 from .requests import ChatRequest, CompletionRequest, EmbedRequest, Sampling, ToolChoice
 
 CHAT_PATH = "/api/chat"
@@ -145,7 +145,7 @@ class StreamDecoder:
             if isinstance(args, str):
                 raw = args
                 try:
-                    args = json.loads(raw) if raw.strip() else {}
+                    args = loads(raw) if raw.strip() else {}
                 except ValueError:
                     events.append(ContentDelta(raw))  # a broken call is content, as chatparse has it
                     continue

@@ -17,7 +17,7 @@ from ..chat import images
 from ..chat.events import ChatEvent, ContentDelta, ThinkingDelta, ToolCall, new_call_id
 from ..engine.types import DoneEvent, DoneReason, EmbedResult
 from ..errors import InvalidRequest, UpstreamError
-from ..jsontypes import JSONMapping
+from ..jsontypes import JSONMapping, loads
 from .requests import ChatRequest, CompletionRequest, EmbedRequest, Format, Sampling
 
 CHAT_PATH = "/v1/chat/completions"
@@ -268,7 +268,7 @@ class StreamDecoder:
                 continue
             slot = self._calls.pop(index)
             try:
-                args = json.loads(slot["arguments"]) if slot["arguments"].strip() else {}
+                args = loads(slot["arguments"]) if slot["arguments"].strip() else {}
             except ValueError:
                 args = None
             if not isinstance(args, dict):

@@ -11,6 +11,7 @@ GGUF or claim impossible sizes, and chat templates that try to escape the Jinja 
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import threading
@@ -153,6 +154,42 @@ def test_deeply_nested_json_is_a_400(daemon: LiveDaemon, path: str, shape: str) 
     else:
         body = b'{"model": "tiny", "prompt": "x", "options": {"stop": ' + b"[" * depth + b"]" * depth + b"}}"
     rejected(send(daemon, "POST", path, content=body, headers={"Content-Type": "application/json"}))
+    healthy(daemon)
+
+
+def _nested(depth: int) -> str:
+    return '{"a":' * depth + "1" + "}" * depth
+
+
+_ECHOED = {  # where a reply echoes a nested part of the request, or a template reads one
+    "metadata": ("/v1/responses", lambda d: '{"model": "tiny", "input": "hi", "max_output_tokens": 2, '
+                                            '"stream": true, "metadata": %s}' % _nested(d)),
+    "arguments": ("/v1/chat/completions", lambda d: json.dumps({"model": "tiny", "max_tokens": 2, "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+                                              "function": {"name": "f", "arguments": _nested(d)}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"}]})),
+    "input_arguments": ("/v1/responses", lambda d: json.dumps({"model": "tiny", "max_output_tokens": 2, "input": [
+        {"role": "user", "content": "hi"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": _nested(d)},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"}]})),
+}
+
+
+@pytest.mark.parametrize("where", sorted(_ECHOED))
+@pytest.mark.parametrize("depth", [100, 300, 2000])
+def test_nesting_a_reply_could_not_echo_is_refused_at_the_door(daemon: LiveDaemon, where: str, depth: int) -> None:
+    """Past 128 levels (serde_json's limit) a body, or a tool call's arguments string, is a 400 that
+    says so: a 970-deep metadata made a streamed Response a 500, 2,000-deep arguments broke the parser.
+    Within it, the request is answered (a streamed Response echoes its metadata whole)."""
+    path, build = _ECHOED[where]
+    r = send(daemon, "POST", path, content=build(depth), headers={"Content-Type": "application/json"})
+    if depth > 128:
+        rejected(r, "deeper than 128 levels")
+    else:
+        assert r.status_code == 200, r.text[:300]
+        if where == "metadata":
+            assert _nested(depth).replace(" ", "") in r.text
     healthy(daemon)
 
 

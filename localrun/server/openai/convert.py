@@ -11,7 +11,6 @@ vLLM's ``ignore_eos`` / ``min_tokens`` (end-of-generation tokens do not end the 
 from __future__ import annotations
 
 import base64
-import json
 import struct
 
 from ...chat import images as chat_images
@@ -21,7 +20,7 @@ from ...chat.prompt import native_role, role_names
 from ...chat.tools import validate_tools
 from ...engine.types import DoneEvent, DoneReason, EmbedInput, TokenLogprob
 from ...errors import InvalidRequest, OptionError
-from ...jsontypes import JSONObject, JSONValue
+from ...jsontypes import JSONObject, JSONValue, loads
 from ..http import get, get_whole
 from ..native_call import NativeCall, extra_options
 from ..options import parse_keep_alive, top_logprobs
@@ -128,12 +127,12 @@ def _native_call(call: JSONValue, where: str) -> JSONObject:
     fn = call.get("function") if isinstance(call, dict) else None
     if not isinstance(call, dict) or not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
         raise InvalidRequest(f"{where} must be {{type: 'function', function: {{name, arguments}}}}")
-    args = fn.get("arguments") or {}
+    args: JSONValue = fn.get("arguments") or {}
     if isinstance(args, str):
         try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
-            raise InvalidRequest(f"{where}.function.arguments is not valid JSON") from None
+            args = loads(args) if args.strip() else {}
+        except ValueError as exc:
+            raise InvalidRequest(f"{where}.function.arguments is not valid JSON: {exc}") from None
     out: JSONObject = {"function": {"name": fn["name"], "arguments": args}}
     call_id = call.get("id")
     if isinstance(call_id, str) and call_id:

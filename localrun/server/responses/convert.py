@@ -27,13 +27,12 @@ Images, files and audio are a 400 (text models).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 
 from ...chat import images as chat_images
 from ...chat.prompt import TURN_ROLES, native_role, role_names
 from ...errors import InvalidRequest
-from ...jsontypes import JSONMapping, JSONObject, JSONValue, as_object
+from ...jsontypes import JSONMapping, JSONObject, JSONValue, as_object, loads
 from ..http import get, get_whole, str_field
 from ..native_call import NativeCall
 from ..openai.convert import options_from_openai
@@ -200,9 +199,9 @@ def _arguments(value: JSONValue, where: str) -> JSONObject:
     if not isinstance(value, str):
         raise InvalidRequest(f"{where}.arguments must be a JSON string")
     try:
-        args = json.loads(value)
-    except json.JSONDecodeError:
-        raise InvalidRequest(f"{where}.arguments is not valid JSON") from None
+        args = loads(value)
+    except ValueError as exc:
+        raise InvalidRequest(f"{where}.arguments is not valid JSON: {exc}") from None
     if not isinstance(args, dict):
         raise InvalidRequest(f"{where}.arguments must be a JSON object")
     return args
