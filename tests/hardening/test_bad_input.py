@@ -163,7 +163,7 @@ def _nested(depth: int) -> str:
 
 _ECHOED = {  # where a reply echoes a nested part of the request, or a template reads one
     "metadata": ("/v1/responses", lambda d: '{"model": "tiny", "input": "hi", "max_output_tokens": 2, '
-                                            '"stream": true, "metadata": %s}' % _nested(d)),
+                                            '"stream": true, "metadata": ' + _nested(d) + "}"),
     "arguments": ("/v1/chat/completions", lambda d: json.dumps({"model": "tiny", "max_tokens": 2, "messages": [
         {"role": "user", "content": "hi"},
         {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
