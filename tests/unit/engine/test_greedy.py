@@ -54,3 +54,26 @@ def test_the_window_forgets_the_oldest_token() -> None:
     assert greedy.counts == {1: 2}
     row = np.array([1.0, 1.5, 0.0], dtype=np.float32)
     assert greedy.pick(row) == 0  # token 1 is penalised (0.75), token 0 no longer is
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    vocab=st.integers(2, 40),
+    history_len=st.integers(1, 80),
+    last_n=st.integers(1, 64),
+    repeat=st.sampled_from([1.0, 2.0, 4.0]),
+    freq=st.sampled_from([0.0, 0.5]),
+    present=st.sampled_from([0.0, 0.5, 1.0]),
+)
+def test_exact_ties_go_to_the_lowest_id_as_there(seed: int, vocab: int, history_len: int, last_n: int,
+                                                 repeat: float, freq: float, present: float) -> None:
+    """Logits from a few exact values, penalties that map one onto another (2 / 2 = 1, 1.5 - 0.5 =
+    1): every tie between a penalised and an unpenalised token is decided as llama.cpp decides it."""
+    rng = np.random.default_rng(seed)
+    row = rng.choice(np.array([-np.inf, -1.0, 0.0, 0.5, 1.0, 1.5, 2.0, 4.0], dtype=np.float32), vocab)
+    history = [int(t) for t in rng.integers(0, vocab, history_len)]
+    greedy = GreedyPenalties(last_n, repeat, freq, present)
+    for token in history:
+        greedy.accept(token)
+    assert greedy.pick(row) == oracle(row, history, last_n, repeat, freq, present)
