@@ -10,6 +10,7 @@ is tests/e2e/test_strict_tool_calls.py.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +42,17 @@ def _url(app: Any) -> str:
 
 
 @pytest.fixture
-def oai(app: Any) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=_url(app) + "/v1", api_key="unused", max_retries=0)
+async def oai(app: Any) -> AsyncIterator[openai.AsyncOpenAI]:
+    # closed here, in the test's loop: left to the garbage collector, its aclose() was scheduled on a
+    # later test's loop and logged "Event loop is closed" tracebacks there
+    async with openai.AsyncOpenAI(base_url=_url(app) + "/v1", api_key="unused", max_retries=0) as client:
+        yield client
 
 
 @pytest.fixture
-def claude(app: Any) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(base_url=_url(app), api_key="unused", max_retries=0)
+async def claude(app: Any) -> AsyncIterator[anthropic.AsyncAnthropic]:
+    async with anthropic.AsyncAnthropic(base_url=_url(app), api_key="unused", max_retries=0) as client:
+        yield client
 
 
 def _say(text: str) -> list[Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +46,18 @@ async def app(serve_app: Any, store: Any) -> Any:
 
 
 @pytest.fixture
-def oai(app: Any) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=str(app.make_url("/v1")), api_key="unused", max_retries=0)
+async def oai(app: Any) -> AsyncIterator[openai.AsyncOpenAI]:
+    # closed here, in the test's loop: left to the garbage collector, its aclose() was scheduled on a
+    # later test's loop and logged "Event loop is closed" tracebacks there
+    async with openai.AsyncOpenAI(base_url=str(app.make_url("/v1")), api_key="unused", max_retries=0) as client:
+        yield client
 
 
 @pytest.fixture
-def claude(app: Any) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(base_url=str(app.make_url("")).rstrip("/"), api_key="unused", max_retries=0)
+async def claude(app: Any) -> AsyncIterator[anthropic.AsyncAnthropic]:
+    url = str(app.make_url("")).rstrip("/")
+    async with anthropic.AsyncAnthropic(base_url=url, api_key="unused", max_retries=0) as client:
+        yield client
 
 
 @pytest.fixture
