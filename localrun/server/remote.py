@@ -8,7 +8,8 @@ back as :class:`UpstreamOutput`, read by the routes exactly like a local :class:
 Each reply is asked for with the call's ``stream``: the router fails over to another member until
 the client could have received something (the first event of a stream, the end of anything
 else), so only a stream already under way can fail, and its route ends it with its error event.
-The rest serves the model list (``/api/tags``, ``/v1/models``), ``/api/show`` and ``/api/ps``.
+Embeddings and reranking are asked for whole (:func:`embed`, :func:`rerank`). The rest serves the
+model list (``/api/tags``, ``/v1/models``), ``/api/show`` and ``/api/ps``.
 
 What an upstream gets is built from the call alone: no header of the client's request (its
 ``Authorization``, ``x-api-key``, cookies) is ever forwarded. What a local model has and an
@@ -32,7 +33,7 @@ from aiohttp import web
 from .. import errors
 from ..chat.events import ContentDelta
 from ..chat.tools import check_tool_choice
-from ..engine.types import DoneEvent, EmbedInput, EmbedResult
+from ..engine.types import DoneEvent, EmbedInput, EmbedResult, RerankResult
 from ..jsontypes import JSONMapping, JSONObject, JSONValue
 from ..upstream.pool import prefix_keys, text_segments
 from ..upstream.reply import UpstreamReply
@@ -41,6 +42,7 @@ from ..upstream.requests import (
     CompletionRequest,
     EmbedRequest,
     Format,
+    RerankRequest,
     Sampling,
     sampling_from_options,
 )
@@ -209,6 +211,12 @@ async def embed(upstreams: Upstreams, route: Route, inputs: Sequence[EmbedInput]
     if len(texts) != len(inputs):
         raise errors.UnsupportedCapability("token-id inputs are not available for upstream models: send text")
     return await upstreams.embed(route, EmbedRequest(model=route.model, inputs=texts, truncate=truncate))
+
+
+async def rerank(upstreams: Upstreams, route: Route, query: str, documents: Sequence[str],
+                 truncate: bool) -> RerankResult:
+    return await upstreams.rerank(route, RerankRequest(model=route.model, query=query, documents=documents,
+                                                       truncate=truncate))
 
 
 async def check_served(upstreams: Upstreams, route: Route) -> None:

@@ -11,7 +11,10 @@ says ``return_documents: false`` (Jina's and Cohere v1's default; Cohere's ``/v2
 them only when asked). A document cut to fit the model's context is named in ``meta.warnings``
 (Cohere's field); ``truncate: false`` makes it a 400 instead.
 
-Reranking runs on local models; a model that is not a reranker is a 400 (``Target.require``).
+A local model that is not a reranker is a 400 (``Target.require``). An upstream model (``NAME/model``)
+is scored by a ``/v1`` member of its pool (llama-server ``--rerank``, vLLM, another localrun), and the
+reply is written here from its scores, the same way; a pool that speaks only Ollama's API, which has
+no reranking, is a 400.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from ..engine import limits
 from ..engine.types import RerankResult
 from ..jsontypes import JSONObject, JSONValue
 from ..modelkind import ModelKind
+from ..upstream.openai_api import CUT_WARNING
+from . import remote
 from .chat import upstream_route
 from .http import get, get_whole, json_reply, read_json
 from .keys import SERVICE
@@ -77,21 +82,24 @@ async def rerank(request: web.Request) -> web.Response:
     with_documents = get(body, "return_documents", bool, request.path != COHERE_V2_PATH)
     truncate = get(body, "truncate", bool, True)
     service = request.app[SERVICE]
-    if upstream_route(service, body.get("model")) is not None:
-        raise errors.UnsupportedCapability("reranking runs on local models: upstream pools do not forward /v1/rerank")
-    target = await service.target(body.get("model"), body.get("options"), parse_keep_alive(body.get("keep_alive")))
-    target.require(ModelKind.RERANK)
-    result, _, _ = await service.rerank(target, query, documents, truncate)
+    route = upstream_route(service, body.get("model"))
+    if route is not None and service.upstreams is not None:
+        name, result = route.name, await remote.rerank(service.upstreams, route, query, documents, truncate)
+    else:
+        target = await service.target(body.get("model"), body.get("options"),
+                                      parse_keep_alive(body.get("keep_alive")))
+        target.require(ModelKind.RERANK)
+        name, (result, _, _) = target.name, await service.rerank(target, query, documents, truncate)
     reply: JSONObject = {
         "id": f"rerank-{uuid.uuid4().hex}",
-        "model": target.name,
+        "model": name,
         "object": "list",
         "results": ranked(result, documents, min(top_n, len(documents)), with_documents),
         "usage": {"prompt_tokens": result.prompt_eval_count, "total_tokens": result.prompt_eval_count},
     }
     cut = [i for i, was in enumerate(result.truncated) if was]
     if cut:
-        warnings: list[JSONValue] = [f"document {i} was cut to fit the model's context" for i in cut]
+        warnings: list[JSONValue] = [CUT_WARNING.format(i) for i in cut]
         reply["meta"] = {"warnings": warnings}
     return json_reply(reply)
 

@@ -1,7 +1,8 @@
 """Talking to an OpenAI-compatible ``/v1`` upstream: request bodies and reply decoders (pure).
 
 Chat goes to ``/v1/chat/completions`` streamed (``stream_options.include_usage`` for token
-counts), completions to ``/v1/completions``, embeddings to ``/v1/embeddings``. Decoders turn the
+counts), completions to ``/v1/completions``, embeddings to ``/v1/embeddings``, reranking to
+``/v1/rerank`` (llama-server's, vLLM's and localrun's; Ollama's ``/api`` has none). Decoders turn the
 streamed chunks into chat events: ``delta.content`` -> ContentDelta, ``delta.reasoning_content``
 (vLLM, llama.cpp's server, DeepSeek) or ``delta.reasoning`` -> ThinkingDelta, ``delta.tool_calls``
 fragments -> one ToolCall per index once its arguments are complete, and the usage and
@@ -11,18 +12,25 @@ fragments -> one ToolCall per index once its arguments are complete, and the usa
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Mapping, Sequence
 
 from ..chat import images
 from ..chat.events import ChatEvent, ContentDelta, ThinkingDelta, ToolCall, new_call_id
-from ..engine.types import DoneEvent, DoneReason, EmbedResult
+from ..engine.types import DoneEvent, DoneReason, EmbedResult, RerankResult
 from ..errors import InvalidRequest, UpstreamError
 from ..jsontypes import JSONMapping, loads
-from .requests import ChatRequest, CompletionRequest, EmbedRequest, Format, Sampling
+from .requests import ChatRequest, CompletionRequest, EmbedRequest, Format, RerankRequest, Sampling
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETION_PATH = "/v1/completions"
 EMBED_PATH = "/v1/embeddings"
+RERANK_PATH = "/v1/rerank"  # llama-server's, vLLM's and localrun's (Jina's shape)
+# How a reranking reply names a document cut to fit the context, in ``meta.warnings`` (Cohere's field):
+# localrun writes it (server/rerank.py) and reads it back from a localrun upstream.
+CUT_WARNING = "document {} was cut to fit the model's context"
+_CUT = re.compile(re.escape(CUT_WARNING).replace(re.escape("{}"), r"(\d+)"))
 MODELS_PATH = "/v1/models"
 
 
@@ -146,6 +154,46 @@ def completion_body(req: CompletionRequest) -> dict[str, object]:
 
 def embed_body(req: EmbedRequest) -> dict[str, object]:
     return {"model": req.model, "input": list(req.inputs), "encoding_format": "float"}
+
+
+def rerank_body(req: RerankRequest) -> dict[str, object]:
+    """Every document scored, none echoed: the daemon writes its own reply from the scores."""
+    body: dict[str, object] = {"model": req.model, "query": req.query, "documents": list(req.documents),
+                               "top_n": len(req.documents), "return_documents": False}
+    if not req.truncate:  # servers that do not know the field cut as they always do (localrun refuses)
+        body["truncate"] = False
+    return body
+
+
+def rerank_result(body: object, count: int) -> RerankResult:
+    """The scores a ``/v1/rerank`` reply gives ``count`` documents, back in the documents' order.
+    Raises UpstreamError unless it scores each of them exactly once (a null score, as a NaN is
+    written, is read back as NaN)."""
+    results = body.get("results") if isinstance(body, dict) else None
+    if not isinstance(results, list):
+        raise UpstreamError("the rerank reply holds no 'results' list")
+    scores: list[float | None] = [None] * count
+    for r in results:
+        index = r.get("index") if isinstance(r, dict) else None
+        score = r.get("relevance_score") if isinstance(r, dict) else None
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < count or scores[index] is not None:
+            raise UpstreamError(f"the rerank reply's results do not score each of the {count} document(s) once")
+        if score is None:
+            score = math.nan
+        if not isinstance(score, (int, float)) or isinstance(score, bool):
+            raise UpstreamError("a relevance_score in the rerank reply is not a number")
+        scores[index] = float(score)
+    if any(s is None for s in scores):
+        raise UpstreamError(f"the rerank reply scores {sum(s is not None for s in scores)} of {count} document(s)")
+    usage = body.get("usage") if isinstance(body, dict) else None
+    tokens = usage.get("prompt_tokens", usage.get("total_tokens")) if isinstance(usage, dict) else None
+    meta = body.get("meta") if isinstance(body, dict) else None
+    warnings = meta.get("warnings") if isinstance(meta, dict) else None
+    matches = [_CUT.fullmatch(w) for w in warnings if isinstance(w, str)] if isinstance(warnings, list) else []
+    cut = {int(m.group(1)) for m in matches if m is not None}
+    return RerankResult(scores=[s for s in scores if s is not None],
+                        prompt_eval_count=tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else 0,
+                        truncated=[i in cut for i in range(count)])
 
 
 def model_ids(body: object) -> list[str]:

@@ -1,4 +1,4 @@
-"""What localrun asks an upstream: chat, completion and embedding requests at the chat level.
+"""What localrun asks an upstream: chat, completion, embedding and rerank requests at the chat level.
 
 An upstream applies its own chat template, so it gets messages, tools and ``tool_choice``, the
 output ``format`` and only the sampling options the client set (:class:`Sampling`: None means
@@ -68,6 +68,16 @@ class CompletionRequest:
 class EmbedRequest:
     model: str
     inputs: Sequence[str]
+    truncate: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RerankRequest:
+    """Score every one of ``documents`` against ``query`` (``/v1/rerank``: /v1 upstreams only)."""
+
+    model: str
+    query: str
+    documents: Sequence[str]
     truncate: bool = True
 
 

@@ -35,23 +35,29 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
 from .. import errors
 from ..chat.events import ChatEvent
-from ..engine.types import DoneEvent, EmbedResult
+from ..engine.types import DoneEvent, EmbedResult, RerankResult
 from . import ollama_api, openai_api, registry, transport
 from .health import CHECK_INTERVAL_S, HealthChecks
 from .pool import Member, MemberState, Pool, latency_ms
 from .reply import Decoder, Retry, UpstreamReply, batches, empty
-from .requests import ChatRequest, CompletionRequest, EmbedRequest
+from .requests import ChatRequest, CompletionRequest, EmbedRequest, RerankRequest
 from .spec import Api, UpstreamSpec
 
 log = logging.getLogger("localrun.upstream")
 
 RELOAD_EVERY_S = 1.0
 KeyLookup = Callable[[str], str | None]  # environment variable name -> its value
+_T = TypeVar("_T")
+
+
+class _NothingCanAsk(Exception):
+    """Every member serving the model was passed over: none can take the request (Upstreams._ask)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,13 +198,56 @@ class Upstreams:
 
     async def embed(self, route: Route, req: EmbedRequest) -> EmbedResult:
         """Embeddings from the best member (failover on connection errors and 5xx, like replies)."""
+
+        def ask(member: Member) -> tuple[str, dict[str, object]]:
+            r = replace(req, model=member.serves(route.model) or route.model)
+            if member.api is Api.OLLAMA:
+                return ollama_api.EMBED_PATH, ollama_api.embed_body(r)
+            return openai_api.EMBED_PATH, openai_api.embed_body(r)
+
+        def read(member: Member, payload: object) -> EmbedResult:
+            if member.api is Api.OLLAMA:
+                return ollama_api.embeddings(payload, len(req.inputs))
+            return openai_api.embeddings(payload, len(req.inputs))
+
+        return await self._ask(route, ask, read)
+
+    async def rerank(self, route: Route, req: RerankRequest) -> RerankResult:
+        """Scores from the best member that speaks ``/v1`` (Ollama's ``/api`` has no reranking: such
+        members are passed over, not cooled down; a pool of only those is UnsupportedCapability)."""
+
+        def ask(member: Member) -> tuple[str, dict[str, object]] | None:
+            if member.api is Api.OLLAMA:
+                return None
+            r = replace(req, model=member.serves(route.model) or route.model)
+            return openai_api.RERANK_PATH, openai_api.rerank_body(r)
+
+        def read(member: Member, payload: object) -> RerankResult:
+            return openai_api.rerank_result(payload, len(req.documents))
+
+        try:
+            return await self._ask(route, ask, read)
+        except _NothingCanAsk:
+            raise errors.UnsupportedCapability(
+                f"upstream {route.upstream} speaks Ollama's API, which has no reranking: "
+                "only /v1 upstreams (llama-server --rerank, vLLM, localrun) rerank") from None
+
+    async def _ask(self, route: Route, ask: Callable[[Member], tuple[str, dict[str, object]] | None],
+                   read: Callable[[Member, object], _T]) -> _T:
+        """One JSON request (``ask``: its path and body for a member, None where that member cannot
+        take it) answered by the best member that takes it, ``read`` from its whole reply; failover
+        on connection errors, 5xx and replies ``read`` refuses, like a reply before its handover."""
         pool = self._pool(route)
         failures: list[str] = []
         tried: set[str] = set()
+        asked = False
         while (member := await self._next(pool, route, (), tried, failures)) is not None:
-            r = replace(req, model=member.serves(route.model) or route.model)
-            path, body = ((ollama_api.EMBED_PATH, ollama_api.embed_body(r)) if member.api is Api.OLLAMA
-                          else (openai_api.EMBED_PATH, openai_api.embed_body(r)))
+            request = ask(member)
+            if request is None:
+                member.end()
+                continue
+            asked = True
+            path, body = request
             started = self.clock()
             try:
                 response = await self._send(member, path, body)
@@ -206,8 +255,7 @@ class Upstreams:
                     payload = await transport.read_json(response)
                 finally:
                     await response.aclose()
-                result = (ollama_api.embeddings(payload, len(req.inputs)) if member.api is Api.OLLAMA
-                          else openai_api.embeddings(payload, len(req.inputs)))
+                result = read(member, payload)
             except Retry as exc:
                 self._retry(member, exc, failures)
                 continue
@@ -218,6 +266,8 @@ class Upstreams:
                 member.end()
             member.succeeded(self.clock() - started)
             return result
+        if not asked and not failures:
+            raise _NothingCanAsk
         raise self._unavailable(pool, route, failures)
 
     async def _start(self, route: Route, build: Callable[[Member, str], tuple[str, dict[str, object], Decoder]],

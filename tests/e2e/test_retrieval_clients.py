@@ -74,3 +74,33 @@ def test_rerank_over_http_and_from_the_command_line_agree(daemon: Daemon) -> Non
     chat = subprocess.run([sys.executable, "-m", "localrun", "run", "emb", "hello"], env=env, capture_output=True,
                           text=True, timeout=120)
     assert chat.returncode == 1 and "try `localrun embed emb TEXT...`" in chat.stderr
+
+
+def test_a_daemon_in_front_reranks_and_embeds_through_its_upstream(daemon: Daemon,
+                                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
+    home = tmp_path_factory.mktemp("front")
+    front = Daemon(home, free_port(), {"LOCALRUN_MODELS": str(home / "models"), "XDG_CONFIG_HOME": str(home / "config"),
+                                       "LOCALRUN_UPSTREAMS": f"near={daemon.url}"})
+    try:
+        ask = {"query": "what does the fox do", "documents": DOCS}
+        direct = httpx.post(daemon.url + "/v1/rerank", json={"model": "rr", **ask}, timeout=60).json()
+        through = httpx.post(front.url + "/v1/rerank", json={"model": "near/rr", **ask}, timeout=60).json()
+        assert through["model"] == "near/rr" and through["usage"] == direct["usage"]
+        assert [(r["index"], r["document"]) for r in through["results"]] == \
+            [(r["index"], r["document"]) for r in direct["results"]]
+        assert [r["relevance_score"] for r in through["results"]] == \
+            pytest.approx([r["relevance_score"] for r in direct["results"]], abs=1e-6)
+        long_docs = ["fox " * 2000, "hello world"]
+        cut = httpx.post(front.url + "/v1/rerank", json={"model": "near/rr", "query": "fox", "documents": long_docs},
+                         timeout=60).json()
+        assert cut["meta"]["warnings"] == ["document 0 was cut to fit the model's context"]
+        refused = httpx.post(front.url + "/v1/rerank", json={"model": "near/rr", "query": "fox", "truncate": False,
+                                                             "documents": long_docs}, timeout=60)
+        assert refused.status_code == 400 and "upstream near" in refused.json()["error"]["message"]
+        oai = openai.OpenAI(base_url=front.url + "/v1", api_key="unused", max_retries=0)
+        vectors = np.array([d.embedding for d in oai.embeddings.create(model="near/emb", input=DOCS).data])
+        direct_vectors = openai.OpenAI(base_url=daemon.url + "/v1", api_key="unused", max_retries=0).embeddings
+        assert np.allclose(vectors, [d.embedding for d in direct_vectors.create(model="emb", input=DOCS).data],
+                           atol=1e-6)
+    finally:
+        front.stop()

@@ -67,6 +67,11 @@ class Recorder:
             return web.json_response({"data": [{"index": i, "embedding": [0.6, 0.8]}
                                                for i, _ in enumerate(body["input"])],
                                       "usage": {"prompt_tokens": 4}})
+        if request.path == "/v1/rerank":  # scores by length, listed worst first, the cut one named as localrun does
+            results = [{"index": i, "relevance_score": float(len(d))} for i, d in enumerate(body["documents"])]
+            return web.json_response({"results": sorted(results, key=lambda r: r["relevance_score"]),
+                                      "usage": {"prompt_tokens": 21, "total_tokens": 21},
+                                      "meta": {"warnings": ["document 0 was cut to fit the model's context"]}})
         if request.path == "/v1/completions":
             chunks = [{"choices": [{"index": 0, "text": t, "finish_reason": None}]} for t in ("Once", " upon")]
             chunks.append({"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
@@ -209,6 +214,31 @@ async def test_an_ollama_only_upstream_serves_the_openai_api(front: Any) -> None
     path, _, sent = api.seen[-1]
     assert path == "/api/chat" and sent["options"] == {"num_predict": 5}
     _assert_no_client_credentials(api)
+
+
+async def test_reranking_an_upstream_model_answers_in_the_same_shape_and_an_ollama_pool_says_it_cannot(
+        front: Any) -> None:
+    client, v1, api = front
+    headers = {"Authorization": f"Bearer {CLIENT_KEY}"}
+    docs = ["a much longer document than the others", "short", "mid length"]
+    resp = await client.post("/v1/rerank", json={"model": "gpu/big-model", "query": "q", "top_n": 2,
+                                                  "documents": [docs[0], {"text": docs[1]}, docs[2]]}, headers=headers)
+    assert resp.status == 200, await resp.text()
+    reply = await resp.json()
+    assert reply["model"] == "gpu/big-model" and reply["usage"]["prompt_tokens"] == 21
+    assert [(r["index"], r["document"]["text"]) for r in reply["results"]] == [(0, docs[0]), (2, docs[2])]
+    assert reply["meta"]["warnings"] == ["document 0 was cut to fit the model's context"]
+    path, _, sent = v1.seen[-1]
+    assert path == "/v1/rerank" and sent["documents"] == docs and sent["model"] == "big-model"
+    v2 = await (await client.post("/v2/rerank", json={"model": "gpu/big-model", "query": "q", "documents": docs},
+                                  headers=headers)).json()
+    assert [r["index"] for r in v2["results"]] == [0, 2, 1] and "document" not in v2["results"][0]
+    refused = await client.post("/v1/rerank", json={"model": "old/llama3:8b", "query": "q", "documents": docs},
+                                headers=headers)
+    assert refused.status == 400
+    assert "speaks Ollama's API, which has no reranking" in (await refused.json())["error"]["message"]
+    assert all("rerank" not in path for path, _, _ in api.seen)  # only its health check reached it
+    _assert_no_client_credentials(v1)
 
 
 async def test_the_key_shows_nowhere(front: Any, caplog: pytest.LogCaptureFixture) -> None:

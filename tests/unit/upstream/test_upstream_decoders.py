@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -10,7 +11,7 @@ from localrun.chat.events import ContentDelta, ThinkingDelta, ToolCall
 from localrun.engine.types import DoneReason
 from localrun.errors import OptionError, UpstreamError
 from localrun.upstream import ollama_api, openai_api
-from localrun.upstream.requests import ChatRequest, sampling_from_options
+from localrun.upstream.requests import ChatRequest, RerankRequest, sampling_from_options
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
          {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
@@ -114,3 +115,30 @@ def test_chat_bodies_carry_only_what_the_client_set() -> None:
     assert native["options"] == {"temperature": 0.0, "top_k": 5, "stop": ["END"]}
     with pytest.raises(OptionError, match="temperature"):
         sampling_from_options({"temperature": "hot"})
+
+
+def test_a_rerank_reply_is_read_back_in_the_documents_order() -> None:
+    body = openai_api.rerank_body(RerankRequest(model="m", query="q", documents=["a", "b", "c"], truncate=False))
+    assert body == {"model": "m", "query": "q", "documents": ["a", "b", "c"], "top_n": 3,
+                    "return_documents": False, "truncate": False}
+    assert "truncate" not in openai_api.rerank_body(RerankRequest(model="m", query="q", documents=["a"]))
+    reply = {"results": [{"index": 2, "relevance_score": 0.9}, {"index": 0, "relevance_score": -1},
+                         {"index": 1, "relevance_score": None}],
+             "usage": {"total_tokens": 12},
+             "meta": {"warnings": [openai_api.CUT_WARNING.format(2), "something else", 7]}}
+    result = openai_api.rerank_result(reply, 3)
+    assert result.scores[0] == -1.0 and result.scores[2] == 0.9 and math.isnan(result.scores[1])
+    assert result.prompt_eval_count == 12 and result.truncated == [False, False, True]
+
+
+@pytest.mark.parametrize("reply", [
+    {}, {"results": {}}, {"results": [{"index": 0, "relevance_score": 1.0}]},
+    {"results": [{"index": 0, "relevance_score": 1.0}, {"index": 0, "relevance_score": 2.0}]},
+    {"results": [{"index": 0, "relevance_score": 1.0}, {"index": 5, "relevance_score": 2.0}]},
+    {"results": [{"index": 0, "relevance_score": 1.0}, {"index": True, "relevance_score": 2.0}]},
+    {"results": [{"index": 0, "relevance_score": 1.0}, {"index": 1, "relevance_score": "high"}]},
+    {"results": [{"index": 0, "relevance_score": 1.0}, "doc"]},
+])
+def test_a_rerank_reply_that_does_not_score_each_document_once_is_an_upstream_error(reply: object) -> None:
+    with pytest.raises(UpstreamError, match="rerank reply"):
+        openai_api.rerank_result(reply, 2)

@@ -13,7 +13,7 @@ from upstream_fakes import Breaks, sse, text_of
 from localrun import errors
 from localrun.chat.events import ContentDelta
 from localrun.upstream.pool import MemberState
-from localrun.upstream.requests import ChatRequest
+from localrun.upstream.requests import ChatRequest, RerankRequest
 from localrun.upstream.router import Route, Upstreams
 from localrun.upstream.spec import make_spec
 
@@ -147,5 +147,47 @@ async def test_the_api_is_learnt_from_the_server() -> None:
         assert paths == ["/v1/models", "/api/tags", "/api/chat"]
         assert ups.route("old/llama3:8b") == Route("old", "llama3:8b")
         assert ups.route("library/llama3") is None  # not an upstream: an Ollama namespace
+    finally:
+        await ups.close()
+
+
+async def test_reranking_goes_to_v1_members_only_and_fails_over_on_a_reply_it_cannot_read() -> None:
+    seen: list[tuple[str, str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.host, request.url.path))
+        if request.url.host == "a":  # answers 200 with a result missing: not a reply to hand on
+            return httpx.Response(200, json={"results": [{"index": 0, "relevance_score": 1.0}]})
+        body = json.loads(request.content)
+        assert body["model"] == "m" and body["top_n"] == 2 and body["return_documents"] is False
+        return httpx.Response(200, json={"results": [{"index": 1, "relevance_score": 3.0},
+                                                     {"index": 0, "relevance_score": -2.0}],
+                                         "usage": {"prompt_tokens": 9}})
+
+    specs = [make_spec("gpu", "http://o", api="ollama", models="m"),
+             make_spec("gpu", "http://a/v1", models="m"), make_spec("gpu", "http://b/v1", models="m")]
+    ups = Upstreams(specs, None, transport_=httpx.MockTransport(handler))
+    try:
+        result = await ups.rerank(Route("gpu", "m"), RerankRequest(model="m", query="q", documents=["x", "y"]))
+        assert result.scores == [-2.0, 3.0] and result.prompt_eval_count == 9 and result.truncated == [False, False]
+        assert ("o", "/api/rerank") not in seen and ("o", "/v1/rerank") not in seen
+        assert ("a", "/v1/rerank") in seen and seen[-1] == ("b", "/v1/rerank")
+        states = {m.url: m.state(ups.clock()) for m in ups.pools["gpu"].members}
+        assert states["http://o"] is not MemberState.COOLING and states["http://a"] is MemberState.COOLING
+        assert [m.in_flight for m in ups.pools["gpu"].members] == [0, 0, 0]
+    finally:
+        await ups.close()
+
+
+async def test_a_pool_that_speaks_only_ollamas_api_cannot_rerank_and_says_so() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise AssertionError(f"nothing is sent: {request.url}")
+
+    ups = Upstreams([make_spec("old", "http://o", api="ollama", models="m")], None,
+                    transport_=httpx.MockTransport(handler))
+    try:
+        with pytest.raises(errors.UnsupportedCapability, match="speaks Ollama's API, which has no reranking"):
+            await ups.rerank(Route("old", "m"), RerankRequest(model="m", query="q", documents=["x"]))
+        assert ups.pools["old"].members[0].in_flight == 0
     finally:
         await ups.close()
