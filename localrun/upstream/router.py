@@ -15,7 +15,8 @@ a connection error, a timeout, a 5xx or 429 answer, a reply that breaks or ends 
 final chunk. Nothing has reached the client, so no request is lost that had not started
 streaming. Each member is tried at most once per request, cooling ones last, so a request makes
 at most as many attempts as its pool has members. A 4xx answer is the request's own fault and
-is raised at once (as InvalidRequest or ModelNotFound, with the upstream's message). After the
+is raised at once (as InvalidRequest or ModelNotFound, with the upstream's message), and so is a 501
+(the member lacks what was asked, e.g. llama-server started without ``--rerank``). After the
 handover the :class:`UpstreamReply` is the caller's: a failure ends it with an UpstreamError
 (the member is cooled down too), which every API writes as its stream's own error event.
 
@@ -378,6 +379,8 @@ class Upstreams:
             await response.aclose()
         status = response.status_code
         where = f"upstream {member.spec.name}"
+        if status == 501:  # it lacks the feature (llama-server without --rerank): not a failing member
+            raise errors.UnsupportedCapability(f"{where}: {message or 'not implemented'}")
         if status >= 500 or status == 429:
             raise Retry(f"HTTP {status}: {message}", busy=status == 429)
         if status in (401, 403):

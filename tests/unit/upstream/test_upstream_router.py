@@ -191,3 +191,18 @@ async def test_a_pool_that_speaks_only_ollamas_api_cannot_rerank_and_says_so() -
         assert ups.pools["old"].members[0].in_flight == 0
     finally:
         await ups.close()
+
+
+async def test_a_member_without_the_feature_is_a_400_and_stays_healthy() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:  # llama-server started without --rerank
+        return httpx.Response(501, json={"error": {"code": 501, "type": "not_supported_error",
+                                                   "message": "This server does not support reranking."}})
+
+    ups = Upstreams([make_spec("gpu", "http://a/v1", models="m")], None, transport_=httpx.MockTransport(handler))
+    try:
+        with pytest.raises(errors.UnsupportedCapability, match="upstream gpu: This server does not support reranking"):
+            await ups.rerank(Route("gpu", "m"), RerankRequest(model="m", query="q", documents=["x"]))
+        member = ups.pools["gpu"].members[0]
+        assert member.state(ups.clock()) is not MemberState.COOLING and member.in_flight == 0
+    finally:
+        await ups.close()
