@@ -10,6 +10,7 @@ ignores options it does not know.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Mapping
 from typing import Any, cast
@@ -31,6 +32,13 @@ _DEFAULT_LOAD = LoadOptions()
 MAX_KEEP_ALIVE = 100 * 365 * 86400.0  # seconds; longer keep-alives mean "forever"
 MIN_BATCH = 64  # >= the engine's sequence ids (at most 64): a smaller batch cannot hold one output per sequence
 IGNORED = frozenset(limits.IGNORED)
+
+
+@functools.lru_cache(maxsize=256)
+def _warn_once(message: str) -> None:
+    """Log a Modelfile problem the first time it is seen: a model's parameters are merged for
+    every request, and one line a request would bury the log (and cost each request's first token)."""
+    log.warning("%s", message)
 
 
 def check_option(name: str, value: object) -> object:
@@ -88,13 +96,13 @@ def merge_options(
             except OptionError:
                 if strict:
                     raise
-                log.warning("ignoring bad Modelfile parameter %s=%r", name, value)
+                _warn_once(f"ignoring bad Modelfile parameter {name}={value!r}")
                 continue
             if name == "num_ctx" and n_ctx_train and isinstance(value, int) and value > n_ctx_train:
                 if strict:
                     raise OptionError(f"option 'num_ctx' is {value}, above the model's trained context of "
                                       f"{n_ctx_train} tokens")
-                log.warning("Modelfile num_ctx %d is above the model's trained context; using %d", value, n_ctx_train)
+                _warn_once(f"Modelfile num_ctx {value} is above the model's trained context; using {n_ctx_train}")
                 value = n_ctx_train
             merged[name] = value
     load_kwargs = {k: v for k, v in merged.items() if k in _LOAD}

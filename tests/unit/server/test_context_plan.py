@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from localrun.engine.types import LoadOptions
@@ -110,3 +112,13 @@ def test_only_a_prompt_that_may_overflow_needs_num_keep() -> None:
     assert not might_overflow("hello " * 100, 4096)  # 600 bytes: at most ~600 tokens
     assert might_overflow("hello " * 1000, 4096)
     assert might_overflow("é" * 2100, 4096)  # 4,200 bytes: a tokenizer might make 4,200 tokens of them
+
+
+def test_a_modelfile_problem_is_logged_once_not_at_every_request(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="localrun.server.options")
+    for _ in range(3):  # values no other test uses: the warnings are remembered per process
+        _, _, extras = merge_options({"num_ctx": 777777, "temperature": "hot-7"}, {}, n_ctx_train=2048)
+        assert extras["num_ctx"] == 2048
+    assert sorted(r.getMessage() for r in caplog.records) == [
+        "Modelfile num_ctx 777777 is above the model's trained context; using 2048",
+        "ignoring bad Modelfile parameter temperature='hot-7'"]
