@@ -28,7 +28,7 @@ from rich.progress import (
 )
 
 from .. import config
-from ..errors import InvalidRequest, LocalrunError
+from ..errors import InvalidName, InvalidRequest, LocalrunError, ModelNotFound
 from ..fmt import human_ago, human_bytes
 from ..jsontypes import JSONObject, JSONValue, as_number, as_object
 
@@ -227,7 +227,12 @@ def _param_text(value: object) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    details = _store().show(args.model)
+    try:
+        details = _store().show(args.model)
+    except (ModelNotFound, InvalidName):  # an upstream's own model names need not be valid store names
+        if "/" in args.model and _show_upstream(args.model):  # NAME/model: an upstream the daemon serves
+            return 0
+        raise
     out = sys.stdout
     chosen = [f for f in _SHOW_FLAGS if getattr(args, f, False)]
     if len(chosen) > 1:
@@ -277,6 +282,28 @@ def cmd_show(args: argparse.Namespace) -> int:
     if details.licenses:
         _section(console, "License", [(line, "") for line in details.licenses[0].splitlines()[:3]])
     return 0
+
+
+def _show_upstream(name: str) -> bool:
+    """Print where the running daemon's upstream model ``name`` is served (its /api/show);
+    False when no daemon answers or ``name`` is not an upstream model there."""
+    daemon = _daemon()
+    if daemon is None:
+        return False
+    with daemon:
+        try:
+            shown = daemon.show(name)
+        except LocalrunError:
+            return False
+    upstream, hosts = shown.get("upstream"), shown.get("upstream_hosts")
+    if not isinstance(upstream, str):
+        return False
+    _section(_console(), "Upstream", [
+        ("pool", upstream),
+        ("model there", str(shown.get("remote_model") or "-")),
+        *[("served at", str(host)) for host in (hosts if isinstance(hosts, list) else [])],
+    ])
+    return True
 
 
 def _section(console: Console, title: str, rows: list[tuple[str, str]]) -> None:

@@ -86,6 +86,12 @@ def test_the_cli_lists_runs_and_shows_the_pool(cluster: tuple[Daemon, Daemon, Da
     assert "UPSTREAM" in ps.stdout and "IN FLIGHT" in ps.stdout
     shown = httpx.post(cluster[2].url + "/api/show", json={"model": "peers/tiny"}).json()
     assert shown["upstream"] == "peers" and len(shown["upstream_hosts"]) == 2
+    cli_show = localrun("show", "peers/tiny")  # not in the local store: the daemon says where it is served
+    assert cli_show.returncode == 0, cli_show.stderr
+    assert "Upstream" in cli_show.stdout and cli_show.stdout.count("served at") == 2
+    assert cluster[0].url in cli_show.stdout and cluster[1].url in cli_show.stdout
+    missing = localrun("show", "peers/absent")
+    assert missing.returncode == 1 and "not found" in missing.stderr
 
 
 def test_official_clients_through_the_front(cluster: tuple[Daemon, Daemon, Daemon]) -> None:
