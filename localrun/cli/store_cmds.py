@@ -301,6 +301,8 @@ def _show_upstream(name: str) -> bool:
     _section(_console(), "Upstream", [
         ("pool", upstream),
         ("model there", str(shown.get("remote_model") or "-")),
+        ("capabilities", ", ".join(str(c) for c in caps) if isinstance(caps := shown.get("capabilities"), list)
+         else "-"),
         *[("served at", str(host)) for host in (hosts if isinstance(hosts, list) else [])],
     ])
     return True

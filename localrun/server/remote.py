@@ -241,12 +241,25 @@ async def tag_entries(upstreams: Upstreams) -> list[JSONObject]:
 
 
 async def show(upstreams: Upstreams, route: Route) -> JSONObject:
-    """``/api/show`` for an upstream model: where it is served, never how (no key, no key variable)."""
+    """``/api/show`` for an upstream model: where it is served, never how (no key, no key variable).
+    Its capabilities and details are an Ollama-API member's own (``vision``, ``thinking``...: what
+    clients enable features by); a ``/v1`` server does not say, so they are assumed as
+    ``completion`` and ``tools``."""
     await check_served(upstreams, route)
     pool = upstreams.pools[route.upstream]
     hosts: list[JSONValue] = [m.url for m in pool.serving(route.model)]
+    capabilities: list[JSONValue] = ["completion", "tools"]
+    details: JSONObject = dict(_UPSTREAM_DETAILS)
+    try:
+        shown = await upstreams.shown(route)
+    except errors.LocalrunError as exc:  # the model's answers still work: say what is known
+        log.info("upstream %s: /api/show of %s failed (%s); its capabilities are assumed", route.upstream,
+                 route.model, exc)
+        shown = None
+    if shown is not None:
+        capabilities, details = list(shown.capabilities), {**details, **shown.details}
     return {"modelfile": "", "parameters": "", "template": "", "system": "", "license": "",
-            "details": dict(_UPSTREAM_DETAILS), "model_info": {}, "capabilities": ["completion", "tools"],
+            "details": details, "model_info": {}, "capabilities": capabilities,
             "remote_model": route.model, "remote_host": hosts[0] if hosts else "", "upstream": route.upstream,
             "upstream_hosts": hosts, "modified_at": "1970-01-01T00:00:00Z"}
 

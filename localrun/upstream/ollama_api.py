@@ -1,7 +1,8 @@
 """Talking to an upstream that has only Ollama's ``/api``: request bodies and reply decoders (pure).
 
 Chat goes to ``/api/chat`` (messages are already in Ollama's shape), raw prompts to
-``/api/generate`` with ``raw: true``, embeddings to ``/api/embed``. Replies are NDJSON:
+``/api/generate`` with ``raw: true``, embeddings to ``/api/embed``; ``/api/show`` tells a model's
+capabilities (:func:`shown`). Replies are NDJSON:
 ``message.content`` / ``message.thinking`` / ``message.tool_calls`` (whole calls), ``response``
 for generate, and a last chunk with ``done: true``, ``done_reason`` and the token counts.
 
@@ -13,18 +14,30 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from ..chat import images
 from ..chat.events import ChatEvent, ContentDelta, ThinkingDelta, ToolCall, new_call_id
 from ..engine.types import DoneEvent, DoneReason, EmbedResult
 from ..errors import UpstreamError
-from ..jsontypes import JSONMapping, loads
+from ..jsontypes import JSONMapping, JSONValue, loads
 from .requests import ChatRequest, CompletionRequest, EmbedRequest, Sampling, ToolChoice
 
 CHAT_PATH = "/api/chat"
 GENERATE_PATH = "/api/generate"
 EMBED_PATH = "/api/embed"
 MODELS_PATH = "/api/tags"
+SHOW_PATH = "/api/show"
+_DETAIL_TEXTS = ("parent_model", "format", "family", "parameter_size", "quantization_level")
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """What an Ollama-API upstream's ``/api/show`` says of a model that clients act on: its
+    capabilities (``vision``, ``tools``, ``thinking``, ``embedding``...) and its ``details``."""
+
+    capabilities: tuple[str, ...]
+    details: dict[str, JSONValue]
 
 
 def options(s: Sampling) -> dict[str, object]:
@@ -85,6 +98,21 @@ def generate_body(req: CompletionRequest) -> dict[str, object]:
 
 def embed_body(req: EmbedRequest) -> dict[str, object]:
     return {"model": req.model, "input": list(req.inputs), "truncate": req.truncate}
+
+
+def shown(body: object) -> Shown | None:
+    """The capabilities and details of a ``/api/show`` reply; None when it lists no capabilities
+    (Ollama before 0.6 did not): nothing is known then, which is no failure of the member."""
+    capabilities = body.get("capabilities") if isinstance(body, dict) else None
+    if not isinstance(capabilities, list):
+        return None
+    raw = body.get("details") if isinstance(body, dict) else None
+    raw = raw if isinstance(raw, dict) else {}
+    details: dict[str, JSONValue] = {k: raw[k] for k in _DETAIL_TEXTS if isinstance(raw.get(k), str)}
+    families = raw.get("families")
+    if isinstance(families, list):
+        details["families"] = [f for f in families if isinstance(f, str)]
+    return Shown(capabilities=tuple(c for c in capabilities if isinstance(c, str)), details=details)
 
 
 def model_names(body: object) -> list[str]:

@@ -233,6 +233,20 @@ class Upstreams:
                 f"upstream {route.upstream} speaks Ollama's API, which has no reranking: "
                 "only /v1 upstreams (llama-server --rerank, vLLM, localrun) rerank") from None
 
+    async def shown(self, route: Route) -> ollama_api.Shown | None:
+        """What an Ollama-API member's ``/api/show`` says of the model (capabilities, details); None
+        where no member speaks Ollama's API (a ``/v1`` server does not say) or it does not say either."""
+
+        def ask(member: Member) -> tuple[str, dict[str, object]] | None:
+            if member.api is not Api.OLLAMA:
+                return None
+            return ollama_api.SHOW_PATH, {"model": member.serves(route.model) or route.model}
+
+        try:
+            return await self._ask(route, ask, lambda _member, payload: ollama_api.shown(payload))
+        except _NothingCanAsk:
+            return None
+
     async def _ask(self, route: Route, ask: Callable[[Member], tuple[str, dict[str, object]] | None],
                    read: Callable[[Member, object], _T]) -> _T:
         """One JSON request (``ask``: its path and body for a member, None where that member cannot

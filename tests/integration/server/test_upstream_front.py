@@ -99,6 +99,10 @@ class Recorder:
     async def _ollama(self, request: web.Request, body: Any) -> web.StreamResponse:
         if request.path == "/api/tags":
             return web.json_response({"models": [{"name": "llama3:8b", "model": "llama3:8b"}]})
+        if request.path == "/api/show":
+            return web.json_response({"capabilities": ["completion", "vision", "thinking"], "model_info": {},
+                                      "details": {"family": "llama", "parameter_size": "8.0B",
+                                                  "quantization_level": "Q4_K_M", "families": ["llama", 7]}})
         if request.path != "/api/chat":
             return web.json_response({"error": "not found"}, status=404)
         lines = [{"model": "llama3:8b", "message": {"role": "assistant", "content": w}, "done": False}
@@ -239,6 +243,21 @@ async def test_reranking_an_upstream_model_answers_in_the_same_shape_and_an_olla
     assert "speaks Ollama's API, which has no reranking" in (await refused.json())["error"]["message"]
     assert all("rerank" not in path for path, _, _ in api.seen)  # only its health check reached it
     _assert_no_client_credentials(v1)
+
+
+async def test_show_gives_an_ollama_upstreams_own_capabilities(front: Any) -> None:
+    client, _, api = front
+    headers = {"Authorization": f"Bearer {CLIENT_KEY}"}
+    shown = await (await client.post("/api/show", json={"model": "old/llama3:8b"}, headers=headers)).json()
+    assert shown["capabilities"] == ["completion", "vision", "thinking"]  # what clients enable image input by
+    assert shown["details"]["family"] == "llama" and shown["details"]["families"] == ["llama"]
+    assert shown["upstream"] == "old" and shown["remote_model"] == "llama3:8b"
+    assert api.seen[-1][0] == "/api/show" and api.seen[-1][2] == {"model": "llama3:8b"}
+    oll = ollama.AsyncClient(host=_url(client), headers=headers)
+    assert (await oll.show("old/llama3:8b")).capabilities == ["completion", "vision", "thinking"]
+    v1_shown = await (await client.post("/api/show", json={"model": "gpu/big-model"}, headers=headers)).json()
+    assert v1_shown["capabilities"] == ["completion", "tools"]  # a /v1 server does not say: assumed
+    _assert_no_client_credentials(api)
 
 
 async def test_the_key_shows_nowhere(front: Any, caplog: pytest.LogCaptureFixture) -> None:

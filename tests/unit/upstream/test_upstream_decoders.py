@@ -142,3 +142,11 @@ def test_a_rerank_reply_is_read_back_in_the_documents_order() -> None:
 def test_a_rerank_reply_that_does_not_score_each_document_once_is_an_upstream_error(reply: object) -> None:
     with pytest.raises(UpstreamError, match="rerank reply"):
         openai_api.rerank_result(reply, 2)
+
+
+def test_an_ollama_show_reply_gives_capabilities_and_text_details_only() -> None:
+    shown = ollama_api.shown({"capabilities": ["completion", "vision", 3], "model_info": {"x": 1},
+                              "details": {"family": "gemma3", "parameter_size": 4, "families": ["gemma3", None]}})
+    assert shown is not None and shown.capabilities == ("completion", "vision")
+    assert shown.details == {"family": "gemma3", "families": ["gemma3"]}
+    assert ollama_api.shown({"details": {}}) is None and ollama_api.shown([]) is None  # an older Ollama: unknown
