@@ -217,9 +217,7 @@ class Upstreams:
         """Scores from the best member that speaks ``/v1`` (Ollama's ``/api`` has no reranking: such
         members are passed over, not cooled down; a pool of only those is UnsupportedCapability)."""
 
-        def ask(member: Member) -> tuple[str, dict[str, object]] | None:
-            if member.api is Api.OLLAMA:
-                return None
+        def ask(member: Member) -> tuple[str, dict[str, object]]:
             r = replace(req, model=member.serves(route.model) or route.model)
             return openai_api.RERANK_PATH, openai_api.rerank_body(r)
 
@@ -227,7 +225,7 @@ class Upstreams:
             return openai_api.rerank_result(payload, len(req.documents))
 
         try:
-            return await self._ask(route, ask, read)
+            return await self._ask(route, ask, read, takes=lambda member: member.api is Api.OPENAI)
         except _NothingCanAsk:
             raise errors.UnsupportedCapability(
                 f"upstream {route.upstream} speaks Ollama's API, which has no reranking: "
@@ -237,32 +235,27 @@ class Upstreams:
         """What an Ollama-API member's ``/api/show`` says of the model (capabilities, details); None
         where no member speaks Ollama's API (a ``/v1`` server does not say) or it does not say either."""
 
-        def ask(member: Member) -> tuple[str, dict[str, object]] | None:
-            if member.api is not Api.OLLAMA:
-                return None
+        def ask(member: Member) -> tuple[str, dict[str, object]]:
             return ollama_api.SHOW_PATH, {"model": member.serves(route.model) or route.model}
 
         try:
-            return await self._ask(route, ask, lambda _member, payload: ollama_api.shown(payload))
+            return await self._ask(route, ask, lambda _member, payload: ollama_api.shown(payload),
+                                   takes=lambda member: member.api is Api.OLLAMA)
         except _NothingCanAsk:
             return None
 
-    async def _ask(self, route: Route, ask: Callable[[Member], tuple[str, dict[str, object]] | None],
-                   read: Callable[[Member, object], _T]) -> _T:
-        """One JSON request (``ask``: its path and body for a member, None where that member cannot
-        take it) answered by the best member that takes it, ``read`` from its whole reply; failover
-        on connection errors, 5xx and replies ``read`` refuses, like a reply before its handover."""
+    async def _ask(self, route: Route, ask: Callable[[Member], tuple[str, dict[str, object]]],
+                   read: Callable[[Member, object], _T],
+                   takes: Callable[[Member], bool] = lambda _member: True) -> _T:
+        """One JSON request (``ask``: its path and body for a member) answered by the best member
+        that ``takes`` it, ``read`` from its whole reply; failover on connection errors, 5xx and
+        replies ``read`` refuses, like a reply before its handover. _NothingCanAsk when no member
+        takes it (and none failed its check)."""
         pool = self._pool(route)
         failures: list[str] = []
         tried: set[str] = set()
-        asked = False
-        while (member := await self._next(pool, route, (), tried, failures)) is not None:
-            request = ask(member)
-            if request is None:
-                member.end()
-                continue
-            asked = True
-            path, body = request
+        while (member := await self._next(pool, route, (), tried, failures, takes)) is not None:
+            path, body = ask(member)
             started = self.clock()
             try:
                 response = await self._send(member, path, body)
@@ -281,7 +274,7 @@ class Upstreams:
                 member.end()
             member.succeeded(self.clock() - started)
             return result
-        if not asked and not failures:
+        if not tried and not failures:
             raise _NothingCanAsk
         raise self._unavailable(pool, route, failures)
 
@@ -316,10 +309,11 @@ class Upstreams:
         return pool
 
     async def _next(self, pool: Pool, route: Route, keys: Sequence[bytes], tried: set[str],
-                    failures: list[str]) -> Member | None:
-        """The best member not tried yet, already counted in flight (``begin``); None when every
-        member was tried. Members whose API is not known yet are checked first, so that choosing
-        and ``begin`` happen with no await between them (concurrent requests see each other's load)."""
+                    failures: list[str], takes: Callable[[Member], bool] = lambda _member: True) -> Member | None:
+        """The best member not tried yet that ``takes`` the request, already counted in flight
+        (``begin``); None when every member was tried or passed over. Members whose API is not known
+        yet are checked first, so that choosing and ``begin`` happen with no await between them
+        (concurrent requests see each other's load)."""
         if not pool.serving(route.model):
             served = ", ".join(pool.models()[:20]) or "nothing listed yet"
             raise errors.ModelNotFound(f"model {route.model!r} is not served by upstream {pool.name} "
@@ -332,7 +326,7 @@ class Upstreams:
                     tried.add(m.url)
                     failures.append(f"{m.url}: {m.last_error or 'no answer'}")
         for member in pool.order(route.model, self.clock(), keys):
-            if member.url not in tried and member.api is not None:
+            if member.url not in tried and member.api is not None and takes(member):
                 tried.add(member.url)
                 member.begin()
                 return member

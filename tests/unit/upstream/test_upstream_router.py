@@ -175,6 +175,7 @@ async def test_reranking_goes_to_v1_members_only_and_fails_over_on_a_reply_it_ca
         states = {m.url: m.state(ups.clock()) for m in ups.pools["gpu"].members}
         assert states["http://o"] is not MemberState.COOLING and states["http://a"] is MemberState.COOLING
         assert [m.in_flight for m in ups.pools["gpu"].members] == [0, 0, 0]
+        assert [m.requests for m in ups.pools["gpu"].members] == [0, 1, 1]  # the one passed over counts none
     finally:
         await ups.close()
 
@@ -188,7 +189,7 @@ async def test_a_pool_that_speaks_only_ollamas_api_cannot_rerank_and_says_so() -
     try:
         with pytest.raises(errors.UnsupportedCapability, match="speaks Ollama's API, which has no reranking"):
             await ups.rerank(Route("old", "m"), RerankRequest(model="m", query="q", documents=["x"]))
-        assert ups.pools["old"].members[0].in_flight == 0
+        assert ups.pools["old"].members[0].in_flight == 0 and ups.pools["old"].members[0].requests == 0
     finally:
         await ups.close()
 
