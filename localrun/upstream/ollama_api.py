@@ -102,7 +102,7 @@ def embed_body(req: EmbedRequest) -> dict[str, object]:
 
 def shown(body: object) -> Shown | None:
     """The capabilities and details of a ``/api/show`` reply; None when it lists no capabilities
-    (older Ollama versions did not): nothing is known then, which is no failure of the member."""
+    (Ollama before 0.6.4, some other /api servers): nothing is known then, no failure of the member."""
     capabilities = body.get("capabilities") if isinstance(body, dict) else None
     if not isinstance(capabilities, list):
         return None
