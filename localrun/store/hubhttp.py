@@ -10,7 +10,6 @@ reason for the PullError (HTTP 502) the client sees.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 import zlib
@@ -19,6 +18,7 @@ from typing import Any
 import httpx
 
 from ..errors import ModelNotFound, PullError
+from ..jsontypes import loads
 
 MAX_ANSWER = 16 * 1024 * 1024   # bytes of a listing, compressed and decompressed (real ones: kilobytes)
 ANSWER_DEADLINE = 60.0          # seconds to receive a whole listing
@@ -72,7 +72,7 @@ def hub_reason(response: httpx.Response, body: bytes = b"") -> str:
     message = response.headers.get("x-error-message", "")
     if not message and body:
         try:
-            parsed = json.loads(body[:65536])
+            parsed = loads(body[:65536])
             message = str(parsed.get("error", "")) if isinstance(parsed, dict) else ""
         except ValueError:
             message = body[:200].decode("utf-8", errors="replace")
@@ -97,8 +97,8 @@ def request_json(client: httpx.Client, method: str, url: str, what: str, **kwarg
     if response.status_code >= 400:
         raise PullError(f"the hub refused {what}: {hub_reason(response, body)}")
     try:
-        return json.loads(body)
-    except (ValueError, RecursionError) as exc:
+        return loads(body)
+    except ValueError as exc:
         raise PullError(f"the hub's answer for {what} is not valid JSON ({exc})") from None
 
 

@@ -12,9 +12,9 @@ Ollama has no ``tool_choice``: "none" drops the tools, a named function keeps on
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..chat import images
 from ..chat.events import ChatEvent, ContentDelta, ThinkingDelta, ToolCall, new_call_id
@@ -148,7 +148,7 @@ class StreamDecoder:
         if not line.strip():
             return []
         try:
-            chunk = json.loads(line)
+            chunk: Any = loads(line)  # walked as loosely as the upstream writes it
         except ValueError as exc:
             raise UpstreamError(f"a streamed chunk is not JSON ({exc})") from None
         if not isinstance(chunk, dict):

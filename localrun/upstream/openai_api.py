@@ -15,6 +15,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..chat import images
 from ..chat.events import ChatEvent, ContentDelta, ThinkingDelta, ToolCall, new_call_id
@@ -249,7 +250,7 @@ class StreamDecoder:
         if not data.strip():
             return []
         try:
-            chunk = json.loads(data)
+            chunk: Any = loads(data)  # walked as loosely as the upstream writes it
         except ValueError as exc:
             raise UpstreamError(f"a streamed chunk is not JSON ({exc})") from None
         if not isinstance(chunk, dict):

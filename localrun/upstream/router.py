@@ -43,6 +43,7 @@ import httpx
 from .. import errors
 from ..chat.events import ChatEvent
 from ..engine.types import DoneEvent, EmbedResult, RerankResult
+from ..jsontypes import loads
 from . import ollama_api, openai_api, registry, transport
 from .health import CHECK_INTERVAL_S, HealthChecks
 from .pool import Member, MemberState, Pool, latency_ms
@@ -469,7 +470,7 @@ class Upstreams:
                 if len(response.content) > transport.MAX_JSON_BYTES:
                     reason = f"GET {path} answered more than {transport.MAX_JSON_BYTES} bytes"
                     continue
-                payload = response.json()
+                payload = loads(response.content)
                 listed = openai_api.model_ids(payload) if api is Api.OPENAI else ollama_api.model_names(payload)
             except Retry as exc:
                 reason = exc.reason

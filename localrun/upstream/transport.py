@@ -9,13 +9,13 @@ one reply at most :data:`MAX_REPLY_BYTES`, one JSON body (model lists, embedding
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Iterable
 
 import httpx
 
 from .. import __version__
 from ..errors import UpstreamError
+from ..jsontypes import loads
 
 # connect: a dead member is passed over quickly; read: the longest silence between two chunks
 # (a long prompt's prefill on a busy server comes before the first one); pool: waiting for a
@@ -113,7 +113,7 @@ async def body_bytes(response: httpx.Response, limit: int) -> bytes:
 async def read_json(response: httpx.Response, limit: int = MAX_JSON_BYTES) -> object:
     raw = await body_bytes(response, limit)
     try:
-        return json.loads(raw.decode("utf-8"))
+        return loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise UpstreamError(f"the reply is not JSON ({exc})") from None
 
@@ -126,7 +126,7 @@ async def error_text(response: httpx.Response) -> str:
         raw = b""
     text = raw.decode("utf-8", "replace").strip()
     try:
-        body = json.loads(text)
+        body = loads(text)
     except ValueError:
         return text[:500]
     if isinstance(body, dict):

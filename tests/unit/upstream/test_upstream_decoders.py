@@ -150,3 +150,9 @@ def test_an_ollama_show_reply_gives_capabilities_and_text_details_only() -> None
     assert shown is not None and shown.capabilities == ("completion", "vision")
     assert shown.details == {"family": "gemma3", "families": ["gemma3"]}
     assert ollama_api.shown({"details": {}}) is None and ollama_api.shown([]) is None  # an older Ollama: unknown
+
+
+@pytest.mark.parametrize("decoder", [openai_api.StreamDecoder, ollama_api.StreamDecoder])
+def test_a_chunk_nested_past_the_limit_is_an_upstream_error_not_a_crash(decoder: type) -> None:
+    with pytest.raises(UpstreamError, match="nests deeper than 128"):
+        decoder().feed("[" * 5000 + "]" * 5000)  # Python's own parser would raise RecursionError

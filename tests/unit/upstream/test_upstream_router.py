@@ -207,3 +207,19 @@ async def test_a_member_without_the_feature_is_a_400_and_stays_healthy() -> None
         assert member.state(ups.clock()) is not MemberState.COOLING and member.in_flight == 0
     finally:
         await ups.close()
+
+
+async def test_a_reply_nested_past_the_limit_fails_the_member_not_the_request_handler() -> None:
+    deep = b"[" * 5000 + b"]" * 5000
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":  # the check reads it too
+            return httpx.Response(200, json={"data": [{"id": "m"}]})
+        return httpx.Response(200, content=deep, headers={"content-type": "application/json"})
+
+    ups = _upstreams(handler, "http://a/v1")
+    try:
+        with pytest.raises(errors.UpstreamUnavailable, match=r"not JSON.*nests deeper than 128"):
+            await ups.rerank(Route("gpu", "m"), RerankRequest(model="m", query="q", documents=["x"]))
+    finally:
+        await ups.close()
