@@ -20,7 +20,7 @@ from ..chat import images
 from ..chat.events import ChatEvent, ContentDelta, ThinkingDelta, ToolCall, new_call_id
 from ..engine.types import DoneEvent, DoneReason, EmbedResult
 from ..errors import UpstreamError
-from ..jsontypes import JSONMapping, JSONValue, loads
+from ..jsontypes import JSONMapping, JSONValue, as_object, loads
 from .requests import ChatRequest, CompletionRequest, EmbedRequest, Sampling, ToolChoice
 
 CHAT_PATH = "/api/chat"
@@ -100,14 +100,13 @@ def embed_body(req: EmbedRequest) -> dict[str, object]:
     return {"model": req.model, "input": list(req.inputs), "truncate": req.truncate}
 
 
-def shown(body: object) -> Shown | None:
+def shown(body: JSONValue) -> Shown | None:
     """The capabilities and details of a ``/api/show`` reply; None when it lists no capabilities
     (Ollama before 0.6.4, some other /api servers): nothing is known then, no failure of the member."""
-    capabilities = body.get("capabilities") if isinstance(body, dict) else None
+    capabilities = as_object(body).get("capabilities")
     if not isinstance(capabilities, list):
         return None
-    raw = body.get("details") if isinstance(body, dict) else None
-    raw = raw if isinstance(raw, dict) else {}
+    raw = as_object(as_object(body).get("details"))
     details: dict[str, JSONValue] = {k: raw[k] for k in _DETAIL_TEXTS if isinstance(raw.get(k), str)}
     families = raw.get("families")
     if isinstance(families, list):

@@ -21,7 +21,7 @@ from ..chat import images
 from ..chat.events import ChatEvent, ContentDelta, ThinkingDelta, ToolCall, new_call_id
 from ..engine.types import DoneEvent, DoneReason, EmbedResult, RerankResult
 from ..errors import InvalidRequest, UpstreamError
-from ..jsontypes import JSONMapping, loads
+from ..jsontypes import JSONMapping, JSONValue, as_number, as_object, loads
 from .requests import ChatRequest, CompletionRequest, EmbedRequest, Format, RerankRequest, Sampling
 
 CHAT_PATH = "/v1/chat/completions"
@@ -166,33 +166,32 @@ def rerank_body(req: RerankRequest) -> dict[str, object]:
     return body
 
 
-def rerank_result(body: object, count: int) -> RerankResult:
+def rerank_result(body: JSONValue, count: int) -> RerankResult:
     """The scores a ``/v1/rerank`` reply gives ``count`` documents, back in the documents' order.
     Raises UpstreamError unless it scores each of them exactly once (a null score, as a NaN is
     written, is read back as NaN)."""
-    results = body.get("results") if isinstance(body, dict) else None
+    reply = as_object(body)
+    results = reply.get("results")
     if not isinstance(results, list):
         raise UpstreamError("the rerank reply holds no 'results' list")
-    scores: list[float | None] = [None] * count
+    scores: dict[int, float] = {}
     for r in results:
-        index = r.get("index") if isinstance(r, dict) else None
-        score = r.get("relevance_score") if isinstance(r, dict) else None
-        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < count or scores[index] is not None:
+        item = as_object(r)
+        index, score = item.get("index"), item.get("relevance_score")
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < count or index in scores:
             raise UpstreamError(f"the rerank reply's results do not score each of the {count} document(s) once")
-        if score is None:
-            score = math.nan
-        if not isinstance(score, (int, float)) or isinstance(score, bool):
+        number = math.nan if score is None else as_number(score)
+        if number is None:
             raise UpstreamError("a relevance_score in the rerank reply is not a number")
-        scores[index] = float(score)
-    if any(s is None for s in scores):
-        raise UpstreamError(f"the rerank reply scores {sum(s is not None for s in scores)} of {count} document(s)")
-    usage = body.get("usage") if isinstance(body, dict) else None
-    tokens = usage.get("prompt_tokens", usage.get("total_tokens")) if isinstance(usage, dict) else None
-    meta = body.get("meta") if isinstance(body, dict) else None
-    warnings = meta.get("warnings") if isinstance(meta, dict) else None
+        scores[index] = float(number)
+    if len(scores) != count:
+        raise UpstreamError(f"the rerank reply scores {len(scores)} of {count} document(s)")
+    usage = as_object(reply.get("usage"))
+    tokens = usage.get("prompt_tokens", usage.get("total_tokens"))
+    warnings = as_object(reply.get("meta")).get("warnings")
     matches = [_CUT.fullmatch(w) for w in warnings if isinstance(w, str)] if isinstance(warnings, list) else []
     cut = {int(m.group(1)) for m in matches if m is not None}
-    return RerankResult(scores=[s for s in scores if s is not None],
+    return RerankResult(scores=[scores[i] for i in range(count)],
                         prompt_eval_count=tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else 0,
                         truncated=[i in cut for i in range(count)])
 

@@ -43,7 +43,7 @@ import httpx
 from .. import errors
 from ..chat.events import ChatEvent
 from ..engine.types import DoneEvent, EmbedResult, RerankResult
-from ..jsontypes import loads
+from ..jsontypes import JSONValue, loads
 from . import ollama_api, openai_api, registry, transport
 from .health import CHECK_INTERVAL_S, HealthChecks
 from .pool import Member, MemberState, Pool, latency_ms
@@ -207,7 +207,7 @@ class Upstreams:
                 return ollama_api.EMBED_PATH, ollama_api.embed_body(r)
             return openai_api.EMBED_PATH, openai_api.embed_body(r)
 
-        def read(member: Member, payload: object) -> EmbedResult:
+        def read(member: Member, payload: JSONValue) -> EmbedResult:
             if member.api is Api.OLLAMA:
                 return ollama_api.embeddings(payload, len(req.inputs))
             return openai_api.embeddings(payload, len(req.inputs))
@@ -222,7 +222,7 @@ class Upstreams:
             r = replace(req, model=member.serves(route.model) or route.model)
             return openai_api.RERANK_PATH, openai_api.rerank_body(r)
 
-        def read(member: Member, payload: object) -> RerankResult:
+        def read(member: Member, payload: JSONValue) -> RerankResult:
             return openai_api.rerank_result(payload, len(req.documents))
 
         try:
@@ -246,7 +246,7 @@ class Upstreams:
             return None
 
     async def _ask(self, route: Route, ask: Callable[[Member], tuple[str, dict[str, object]]],
-                   read: Callable[[Member, object], _T],
+                   read: Callable[[Member, JSONValue], _T],
                    takes: Callable[[Member], bool] = lambda _member: True) -> _T:
         """One JSON request (``ask``: its path and body for a member) answered by the best member
         that ``takes`` it, ``read`` from its whole reply; failover on connection errors, 5xx and

@@ -15,7 +15,7 @@ import httpx
 
 from .. import __version__
 from ..errors import UpstreamError
-from ..jsontypes import loads
+from ..jsontypes import JSONValue, loads
 
 # connect: a dead member is passed over quickly; read: the longest silence between two chunks
 # (a long prompt's prefill on a busy server comes before the first one); pool: waiting for a
@@ -110,7 +110,7 @@ async def body_bytes(response: httpx.Response, limit: int) -> bytes:
     return bytes(out)
 
 
-async def read_json(response: httpx.Response, limit: int = MAX_JSON_BYTES) -> object:
+async def read_json(response: httpx.Response, limit: int = MAX_JSON_BYTES) -> JSONValue:
     raw = await body_bytes(response, limit)
     try:
         return loads(raw)
