@@ -26,6 +26,15 @@ step of its own, as a repeat computes it after a prefix-cache hit, and while it 
 placeholder token rides along, because a batch of exactly one token makes llama.cpp split F16
 attention at cell-index boundaries that move as the cache fills (BENCHMARKS.md, Known limits).
 
+Streaming overlaps the next decode (helperthread.py). A sampled token is appended to its sequence
+at once, and sequences that ended by the end-of-generation token, ``num_predict`` or the context
+leave the batch at once; its text (detokenizing, stop strings, the event) is *published* by a helper
+thread while the engine thread is inside the next step's ``llama_decode``. A sequence whose stop string that reveals
+has decoded one token too many: it ends after that decode, its tokens cut back to the stop and the
+extra cells dropped with the rest of its tail, so what it streams, counts and caches is what it
+would have been. Only where a sequence's tail cells can be dropped (``KVCache.can_draft``); else,
+and when nothing was sampled, tokens are published as they are sampled.
+
 Images (vision.py): a prefilling sequence that reaches an image waits while the vision encoder runs
 on its own thread (the others go on decoding), then the image's embeddings are decoded into its
 cells at the start of a step and its text continues in the batch.
@@ -49,6 +58,7 @@ from ..errors import EngineError, GrammarError, LocalrunError
 from . import admission
 from .backend_sampler import BackendSamplers, ChainKey
 from .drafter import MAX_DRAFT, NgramDrafter, Offer, choose
+from .helperthread import HelperThread
 from .kvcache import KVCache
 from .native import Batch, Vocab
 from .radix import common_prefix_len
@@ -80,13 +90,14 @@ class Batcher:
     def __init__(self, ctx: lc.llama_context_p, vocab: Vocab, kv: KVCache, *, n_batch: int,
                  num_parallel: int, speculative: bool = True, projector: Projector | None = None,
                  wake: Callable[[], None] = lambda: None, threads: ThreadPolicy | None = None,
-                 backend: BackendSamplers | None = None) -> None:
+                 backend: BackendSamplers | None = None, overlap: bool = True) -> None:
         """``threads``: the thread counts to decode and prefill with, re-checked between steps (threads.py;
         None: llama.cpp's context keeps the count it was created with). ``speculative``: greedy
         sequences draft tokens (module docstring) where the KV cache can drop a sequence's tail
         cells (not in the deterministic mode, not for recurrent models).
         ``projector``: a vision model's mmproj; its encodes run on a thread that calls ``wake``
-        when one is done. ``backend``: greedy sequences are sampled in llama.cpp's graph (backend_sampler.py)."""
+        when one is done. ``backend``: greedy sequences are sampled in llama.cpp's graph (backend_sampler.py).
+        ``overlap``: publish a step's tokens while the next one decodes (module docstring)."""
         self.ctx = ctx
         self.vocab = vocab
         self.kv = kv
@@ -113,6 +124,9 @@ class Batcher:
         self.threads = threads
         self.backend = backend
         self._n_threads = threads.current().prefill if threads is not None else 0  # the context's count now
+        self._defer = overlap and kv.can_draft  # publish while the next step decodes (module docstring)
+        self._unpublished: list[Sequence] = []  # sequences holding sampled tokens not streamed yet
+        self._publisher = HelperThread("publish") if self._defer else None
 
     # -- accounting --------------------------------------------------------------------
     def used_cells(self) -> int:
@@ -131,7 +145,10 @@ class Batcher:
             self.kv.trim_idle()  # idle cached cells slow every decode: keep few (host_cache.py)
         decoded_images = self._images()
         participants = self._build()
-        if not participants:
+        if not participants:  # (a sequence holding unpublished tokens is always in the batch)
+            self._publish_all()
+            for seq in [s for s in self.running if s.stop_at is not None]:
+                self._finish(seq, DoneReason.STOP)
             return decoded_images
         trace.mark("step", 0, self.batch.n_tokens)
         if not self._decode(participants):
@@ -225,6 +242,9 @@ class Batcher:
         """Pause running ``seq`` because the pool is full (admission.py): its cells become an unlocked
         cached prefix, and it waits at the head of the queue to resume where it stopped."""
         assert seq.lease is not None
+        if (seq.unpublished and not self._publish(seq)) or seq.stop_at is not None:
+            self._finish(seq, DoneReason.STOP)  # its reply is complete: ended, not paused
+            return
         self.running.remove(seq)
         if seq.state is SeqState.DECODE:
             seq.resume_decode = True
@@ -367,7 +387,10 @@ class Batcher:
         self._encoder.submit(run)
 
     def close(self) -> None:
-        """Stop the encoder thread (an encode in flight finishes; nobody reads it)."""
+        """Stop the publishing thread and the encoder thread (an encode in flight finishes; nobody reads it)."""
+        if self._publisher is not None:
+            self._publisher.close()
+            self._publisher = None
         if self._encoder is not None:
             self._encoder.shutdown(wait=True, cancel_futures=True)
 
@@ -397,7 +420,8 @@ class Batcher:
                 seq.policy.skipped()
 
     def _decode(self, participants: list[Sequence]) -> bool:
-        """Decode the batch; a step of decode rows only is timed for the cost model (stepcost.py)."""
+        """Decode the batch, publishing the last step's tokens meanwhile; a step of decode rows only
+        is timed for the cost model (stepcost.py)."""
         pure_decode = not self._placeholder and all(s.state is SeqState.DECODE for s in participants)
         rows = self.batch.n_tokens
         cells = sum(attended(s.n_past, s.chunk if s.state is SeqState.PREFILL else 1 + len(s.draft))
@@ -447,7 +471,7 @@ class Batcher:
             self._n_threads = n
 
     def _decode_batch(self, participants: list[Sequence]) -> bool:
-        rc = self.batch.decode(self.ctx)
+        rc = self._first_decode()
         if rc == 1 and self.kv.release_parked():  # parked cells are not counted as used
             rc = self.batch.decode(self.ctx)
         if rc == 1:  # no KV slot: drop all unlocked cache and retry, then decode tokens only
@@ -476,6 +500,18 @@ class Batcher:
             self._fail(seq, EngineError(f"generation failed: {why}"), keep=False)
         return False
 
+    def _first_decode(self) -> int:
+        """The batch's decode, the last step's tokens published meanwhile on the helper thread (or
+        first, where there is no helper)."""
+        if self._publisher is None or not self._unpublished:
+            self._publish_all()
+            return self.batch.decode(self.ctx)
+        self._publisher.start(self._publish_all)
+        try:
+            return self.batch.decode(self.ctx)
+        finally:  # the sequences are the publisher's until it is done
+            self._publisher.wait()
+
     def _decode_only(self, decoding: list[Sequence]) -> int:
         """Decode just the decode token of each sequence in ``decoding`` (no drafts, no prompt chunks)."""
         self.batch.clear()
@@ -485,6 +521,9 @@ class Batcher:
         return self.batch.decode(self.ctx)
 
     def _advance(self, seq: Sequence) -> None:
+        if seq.stop_at is not None:  # publishing found its stop string while this step decoded
+            self._finish(seq, DoneReason.STOP)
+            return
         if seq.state is SeqState.PREFILL:
             seq.n_past += seq.chunk
             self.kv.guard(seq.lease, seq.n_past, now=True)  # type: ignore[arg-type]
@@ -517,7 +556,7 @@ class Batcher:
             self.draft_tokens += len(draft)
             self.accepted_tokens += accepted
         for i, token in enumerate(picked):
-            if not self._emit(seq, token, seq.row + i):
+            if not self._accept(seq, token, seq.row + i):
                 return
 
     def _verify(self, seq: Sequence, draft: list[int]) -> list[int]:
@@ -536,23 +575,24 @@ class Batcher:
                 break
         return picked
 
-    def _emit(self, seq: Sequence, token: int, row: int) -> bool:
-        """Append ``token`` (sampled from output ``row``) and stream it; False when that ended the
-        sequence (end of generation, a stop string, num_predict or the context)."""
+    def _accept(self, seq: Sequence, token: int, row: int) -> bool:
+        """Append ``token`` (sampled from output ``row``), to be published with the next decode (or
+        now); False when that ended the sequence (end of generation, a stop string published now,
+        num_predict or the context)."""
         if self.vocab.is_eog(token):  # never while the sampler masks EOG (ignore_eos, min_tokens)
             self._finish(seq, DoneReason.STOP)
             return False
         logprobs: tuple[TokenLogprob, ...] = ()
-        if seq.sampler.logprobs:
+        if seq.sampler.logprobs:  # from the row, which the next decode overwrites
             logprobs = (token_logprobs(self.ctx, row, self.vocab.n_vocab, token,
                                        seq.sampler.top_logprobs, self.vocab),)
+        if self._defer and not seq.unpublished:
+            self._unpublished.append(seq)
+        seq.unpublished.append((len(seq.tokens), token, logprobs))
         seq.tokens.append(token)
         seq.generated += 1
         self.generated_tokens += 1
-        text = seq.text.push(self.vocab.piece(token))
-        if text or logprobs:
-            seq.handle.put(TokenEvent(text, logprobs))
-        if seq.text.stopped:
+        if not self._defer and not self._publish(seq):
             self._finish(seq, DoneReason.STOP)
             return False
         if (seq.num_predict is not None and seq.generated >= seq.num_predict) or len(seq.tokens) >= seq.num_ctx:
@@ -560,8 +600,46 @@ class Batcher:
             return False
         return True
 
+    # -- publishing --------------------------------------------------------------------
+    def _publish_all(self) -> None:
+        """Publish every sequence's sampled tokens (on the helper thread while the engine thread decodes: no
+        context calls here)."""
+        for seq in self._unpublished:
+            self._publish(seq)
+        self._unpublished.clear()
+
+    def _publish(self, seq: Sequence) -> bool:
+        """Stream ``seq``'s unpublished tokens as text events; False once a stop string appeared
+        (``stop_at`` is then set, and the tokens after it are not streamed)."""
+        for index, token, logprobs in seq.unpublished:
+            text = seq.text.push(self.vocab.piece(token))
+            if text or logprobs:
+                seq.handle.put(TokenEvent(text, logprobs))
+            if seq.text.stopped:
+                seq.stop_at = index
+                break
+        seq.unpublished.clear()
+        return seq.stop_at is None
+
+    def _cut_at_stop(self, seq: Sequence) -> None:
+        """Forget what ``seq`` sampled after the token that completed its stop string: the tokens,
+        their count, and the cells past it (released with the tail: ``KVCache.release``)."""
+        assert seq.stop_at is not None
+        extra = len(seq.tokens) - seq.stop_at - 1
+        if extra > 0:
+            del seq.tokens[seq.stop_at + 1:]
+            seq.generated -= extra
+            self.generated_tokens -= extra
+        seq.n_past = min(seq.n_past, seq.stop_at)
+
     # -- retiring ----------------------------------------------------------------------
     def _finish(self, seq: Sequence, reason: DoneReason) -> None:
+        """End ``seq`` with ``reason``: its tokens published first (a stop string among them makes it STOP)."""
+        if seq.unpublished:
+            self._publish(seq)
+        if seq.stop_at is not None:
+            self._cut_at_stop(seq)
+            reason = DoneReason.STOP
         tail = seq.text.flush()
         if tail:
             seq.handle.put(TokenEvent(tail))
@@ -569,6 +647,14 @@ class Batcher:
         seq.handle.put(self._done_event(seq, reason))
 
     def _fail(self, seq: Sequence, error: Exception, keep: bool = True) -> None:
+        if seq.unpublished:  # what it wrote before the error still reaches the client
+            try:
+                self._publish(seq)
+            except Exception:
+                log.exception("publishing request %d's last tokens failed", seq.handle.request_id)
+        if seq.stop_at is not None:  # its reply was complete before the failed step: it ends as it would have
+            self._finish(seq, DoneReason.STOP)
+            return
         self._retire(seq, keep=keep)
         seq.handle.put(ErrorEvent(error))
 

@@ -13,7 +13,7 @@ from .detok import TextStream
 from .drafter import DraftPolicy, NgramDrafter
 from .kvcache import SeqLease
 from .sampling import Sampler
-from .types import Event, is_last
+from .types import Event, TokenLogprob, is_last
 from .vision import ImageSpan
 
 
@@ -60,8 +60,9 @@ class RequestHandle:
     def forward(self, sink: Callable[[Event], None]) -> None:
         """Deliver every event, those already queued first, to ``sink`` instead of the iterator.
 
-        ``sink`` then runs on the engine thread, once per event and in order, so it must be quick
-        and must not raise (e.g. put the event on another queue). A server that streams many
+        ``sink`` then runs on the engine's threads (the engine thread, or the helper that publishes
+        tokens while it decodes: never two at once), once per event and in order, so it must be
+        quick and must not raise (e.g. put the event on another queue). A server that streams many
         requests uses this to collect one step's events from all of them without a thread per
         request. After ``forward`` the handle's own iteration and ``get`` receive nothing more.
         """
@@ -81,6 +82,10 @@ class RequestHandle:
                 return
             sink = self._sink
         sink(event)
+
+
+Unpublished = tuple[int, int, tuple[TokenLogprob, ...]]
+"""A sampled token whose text is not streamed yet: its index in ``Sequence.tokens``, the token, its logprobs."""
 
 
 class SeqState(enum.Enum):
@@ -126,6 +131,9 @@ class Sequence:
     # the prefix cache), then decodes tokens[-1] as if it had never stopped.
     resume_decode: bool = False
     spans: tuple[ImageSpan, ...] = ()            # images: their stand-in ranges of ``tokens`` (vision.py)
+    # Sampled, not streamed yet: published while the next step decodes (batcher.py, helperthread.py).
+    unpublished: list[Unpublished] = field(default_factory=list)
+    stop_at: int | None = None                   # index in ``tokens`` of the token that completed a stop string
 
     @property
     def cached(self) -> int:

@@ -7,10 +7,11 @@ fd 1 and fd 1 is pointed at stderr: only frames ever reach the daemon's reader.
 Threads: the main thread reads frames and dispatches them; blocking calls (embed, tokenize,
 stats) run in a small pool so a slow embed never delays a cancel. Every outgoing message goes
 through one outbox drained by one writer thread: generate requests forward their events into it
-straight from the engine thread (:meth:`RequestHandle.forward`), and whatever has piled up since
+straight from the engine's threads (:meth:`RequestHandle.forward`), and whatever has piled up since
 the last write leaves as one ``batch`` frame. So one engine step's tokens for 16 streams cost one
 write and one wake-up of the daemon, not 16 of each and no thread per stream; and the writer
-encodes JSON while the engine thread is inside ``llama_decode`` (which releases the GIL).
+encodes JSON while the engine thread is inside ``llama_decode`` (which releases the GIL), beside
+the engine's helper that publishes the last step's tokens meanwhile (engine/helperthread.py).
 A native crash kills only this process; the daemon notices end-of-stream and reports it.
 """
 

@@ -138,18 +138,23 @@ def test_confirmed_drafts_save_steps(engines: tuple[Engine, Engine], oracle: typ
     assert spec.stats().accepted_tokens - before.accepted_tokens > 60  # over 200 tokens in fewer than 140 steps
 
 
+@pytest.mark.parametrize("eighths", [1, 3, 6])
 def test_stop_string_inside_a_confirmed_draft_ends_the_text_there(engines: tuple[Engine, Engine],
-                                                                  oracle: type[OracleDrafter]) -> None:
+                                                                  oracle: type[OracleDrafter], eighths: int) -> None:
+    """Where the stop falls decides whether drafts confirmed after it were sampled in the same step
+    (1/8 and 3/8 of the text: they were, and are cut back when the stop shows while the next step
+    decodes: batcher.py) or not."""
     plain, spec = engines
     text = reference(plain, oracle, [GenerateRequest(prompt(12, 9), SamplingOptions(temperature=0,
                                                                                     num_predict=120))])[0].text
-    stop = text[3 * len(text) // 4: 3 * len(text) // 4 + 4]
+    stop = text[eighths * len(text) // 8: eighths * len(text) // 8 + 4]
     options = SamplingOptions(temperature=0, num_predict=120, stop=(stop,))
     want = collect(plain.submit(GenerateRequest(prompt(12, 9), options)))
     got = collect(spec.submit(GenerateRequest(prompt(12, 9), options)))
     assert got.text == want.text == text[: text.find(stop)]
     assert got.done.done_reason is DoneReason.STOP
     assert got.done.eval_count == want.done.eval_count
+    assert got.done.context == want.done.context
     no_stray_cells(spec)
 
 

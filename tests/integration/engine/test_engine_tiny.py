@@ -277,6 +277,36 @@ def test_stop_strings_end_generation(tiny_engine: Engine) -> None:
     assert stopped.done.done_reason is DoneReason.STOP
 
 
+@pytest.mark.parametrize("beside", [0, 3])
+def test_a_stop_string_found_while_the_next_step_decodes_ends_the_reply_as_if_it_had_not(
+        tiny_engine: Engine, beside: int) -> None:
+    """The stop string of a step's token shows only while the next step decodes (batcher.py): that
+    sequence decodes one token too many. Its text, its counts, its context and its cells must be those
+    of a reply that ended at the stop, alone or beside other streams, and its cached prefix serves a
+    follow-up."""
+    prompt = words(12, 9)
+    reference = collect(tiny_engine.submit(GenerateRequest(prompt, SamplingOptions(temperature=0, num_predict=40))))
+    text, generated = reference.text, reference.generated
+    stop = text[len(text) // 2: len(text) // 2 + 3]
+    completing = next(n for n in range(1, len(generated) + 1) if stop in tiny_engine.detokenize(generated[:n]))
+    others = [tiny_engine.submit(GenerateRequest(words(20 + i, i), SamplingOptions(temperature=0, num_predict=60)))
+              for i in range(beside)]
+    stopped = collect(tiny_engine.submit(GenerateRequest(prompt, SamplingOptions(
+        temperature=0, num_predict=40, stop=(stop,)))))
+    for handle in others:
+        collect(handle)
+    assert stopped.text == text[: text.find(stop)]
+    assert stopped.done.done_reason is DoneReason.STOP
+    assert stopped.done.eval_count == completing
+    assert list(stopped.done.context) == prompt + generated[:completing]
+    kv = tiny_engine.batcher.kv  # type: ignore[union-attr]
+    kv.check_integrity()
+    assert tiny_engine.stats().kv_cells_used == kv.cached_cells  # the extra token's cell went with the tail
+    follow = collect(tiny_engine.submit(GenerateRequest([*stopped.done.context, 300, 301],
+                                                        SamplingOptions(temperature=0, num_predict=2))))
+    assert follow.done.cached_tokens >= len(prompt) + completing - 1
+
+
 def test_embeddings_batch_normalised_and_truncation_reported(tiny_engine: Engine) -> None:
     result = tiny_engine.embed(["hello world", "the model", "hello world"])
     assert len(result.embeddings) == 3 and result.truncated == [False] * 3
