@@ -6,8 +6,12 @@ server: HTTP, templating-free completions, scheduling, sampling, detokenizing, t
 (localrun), streaming. A GPU makes every decode step nearly that cheap, so this is what a GPU user
 pays. The script writes the GGUF (``tests/tinymodel.py``), creates it in a localrun daemon of its
 own (``LOCALRUN_NUM_PARALLEL`` = the highest level), starts ``llama-server -np LEVEL --kv-unified``
-on the same file, and runs ``localrun bench`` with llama-server as ``--compare`` (interleaved, one
-run) at ``--levels``; prints the table and writes ``tiny_serving.json`` / ``.md`` to ``--out``.
+on the same file, both with the same KV pool (``-c LEVEL x (in + out + 64)`` there,
+``LOCALRUN_CONTEXT_LENGTH`` = in + out + 64 here: localrun's default pool for 64 slots is 262,144
+cells, and at that size each host-tier copy of a finished request's cells, which scans every cell,
+held the next wave of requests 40-50 ms at 8 streams), and runs ``localrun bench`` with
+llama-server as ``--compare`` (interleaved, one run) at ``--levels``; prints the table and writes
+``tiny_serving.json`` / ``.md`` to ``--out``.
 
     .venv/bin/python benchmarks/tiny_serving.py --llama-server PATH/llama-server --out benchmarks/out/tiny
 
@@ -44,9 +48,10 @@ def main() -> int:
     from tinymodel import write_tiny_gguf
 
     gguf = write_tiny_gguf(work / "tiny.gguf", context_length=8192)
+    slot_ctx = args.input_tokens + args.output_tokens + 64  # each slot's share of the one pool, on both sides
     env = {**os.environ, "HOME": str(work), "XDG_CACHE_HOME": str(work / "cache"), "XDG_DATA_HOME": str(work / "data"),
            "LOCALRUN_MODELS": str(work / "models"), "LOCALRUN_HOST": "127.0.0.1:11630", "LOCALRUN_KEEP_ALIVE": "-1",
-           "LOCALRUN_NUM_PARALLEL": str(top)}
+           "LOCALRUN_NUM_PARALLEL": str(top), "LOCALRUN_CONTEXT_LENGTH": str(slot_ctx)}
     procs: list[subprocess.Popen[bytes]] = []
     try:
         log = (work / "localrun.log").open("ab")
@@ -59,7 +64,7 @@ def main() -> int:
         llog = (work / "llama-server.log").open("ab")
         procs.append(subprocess.Popen(
             [str(args.llama_server), "-m", str(gguf), "--host", "127.0.0.1", "--port", "18097", "-np", str(top),
-             "--kv-unified", "-c", str(top * (args.input_tokens + args.output_tokens + 64))],
+             "--kv-unified", "-c", str(top * slot_ctx)],
             env={**os.environ, "LD_LIBRARY_PATH": str(args.llama_server.parent)}, stdout=llog, stderr=llog,
             start_new_session=True))
         wait_ready("http://127.0.0.1:18097/health", procs[-1], "llama-server")
