@@ -58,6 +58,11 @@ from .vision import MediaPrompt, Projector
 log = logging.getLogger(__name__)
 
 MAX_SEQ_IDS = 256  # llama.cpp's LLAMA_MAX_SEQ: running sequences and cached prefixes share them
+# Sequence ids for cached prefixes beside the slots' own: two a slot, at most this many. Every
+# llama_decode checks each pair of the context's ids (llama_batch_allocr::init, n_seq_max squared):
+# at 64 slots with 128 more ids that was 450,000 instructions a step whatever the model (callgrind:
+# the tiny test model's whole decode is 1.24 million with one slot); with 64 more, 210,000.
+MAX_CACHE_IDS = 64
 LONE_BEFORE_SKIP = 2  # lone arrivals in a row after which an idle engine stops waiting for a burst
 INTERACTIVE_PROMPT_TOKENS = 512  # a request that does not say counts as interactive up to this prompt length
 
@@ -159,7 +164,7 @@ class Engine:
                         "result independent of the batch; a seeded request repeats its text there only when it "
                         "runs alone", report.gpu_layers, report.total_layers)
         if generation:
-            n_seq_max = min(MAX_SEQ_IDS, options.num_parallel + max(8, 2 * options.num_parallel))
+            n_seq_max = min(MAX_SEQ_IDS, options.num_parallel + max(8, min(2 * options.num_parallel, MAX_CACHE_IDS)))
             # llama.cpp aborts (GGML_ASSERT on n_outputs_max) when a batch is smaller than n_seq_max;
             # above the whole context a batch buys nothing and its buffers could exhaust memory.
             n_batch = max(min(options.num_batch, pool), n_seq_max)

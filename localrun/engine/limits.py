@@ -31,7 +31,7 @@ MAX_STOP_CHARS = 1000
 MIN_CTX = 16  # the smallest context the engine loads: llama.cpp's embeddings need 16 cells (engine/embedding.py)
 MAX_THREADS = 512  # ggml's GGML_MAX_N_THREADS: more aborts the runner process
 # Sequence slots per model: each slot takes up to three of llama.cpp's LLAMA_MAX_SEQ (256) sequence ids
-# (itself, and cached prefixes: engine.py), and llama-server's largest common -np is 64
+# (itself, and cached prefixes, those at most MAX_CACHE_IDS: engine.py), and llama-server's largest common -np is 64
 MAX_PARALLEL = 64
 # Retrieval requests (embeddings, reranking): OpenAI's 2,048 inputs a request, and a bound on their
 # text so a 10 MB body is refused before it is tokenized (8M characters is ~2M tokens)
