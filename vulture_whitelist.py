@@ -28,7 +28,7 @@ _.use_extra_bufts, _.n_gpu_layers, _.n_ubatch, _.n_threads_batch, _.kv_unified, 
 _.type_k, _.type_v, _.no_perf, _.pooling_type, _.embd, _.n_outputs_max_per_seq
 
 # Read by name through getattr-style indirection inside their own module.
-_._utf8_cache, _._eog_ids  # native.Vocab._scan_once(attribute_name, ...)
+_._utf8_cache, _._eog_ids, _._specials  # native.Vocab._scan_once(attribute_name, ...)
 _._reader_task  # holds a reference so the reader task is not garbage-collected
 
 # Hooks called by a framework.
@@ -51,3 +51,4 @@ _.skipped_tokens  # engine.host_cache: short segments left for the step to recom
 _.check_cells  # engine.kvcache: asserts llama.cpp still holds every cached path, called by the engine tests
 _.print_timings  # engine.vision: a libmtmd context parameter (ctypes structure field), read by the C side
 _.image_names  # tui.conversations: a ChatMessage key (TypedDict), read and written by its string name
+_.reused_tokens  # engine.tokencache: tokens taken from remembered texts, read by its tests

@@ -41,6 +41,7 @@ from .rerank import Reranker
 from .sampling import assert_valid, build_sampler, eog_tokens
 from .sequence import RequestHandle, Sequence
 from .threads import ThreadPolicy
+from .tokencache import PromptTokenizer
 from .types import (
     EmbedInput,
     EmbedResult,
@@ -134,6 +135,7 @@ class Engine:
     def _setup(self, model: lc.llama_model_p, model_path: str, options: LoadOptions,
                prefix_cache: PrefixCacheLocation | None) -> None:
         self.vocab = native.Vocab(model)
+        self.prompts = PromptTokenizer(self.vocab)  # a long prompt's shared start is tokenized once
         n_ctx_train = int(lc.llama_model_n_ctx_train(model))
         pool = options.pool
         num_ctx = min(options.num_ctx, pool, n_ctx_train if n_ctx_train > 0 else pool)
@@ -272,7 +274,7 @@ class Engine:
             raise InvalidRequest("text to tokenize must be a string")
         if images:  # what usage counts (an image counts its embeddings: vision.py)
             return self._media_prompt(GenerateRequest(text, images=images, add_special=add_special)).counted()
-        return self.vocab.tokenize(text, add_special=add_special)
+        return self.prompts.tokenize(text, add_special=add_special)
 
     def detokenize(self, tokens: list[int]) -> str:
         self._check_ids(tokens)
@@ -321,7 +323,7 @@ class Engine:
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise InvalidRequest("prompt is empty")
-            tokens = self.vocab.tokenize(prompt, add_special=request.add_special)
+            tokens = self.prompts.tokenize(prompt, add_special=request.add_special)
         elif isinstance(prompt, (list, tuple)):
             tokens = list(prompt)
             self._check_ids(tokens)

@@ -211,6 +211,18 @@ def create_context(model: lc.llama_model_p, spec: ContextSpec) -> lc.llama_conte
     return ctx
 
 
+_MATCHED_FIRST = lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_USER_DEFINED | lc.LLAMA_TOKEN_ATTR_UNKNOWN
+_STRIPS = lc.LLAMA_TOKEN_ATTR_LSTRIP | lc.LLAMA_TOKEN_ATTR_RSTRIP
+
+
+@dataclass(frozen=True, slots=True)
+class SpecialToken:
+    """A token llama.cpp's tokenizer matches in the text first (``parse_special``)."""
+
+    text: bytes
+    strips: bool  # it eats the whitespace beside it (LSTRIP / RSTRIP)
+
+
 class Vocab:
     """Tokenizer and token pieces of a loaded model (read-only, thread-safe)."""
 
@@ -227,6 +239,7 @@ class Vocab:
         self._lock = threading.Lock()
         self._utf8_cache: tuple[np.ndarray, list[int]] | None = None
         self._eog_ids: np.ndarray | None = None
+        self._specials: dict[int, SpecialToken] | None = None
         # Whole-vocabulary scans run once per model: the first caller computes, concurrent callers
         # wait for it. Eight requests each scanning 262k tokens at once held the GIL for ~1.5 s
         # and stalled the engine thread's decode loop (measured).
@@ -323,6 +336,22 @@ class Vocab:
         if known is None:
             known = self._eog[token] = bool(lc.llama_vocab_is_eog(self.ptr, token))
         return known
+
+    def special_tokens(self) -> dict[int, SpecialToken]:
+        """Every token the tokenizer matches in a text before it splits the rest into words (control
+        and user-defined tokens, as llama.cpp lists them: ``<|im_start|>``, ``<tool_call>``..., and the
+        unknown token), with its bytes; computed once per model (every id is asked: ~0.14 s for a
+        152k vocabulary)."""
+        return self._scan_once("_specials", self._scan_specials)
+
+    def _scan_specials(self) -> dict[int, SpecialToken]:
+        found: dict[int, SpecialToken] = {}
+        for token in range(self.n_vocab):
+            attr = int(lc.llama_vocab_get_attr(self.ptr, token))
+            if attr & _MATCHED_FIRST:
+                text = self.text_of(token, special=True).encode("utf-8", "replace")
+                found[token] = SpecialToken(text, bool(attr & _STRIPS))
+        return found
 
     def special_text(self, token: int) -> str:
         return self.text_of(token, special=True) if token >= 0 else ""
