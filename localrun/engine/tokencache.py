@@ -21,8 +21,9 @@ Three things would break that, and each disables a cut instead of being assumed 
 - a token that strips the whitespace beside it (LSTRIP/RSTRIP): never cut at;
 - a vocabulary whose tokens do not spell the text back byte for byte (SentencePiece's space prefix,
   normalisation): an entry is remembered only when its tokens' bytes, special tokens included, equal
-  its text, which is also how a cut's byte offset is known. A vocabulary that appends EOS when it
-  tokenizes (``add_eos``) is never cached.
+  its text, which is also how a cut's byte offset is known; a vocabulary whose first texts all fail
+  that is not tried again. A vocabulary that appends EOS when it tokenizes (``add_eos``) is never
+  cached.
 
 The first long text of a model lists its special tokens (every id is asked: 0.14-0.19 s for Qwen's
 152k vocabulary, once per load). Turn after turn of a 15k-token agent conversation on that vocabulary:
@@ -48,6 +49,7 @@ MIN_REUSE = 256       # tokens a cut must keep to be used at all
 ENTRIES = 8           # texts remembered, most recently used last
 MAX_TOKENS = 1 << 20  # ... and tokens in all of them (4 bytes each, beside their text)
 MAX_ENTRY_BYTES = 4 << 20  # a longer text is tokenized whole and not remembered
+GIVE_UP = 2           # long texts a vocabulary fails to spell back, none spelled yet, before it is not tried again
 _CHUNK = 4096         # bytes compared at a time when looking for where two texts part
 
 
@@ -93,6 +95,8 @@ class PromptTokenizer:
         self._safe: dict[int, bool] = {}       # token -> may a text be cut before it (_cuttable)
         self._joined: bytes | None = None
         self.enabled = not vocab.add_eos and not vocab.add_sep
+        self._spelled = False  # a text's tokens have spelled it back (the vocabulary can be cached)
+        self._misspelled = 0   # texts whose tokens did not
         self.reused_tokens = 0  # tokens taken from remembered texts so far (tests, stats)
 
     def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
@@ -175,7 +179,13 @@ class PromptTokenizer:
             pieces.append(text)
             pos += len(text)
         if pos != len(data) or b"".join(pieces) != data[base:]:
-            return  # the tokens do not spell the text: no cut offset can be trusted
+            # the tokens do not spell the text: no cut offset can be trusted. A vocabulary that never
+            # does (SentencePiece's space prefix) stops paying for the check (~5 ms a 15k-token text)
+            self._misspelled += 1
+            if not self._spelled and self._misspelled >= GIVE_UP:
+                self.enabled = False
+            return
+        self._spelled = True
         entry = _Entry(data, add_special, array("i", tokens), tuple(offsets), tuple(indices), tuple(ends))
         with self._lock:
             self._entries[id(entry)] = entry

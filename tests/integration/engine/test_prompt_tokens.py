@@ -14,7 +14,7 @@ from engine_helpers import collect
 
 from localrun.engine import native
 from localrun.engine.engine import Engine
-from localrun.engine.tokencache import MIN_BYTES, PromptTokenizer, common_prefix
+from localrun.engine.tokencache import GIVE_UP, MIN_BYTES, PromptTokenizer, common_prefix
 from localrun.engine.types import GenerateRequest, LoadOptions, SamplingOptions
 
 WORDS = ["the", "model", "reads", "def", "return", "x", "  ", "\n", "é", "日本語", "```", "{\"a\": 1}", "self.", "==",
@@ -90,6 +90,19 @@ def test_a_sentencepiece_vocabulary_gets_the_whole_texts_tokens(gemma_gguf: Path
 def test_the_tiny_models_vocabulary_gets_the_whole_texts_tokens(tiny_gguf: Path) -> None:
     for vocab in vocab_of(tiny_gguf):
         check_same_tokens(vocab, 4, turns=60)
+
+
+def test_a_vocabulary_that_cannot_spell_its_texts_back_stops_being_checked(tiny_gguf: Path) -> None:
+    """The tiny model's SentencePiece tokens add a space prefix: after GIVE_UP long texts none of which
+    its tokens spelled back, a long prompt is tokenized whole without the check."""
+    for vocab in vocab_of(tiny_gguf):
+        prompts = PromptTokenizer(vocab)
+        rng = random.Random(6)
+        texts = ["".join(message(rng, 150) for _ in range(8)) for _ in range(GIVE_UP + 1)]
+        for text in texts[:GIVE_UP]:
+            assert prompts.tokenize(text) == vocab.tokenize(text)
+        assert not prompts.enabled
+        assert prompts.tokenize(texts[-1]) == vocab.tokenize(texts[-1])
 
 
 @pytest.mark.starter
