@@ -52,3 +52,4 @@ _.check_cells  # engine.kvcache: asserts llama.cpp still holds every cached path
 _.print_timings  # engine.vision: a libmtmd context parameter (ctypes structure field), read by the C side
 _.image_names  # tui.conversations: a ChatMessage key (TypedDict), read and written by its string name
 _.reused_tokens  # engine.tokencache: tokens taken from remembered texts, read by its tests
+_.settle  # engine.tokencache: waits for the texts handed to the background thread, used by its tests

@@ -135,7 +135,8 @@ class Engine:
     def _setup(self, model: lc.llama_model_p, model_path: str, options: LoadOptions,
                prefix_cache: PrefixCacheLocation | None) -> None:
         self.vocab = native.Vocab(model)
-        self.prompts = PromptTokenizer(self.vocab)  # a long prompt's shared start is tokenized once
+        # a long prompt's shared start is tokenized once; texts are remembered off the request's path
+        self.prompts = PromptTokenizer(self.vocab, background=True)
         n_ctx_train = int(lc.llama_model_n_ctx_train(model))
         pool = options.pool
         num_ctx = min(options.num_ctx, pool, n_ctx_train if n_ctx_train > 0 else pool)
@@ -308,6 +309,7 @@ class Engine:
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join()
+        self.prompts.close()  # its thread reads the vocabulary, which goes with the model
         try:
             if self._prefix_store is not None and self.batcher is not None and self._ctx is not None:
                 try:

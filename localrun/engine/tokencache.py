@@ -25,18 +25,25 @@ Three things would break that, and each disables a cut instead of being assumed 
   that is not tried again. A vocabulary that appends EOS when it tokenizes (``add_eos``) is never
   cached.
 
-The first long text of a model lists its special tokens (every id is asked: 0.14-0.19 s for Qwen's
-152k vocabulary, once per load). Turn after turn of a 15k-token agent conversation on that vocabulary:
-39-50 ms tokenized whole, 1.5-3 ms so (tests/integration/engine/test_prompt_tokens.py checks the
-tokens against the whole text's on random edits).
+Remembering a text walks its new tokens and, the first time, lists the vocabulary's special tokens
+(every id is asked: 0.14-0.19 s for Qwen's 152k vocabulary, once per load). None of that decides the
+tokens the caller gets, so with ``background=True`` (the engine's) it runs on a thread of its own
+while the prompt is read: an agent's first request waited 166-243 ms for it where tokenizing its 14k
+tokens took 26-47 ms. A text whose remembering has not finished is simply not found yet; at most
+:data:`PENDING` texts wait to be remembered, later ones are not. Turn after turn of a 15k-token agent
+conversation on that vocabulary: 39-50 ms tokenized whole, 1.5-3 ms so
+(tests/integration/engine/test_prompt_tokens.py checks the tokens against the whole text's on random
+edits).
 
 Thread-safe: the runner's reader thread (prompts) and its RPC threads (``/api/tokenize``, a system
-prefix's length) both tokenize.
+prefix's length) both tokenize. :meth:`PromptTokenizer.close` before the vocabulary is freed.
 """
 
 from __future__ import annotations
 
 import bisect
+import logging
+import queue
 import threading
 from array import array
 from collections import OrderedDict
@@ -44,12 +51,15 @@ from dataclasses import dataclass
 
 from .native import SpecialToken, Vocab
 
+log = logging.getLogger(__name__)
+
 MIN_BYTES = 4096      # shorter texts are tokenized whole and not remembered (~1k tokens, ~3 ms)
 MIN_REUSE = 256       # tokens a cut must keep to be used at all
 ENTRIES = 8           # texts remembered, most recently used last
 MAX_TOKENS = 1 << 20  # ... and tokens in all of them (4 bytes each, beside their text)
 MAX_ENTRY_BYTES = 4 << 20  # a longer text is tokenized whole and not remembered
 GIVE_UP = 2           # long texts a vocabulary fails to spell back, none spelled yet, before it is not tried again
+PENDING = 4           # texts waiting to be remembered in the background (each holds its bytes and tokens)
 _CHUNK = 4096         # bytes compared at a time when looking for where two texts part
 
 
@@ -87,8 +97,16 @@ def common_prefix(a: bytes, b: bytes) -> int:
 class PromptTokenizer:
     """``tokenize`` that reuses the tokens of the recent text sharing the longest prefix (module docstring)."""
 
-    def __init__(self, vocab: Vocab) -> None:
+    def __init__(self, vocab: Vocab, *, background: bool = False) -> None:
+        """``background``: remember texts on a thread of this tokenizer's own (module docstring)."""
         self.vocab = vocab
+        self._background = background
+        self._jobs: queue.SimpleQueue[tuple[bytes, bool, list[int], tuple[_Entry, int] | None] | None] = \
+            queue.SimpleQueue()
+        self._worker: threading.Thread | None = None  # started by the first text remembered in the background
+        self._closed = False
+        self._pending = 0  # jobs queued or running (under _idle's lock)
+        self._idle = threading.Condition()
         self._entries: OrderedDict[int, _Entry] = OrderedDict()  # id(entry) -> entry, least recent first
         self._lock = threading.Lock()
         self._tokens = 0  # tokens in _entries
@@ -108,16 +126,51 @@ class PromptTokenizer:
         found = self._best_cut(data, add_special)
         if found is None:
             tokens = self.vocab.tokenize(text, add_special=add_special)
-            self._remember(data, add_special, tokens, None)
+        else:
+            entry, k = found
+            offset, index = entry.cut_offsets[k], entry.cut_indices[k]
+            rest = self.vocab.tokenize(data[offset:].decode("utf-8", "replace"), add_special=False)
+            tokens = entry.tokens[:index].tolist()
+            tokens += rest
+            self.reused_tokens += index
+        if not self._background:
+            self._remember(data, add_special, tokens, found)
             return tokens
-        entry, k = found
-        offset, index = entry.cut_offsets[k], entry.cut_indices[k]
-        rest = self.vocab.tokenize(data[offset:].decode("utf-8", "replace"), add_special=False)
-        tokens = entry.tokens[:index].tolist()
-        tokens += rest
-        self.reused_tokens += index
-        self._remember(data, add_special, tokens, (entry, k))
+        with self._idle:
+            if self._pending >= PENDING or self._closed:
+                return tokens
+            self._pending += 1
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._work, name="tokencache", daemon=True)
+                self._worker.start()
+        self._jobs.put((data, add_special, tokens.copy(), found))  # the caller may change its list
         return tokens
+
+    def settle(self) -> None:
+        """Return once every text handed to the background so far is remembered (or refused)."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._pending == 0)
+
+    def close(self) -> None:
+        """Finish what is pending and stop the background thread; later texts are not remembered.
+        Idempotent; call it before the vocabulary's model is freed."""
+        with self._idle:
+            self._closed = True
+            worker, self._worker = self._worker, None
+        if worker is not None:
+            self._jobs.put(None)
+            worker.join()
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                self._remember(*job)
+            except Exception:  # a bug here costs the cache a text, never the thread (and so settle())
+                log.exception("tokencache: remembering a text failed")
+            finally:
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
 
     def _cuttable(self, token: int, special: SpecialToken) -> bool:
         """Whether a text may be cut before ``token``: it strips no whitespace, and its text occurs in

@@ -5,8 +5,10 @@ land anywhere (inside a word, inside a special token, right after one)."""
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import llama_cpp as lc
 import pytest
@@ -128,6 +130,57 @@ def test_common_prefix_finds_where_two_texts_part() -> None:
 
 
 @pytest.mark.starter
+def test_texts_remembered_in_the_background_are_reused_once_settled(qwen_vocab: native.Vocab) -> None:
+    """The engine's tokenizer hands remembering to its own thread: the caller's tokens are the whole
+    text's at once, and the next turn reuses them once the thread has caught up."""
+    threads_before = threading.active_count()
+    prompts = PromptTokenizer(qwen_vocab, background=True)
+    rng = random.Random(11)
+    text = "".join(message(rng, 120) for _ in range(12))
+    grown = text + message(rng, 20)
+    try:
+        assert prompts.tokenize(text) == qwen_vocab.tokenize(text)
+        prompts.settle()
+        assert prompts.tokenize(grown) == qwen_vocab.tokenize(grown)
+        assert prompts.reused_tokens > 0
+    finally:
+        prompts.close()
+    prompts.close()  # idempotent
+    last = grown + message(rng, 20)
+    assert prompts.tokenize(last) == qwen_vocab.tokenize(last)  # still right after close(), remembering nothing
+    assert threading.active_count() == threads_before
+
+
+@pytest.mark.starter
+@pytest.mark.allow_5xx(reason="the logged exception is the bug this test injects")
+def test_a_text_that_fails_to_be_remembered_costs_only_itself(qwen_vocab: native.Vocab,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    prompts = PromptTokenizer(qwen_vocab, background=True)
+    real = prompts._remember
+    calls: list[int] = []
+
+    def fails_once(*args: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug")
+        real(*args)
+
+    monkeypatch.setattr(prompts, "_remember", fails_once)
+    rng = random.Random(12)
+    text = "".join(message(rng, 120) for _ in range(12))
+    try:
+        assert prompts.tokenize(text) == qwen_vocab.tokenize(text)
+        prompts.settle()  # returns: the failure did not take the thread with it
+        assert prompts.tokenize(text) == qwen_vocab.tokenize(text)
+        prompts.settle()
+        grown = text + message(rng, 20)
+        assert prompts.tokenize(grown) == qwen_vocab.tokenize(grown)
+        assert prompts.reused_tokens > 0
+    finally:
+        prompts.close()
+
+
+@pytest.mark.starter
 @pytest.mark.slow
 def test_an_agents_next_turn_is_read_as_the_whole_texts_tokens(qwen_gguf: Path) -> None:
     """The engine's prompts go through the cache: a grown conversation is read as exactly the tokens
@@ -140,6 +193,7 @@ def test_an_agents_next_turn_is_read_as_the_whole_texts_tokens(qwen_gguf: Path) 
         collect(engine.submit(GenerateRequest(text + "<|im_start|>assistant\n", SamplingOptions(temperature=0,
                                                                                                 num_predict=2))))
         grown = text + message(rng, 20) + "<|im_start|>assistant\n"
+        engine.prompts.settle()  # remembered in the background
         before = engine.prompts.reused_tokens
         done = collect(engine.submit(GenerateRequest(grown, SamplingOptions(temperature=0, num_predict=2)))).done
         assert engine.prompts.reused_tokens > before
