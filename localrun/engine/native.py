@@ -299,17 +299,37 @@ class Vocab:
         return self._scan_once("_utf8_cache", self._scan_utf8)
 
     def _scan_utf8(self) -> tuple[np.ndarray, list[int]]:
+        """Runs inside the first constrained sample its grammar refused, on the engine thread: Qwen's
+        152k tokens take 0.48-0.52 s (0.68-1.28 s when each piece was asked alone and given a decoder)."""
         broken: list[int] = []
         continuation: list[int] = []
-        for token in range(self.n_vocab):
-            piece = self.piece(token)
-            if piece and piece[0] & 0xC0 == 0x80:
+        decoder = codecs.getincrementaldecoder("utf-8")
+        for token, piece in enumerate(self._all_pieces()):
+            if piece.isascii():  # most pieces: whole characters
+                continue
+            if piece[0] & 0xC0 == 0x80:
                 continuation.append(token)
+            try:
+                piece.decode("utf-8")
+                continue
+            except UnicodeDecodeError:  # broken, or whole characters and then a character's first bytes
+                pass
             try:  # a leading continuation byte fails here too
-                codecs.getincrementaldecoder("utf-8")("strict").decode(piece, final=False)
+                decoder("strict").decode(piece, final=False)
             except UnicodeDecodeError:
                 broken.append(token)
         return np.array(broken, dtype=np.int64), continuation
+
+    def _all_pieces(self) -> list[bytes]:
+        """Every token's piece (as :meth:`piece`), asked through one buffer and remembered."""
+        buf = ctypes.create_string_buffer(256)
+        pieces: list[bytes] = []
+        for token in range(self.n_vocab):
+            n = lc.llama_token_to_piece(self.ptr, token, buf, len(buf), 0, False)
+            pieces.append(buf.raw[:n] if n >= 0 else self.piece(token))  # longer: piece() sizes its buffer
+        with self._lock:
+            self._pieces.update(enumerate(pieces))
+        return pieces
 
     def broken_utf8_tokens(self) -> np.ndarray:
         """Tokens whose bytes cannot follow a complete character (computed once, on demand)."""

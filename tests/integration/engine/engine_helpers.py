@@ -1,14 +1,18 @@
-"""Collecting a request's events in engine tests; an engine in a runner process of its own."""
+"""Collecting a request's events in engine tests; an engine in a runner process of its own; a vocabulary alone."""
 
 from __future__ import annotations
 
 import asyncio
 import queue
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+import llama_cpp as lc
+
+from localrun.engine import native
 from localrun.engine.types import (
     DoneEvent,
     EngineStats,
@@ -21,6 +25,18 @@ from localrun.engine.types import (
 from localrun.runtime.process import RunnerProcess
 
 T = TypeVar("T")
+
+
+def vocab_of(path: Path) -> Iterator[native.Vocab]:
+    """The vocabulary of the GGUF at ``path``, loaded without its weights (a generator: the model is
+    freed when it resumes)."""
+    native.init_backend()
+    params = lc.llama_model_default_params()
+    params.vocab_only = True
+    model = lc.llama_model_load_from_file(str(path).encode(), params)
+    assert model
+    yield native.Vocab(model)
+    lc.llama_model_free(model)
 
 
 class Handle(Protocol):

@@ -10,9 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import llama_cpp as lc
 import pytest
-from engine_helpers import collect
+from engine_helpers import collect, vocab_of
 
 from localrun.engine import native
 from localrun.engine.engine import Engine
@@ -26,16 +25,6 @@ WORDS = ["the", "model", "reads", "def", "return", "x", "  ", "\n", "é", "日�
 @pytest.fixture(scope="module")
 def qwen_gguf(starter_models: Path) -> Path:
     return max((starter_models / "blobs").iterdir(), key=lambda p: p.stat().st_size)
-
-
-def vocab_of(path: Path) -> Iterator[native.Vocab]:
-    native.init_backend()
-    params = lc.llama_model_default_params()
-    params.vocab_only = True
-    model = lc.llama_model_load_from_file(str(path).encode(), params)
-    assert model
-    yield native.Vocab(model)
-    lc.llama_model_free(model)
 
 
 @pytest.fixture(scope="module")
