@@ -27,7 +27,7 @@ import llama_cpp as lc
 from .. import trace
 from ..errors import ContextOverflow, EngineError, InvalidRequest, UnsupportedCapability
 from ..modelkind import ModelKind, kind_refusal, model_kind
-from . import limits, native, prefix_store
+from . import limits, native, prefix_store, vocab_store
 from .backend_sampler import BackendSamplers
 from .batcher import BURST_GAP, BURST_MAX, STAGE_AFTER, Batcher
 from .detok import TextStream
@@ -55,6 +55,7 @@ from .types import (
     Truncation,
 )
 from .vision import MediaPrompt, Projector
+from .vocab_store import VocabStore
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,8 @@ class Engine:
         check_load_options(options)
         self.options = options
         self._prefix_store: PrefixStore | None = None
+        self._vocab_store: VocabStore | None = None
+        self._vocab_restored = native.VocabScans()
         if options.batch_invariant:
             native.use_batch_invariant_matmuls()
         model = native.load_model(model_path, options)
@@ -135,6 +138,10 @@ class Engine:
     def _setup(self, model: lc.llama_model_p, model_path: str, options: LoadOptions,
                prefix_cache: PrefixCacheLocation | None) -> None:
         self.vocab = native.Vocab(model)
+        if prefix_cache is not None:  # what earlier loads of this file scanned in its vocabulary
+            self._vocab_store = VocabStore(Path(prefix_cache.directory), prefix_cache.model_digest,
+                                           prefix_store.fingerprint(Path(model_path)))
+            self._vocab_restored = vocab_store.restore(self._vocab_store, self.vocab)
         # a long prompt's shared start is tokenized once; texts are remembered off the request's path
         self.prompts = PromptTokenizer(self.vocab, background=True)
         n_ctx_train = int(lc.llama_model_n_ctx_train(model))
@@ -310,6 +317,11 @@ class Engine:
         if self._thread.is_alive():
             self._thread.join()
         self.prompts.close()  # its thread reads the vocabulary, which goes with the model
+        if self._vocab_store is not None:
+            try:
+                vocab_store.save(self._vocab_store, self.vocab, self._vocab_restored)
+            except OSError as exc:  # as the prefix cache's: a full or read-only disk costs only the file
+                log.warning("vocabulary scans not saved: %s", exc)
         try:
             if self._prefix_store is not None and self.batcher is not None and self._ctx is not None:
                 try:

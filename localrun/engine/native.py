@@ -223,6 +223,20 @@ class SpecialToken:
     strips: bool  # it eats the whitespace beside it (LSTRIP / RSTRIP)
 
 
+@dataclass(frozen=True, slots=True)
+class VocabScans:
+    """What :class:`Vocab`'s whole-vocabulary scans found (None: not scanned); vocab_store.py keeps
+    them between loads of a model."""
+
+    specials: dict[int, SpecialToken] | None = None
+    utf8: tuple[np.ndarray, list[int]] | None = None  # broken tokens, continuation tokens
+    eog: np.ndarray | None = None
+
+    def known(self) -> set[str]:
+        """The names of the scans present."""
+        return {name for name in ("specials", "utf8", "eog") if getattr(self, name) is not None}
+
+
 class Vocab:
     """Tokenizer and token pieces of a loaded model (read-only, thread-safe)."""
 
@@ -282,6 +296,17 @@ class Vocab:
 
     def detokenize(self, tokens: list[int]) -> str:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
+
+    def scans(self) -> VocabScans:
+        """The whole-vocabulary scans run so far."""
+        return VocabScans(self._specials, self._utf8_cache, self._eog_ids)
+
+    def adopt(self, scans: VocabScans) -> None:
+        """Take ``scans`` (of this same vocabulary, saved earlier) instead of scanning again."""
+        with self._scan_lock:
+            self._specials = self._specials if scans.specials is None else scans.specials
+            self._utf8_cache = self._utf8_cache if scans.utf8 is None else scans.utf8
+            self._eog_ids = self._eog_ids if scans.eog is None else scans.eog
 
     def _scan_once(self, attr: str, scan: Callable[[], T]) -> T:
         """The value cached in ``attr``, computed by ``scan`` on first use; concurrent first
