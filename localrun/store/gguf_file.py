@@ -67,6 +67,7 @@ MAX_DIMS = 8
 MAX_NESTING = 4            # arrays of arrays of ...: llama.cpp's own files never nest
 MAX_ARRAY_LEN = 1 << 24    # elements in one array (vocabularies hold up to a few hundred thousand)
 MAX_STRING = 1 << 26       # bytes in one string (chat templates are kilobytes)
+_U64 = struct.Struct("<Q")
 MAX_KEY = 1 << 16          # bytes in one key name
 MAX_ALIGNMENT = 1 << 20
 MAX_TRAILING = 1 << 20     # bytes after the last tensor's data: writers pad to the alignment, no more
@@ -152,10 +153,23 @@ class _Cursor:
         self.pos += n
         return raw.decode("utf-8", errors="replace")
 
-    def skip_string(self, what: str) -> None:
-        n = self.length(what, MAX_STRING)
-        self.need(n, what)
-        self.pos += n
+    def skip_strings(self, count: int, what: str) -> None:
+        """Step over ``count`` strings, checked as :meth:`string` checks one. Each string's length says
+        where the next begins, so this is a walk: one tight loop (a 152k-token vocabulary and its
+        merges in ~0.1 s, where a call per string took ~0.5)."""
+        buf, pos, size = self.buf, self.pos, self.size
+        read = _U64.unpack_from
+        for _ in range(count):
+            if pos + 8 > size:
+                self.pos = pos
+                self.need(8, what)
+            (n,) = read(buf, pos)
+            pos += 8
+            if n > size - pos or n > MAX_STRING:
+                self.pos = pos - 8
+                self.length(what, MAX_STRING)  # raises the message a single string's read would
+            pos += n
+        self.pos = pos
 
 
 def _value(cur: _Cursor, vtype: int, key: str, depth: int = 0) -> JSONValue:
@@ -184,8 +198,7 @@ def _value(cur: _Cursor, vtype: int, key: str, depth: int = 0) -> JSONValue:
         cur.need(count * 8, what)  # every element carries at least its 8-byte length
         if count <= _KEEP_ARRAY:
             return [cur.string(what) for _ in range(count)]
-        for _ in range(count):
-            cur.skip_string(what)
+        cur.skip_strings(count, what)
         return ArrayLen(count)
     if etype == GGUFValueType.ARRAY:
         cur.need(count * 12, what)  # every element carries at least its type and length

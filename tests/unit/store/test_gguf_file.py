@@ -76,3 +76,33 @@ def test_directory_and_missing_file(tmp_path: Path) -> None:
         read_gguf(tmp_path)
     with pytest.raises(InvalidModelFile, match="cannot open"):
         read_gguf(tmp_path / "nope.gguf")
+
+
+def _string_array_file(strings: list[bytes], lengths: dict[int, int] | None = None) -> tuple[bytes, list[int]]:
+    """A GGUF header with one long string array (skipped, not kept: more than 64 entries); returns
+    the bytes and where each element's length field starts."""
+    key = b"tokenizer.ggml.merges"
+    data = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(key)) + key
+    data += struct.pack("<IIQ", 9, 8, len(strings))  # an array of strings
+    starts = []
+    for i, s in enumerate(strings):
+        starts.append(len(data))
+        data += struct.pack("<Q", (lengths or {}).get(i, len(s))) + s
+    return data, starts
+
+
+@pytest.mark.parametrize("cut", ["inside a length", "inside a string", "a length past the end"])
+def test_a_long_string_array_that_ends_early_names_where(tmp_path: Path, cut: str) -> None:
+    strings = [f"tok{i} en".encode() for i in range(100)]
+    data, starts = _string_array_file(strings, {70: 2**40} if cut == "a length past the end" else None)
+    if cut == "inside a length":
+        data, at = data[:starts[70] + 3], starts[70]
+    elif cut == "inside a string":
+        data, at = data[:starts[70] + 10], starts[70] + 8
+    else:
+        at = starts[70] + 8
+    bad = tmp_path / "cut.gguf"
+    bad.write_bytes(data)
+    with pytest.raises(InvalidModelFile, match=rf"truncated: it ends inside the value of 'tokenizer.ggml.merges' "
+                                               rf"\(at byte {at}\)"):
+        read_gguf(bad)
