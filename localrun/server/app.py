@@ -176,11 +176,13 @@ def create_app(
         app[STARTED_AT] = loop.time()
         executors.install(loop)
         rendering.renderer().warm()
+        app[SERVICE].warm()
         await _remove_orphans(app[STORE], executors)
         app[SCHEDULER].start()
         upstreams.start()
 
     async def on_cleanup(app: web.Application) -> None:
+        app[SERVICE].stop_warming()
         await upstreams.close()
         await app[SCHEDULER].close()
         rendering.close()

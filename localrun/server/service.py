@@ -40,6 +40,7 @@ from ..jsontypes import JSONObject
 from ..modelkind import ModelKind, kind_refusal
 from ..runtime.resident import Backend, EventStream, Phase, ProbeFn
 from ..runtime.scheduler import DEFAULT, KeepAlive, Lease, LoadSpec, Scheduler
+from ..store import gguf_file
 from ..store.records import ResolvedModel
 from ..upstream.router import Upstreams
 from .executors import Executors, run_in
@@ -202,6 +203,7 @@ class Service:
         self._store_pool = pools.store
         self._probe_pool = pools.probe
         self._repack: bool | None = None  # hardware/repack.py's answer, asked at the first load
+        self._warming: asyncio.Task[None] | None = None  # warm()'s task
         self._repack_lock = asyncio.Lock()
 
     async def target(self, name: object, options: object = None, keep_alive: KeepAlive = DEFAULT) -> Target:
@@ -258,6 +260,25 @@ class Service:
         if known is None or self.store.resolve_unchanged(name) is not known[0]:
             return None
         return known
+
+    def warm(self) -> None:
+        """Start in the background what the first request for a model would otherwise wait for: the
+        device probe (a child process: 0.46 s on a 2-vCPU EPYC), the repacking answer and the GGUF
+        reader's imports (0.19 s). A request that comes sooner waits only for what is left of them."""
+        async def warm() -> None:
+            probed = self._probe() if self._probe is not None else None
+            try:
+                await asyncio.gather(self.repack_allowed(), run_in(self._store_pool, gguf_file.preload),
+                                     *([probed] if inspect.isawaitable(probed) else []))
+            except Exception as exc:  # the request that needs it will meet the problem and report it
+                log.debug("warming up: %s", exc)
+
+        self._warming = asyncio.get_running_loop().create_task(warm(), name="warm")
+
+    def stop_warming(self) -> None:
+        """Cancel what :meth:`warm` started, if it still runs (the daemon is stopping)."""
+        if self._warming is not None:
+            self._warming.cancel()
 
     async def repack_allowed(self) -> bool:
         """Whether models load with llama.cpp's repacked CPU weights (hardware/repack.py): probed in a

@@ -218,6 +218,12 @@ def _file_type_name(value: JSONValue) -> str | None:
         return str(value)
 
 
+def preload() -> None:
+    """Import what :func:`read_gguf` imports on first use (the gguf package: ~0.2 s), for a daemon
+    that will read headers soon; importing it at module level would slow every CLI command."""
+    import gguf  # noqa: F401
+
+
 def read_gguf(path: Path, label: str | None = None) -> GGUFInfo:
     """Validate ``path`` as a GGUF model and read its metadata; raises InvalidModelFile.
 
