@@ -316,18 +316,18 @@ class Engine:
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join()
-        self.prompts.close()  # its thread reads the vocabulary, which goes with the model
-        if self._vocab_store is not None:
-            try:
-                vocab_store.save(self._vocab_store, self.vocab, self._vocab_restored)
-            except OSError as exc:  # as the prefix cache's: a full or read-only disk costs only the file
-                log.warning("vocabulary scans not saved: %s", exc)
         try:
+            self.prompts.close()  # its thread reads the vocabulary, which goes with the model
             if self._prefix_store is not None and self.batcher is not None and self._ctx is not None:
                 try:
                     prefix_store.save(self._prefix_store, self._ctx, self.batcher.kv)
                 except OSError as exc:  # a full or read-only disk costs the saved cache, never the unload
                     log.warning("prefix cache not saved: %s", exc)
+            if self._vocab_store is not None:
+                try:
+                    vocab_store.save(self._vocab_store, self.vocab, self._vocab_restored)
+                except OSError as exc:  # the same: it costs only the file
+                    log.warning("vocabulary scans not saved: %s", exc)
         finally:  # even when saving met a bug: the native memory goes back
             self._free_native()
 

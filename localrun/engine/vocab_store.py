@@ -62,7 +62,8 @@ def restore(store: VocabStore, vocab: Vocab) -> VocabScans:
 
 
 def save(store: VocabStore, vocab: Vocab, restored: VocabScans) -> bool:
-    """Write what ``vocab`` has scanned when it knows more than was ``restored``; returns whether it wrote."""
+    """Write what ``vocab`` has scanned when it knows more than was ``restored``; returns whether it wrote.
+    Raises OSError (a full or read-only disk, a directory in the way) and leaves no temporary file."""
     scans = vocab.scans()
     if scans.known() <= restored.known():
         return False
@@ -82,9 +83,12 @@ def save(store: VocabStore, vocab: Vocab, restored: VocabScans) -> bool:
         arrays["eog"] = np.asarray(scans.eog, dtype=np.int64)
     store.directory.mkdir(parents=True, exist_ok=True)
     tmp = store.path.with_name(store.path.name + f".{os.getpid()}.tmp")
-    with tmp.open("wb") as f:
-        np.savez(f, allow_pickle=False, **arrays)
-    os.replace(tmp, store.path)
+    try:
+        with tmp.open("wb") as f:
+            np.savez(f, allow_pickle=False, **arrays)
+        os.replace(tmp, store.path)
+    finally:
+        tmp.unlink(missing_ok=True)  # written and renamed, or left half-written by a full disk: gone either way
     log.info("vocabulary scans saved to %s", store.path)
     return True
 

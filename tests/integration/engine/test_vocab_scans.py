@@ -126,3 +126,14 @@ def test_an_engine_keeps_its_scans_between_loads(tiny_gguf: Path, tmp_path: Path
     with Engine(str(tiny_gguf), options, prefix_cache=location) as engine:
         assert engine.vocab.scans().known() == {"specials", "utf8", "eog"}
         assert same_scans(engine.vocab.scans(), scanned)
+
+
+def test_a_scan_file_that_cannot_be_written_leaves_nothing_behind(tiny_gguf: Path, tmp_path: Path) -> None:
+    store = store_at(tmp_path / "cache")
+    store.path.mkdir(parents=True)  # a directory where the file goes
+    for vocab in vocab_of(tiny_gguf):
+        scan_all(vocab)
+        assert vocab_store.restore(store, vocab).known() == set()  # unreadable: ignored
+        with pytest.raises(OSError):
+            vocab_store.save(store, vocab, native.VocabScans())
+    assert [p.name for p in store.directory.iterdir()] == [store.path.name]  # no temporary file left
