@@ -138,9 +138,10 @@ class Engine:
     def _setup(self, model: lc.llama_model_p, model_path: str, options: LoadOptions,
                prefix_cache: PrefixCacheLocation | None) -> None:
         self.vocab = native.Vocab(model)
+        # the file's fingerprint, which the saved scans and prefix cache must both name (read once)
+        fingerprint = prefix_store.fingerprint(Path(model_path)) if prefix_cache is not None else ""
         if prefix_cache is not None:  # what earlier loads of this file scanned in its vocabulary
-            self._vocab_store = VocabStore(Path(prefix_cache.directory), prefix_cache.model_digest,
-                                           prefix_store.fingerprint(Path(model_path)))
+            self._vocab_store = VocabStore(Path(prefix_cache.directory), prefix_cache.model_digest, fingerprint)
             self._vocab_restored = vocab_store.restore(self._vocab_store, self.vocab)
         # a long prompt's shared start is tokenized once; texts are remembered off the request's path
         self.prompts = PromptTokenizer(self.vocab, background=True)
@@ -200,7 +201,7 @@ class Engine:
                                    backend=self._backend)
             if prefix_cache is not None and kv.enabled:
                 self._prefix_store = PrefixStore(Path(prefix_cache.directory), prefix_cache.model_digest,
-                                                 prefix_store.fingerprint(Path(model_path)), spec.kv_type,
+                                                 fingerprint, spec.kv_type,
                                                  n_cells // 2)
                 prefix_store.restore(self._prefix_store, self._ctx, kv)
                 trace.mark("prefix_restored", 0, kv.cached_cells)
