@@ -84,6 +84,11 @@ class ChatScreen(SlashCommands, Screen[None]):
         facts = await model_ops.model_facts(self.app.backend, model)
         self.session.defaults = facts.defaults
         self.session.vision = facts.vision
+        if self.session.attached and not facts.vision:  # attached before the switch, or before we knew
+            names = ", ".join(a.name for a in self.session.attached)
+            self.session.attached = []
+            self.info(f"{model} does not take images (it has no vision projector): {names} no longer "
+                      "attached.", error=True)
         key = model_ops.full_name(model)
         if facts.base_model and key not in self.session.noticed:
             self.session.noticed.add(key)
@@ -145,14 +150,13 @@ class ChatScreen(SlashCommands, Screen[None]):
         if self.streaming:
             self.notify("A reply is still streaming: Esc stops it.", timeout=3)
             return
-        prompt, paths = (text, []) if cmd.is_command(text) and not attachments.starts_with_path(text) \
-            else attachments.take_paths(text)
+        dropped = attachments.starts_with_path(text)  # a file dropped first: not a slash command
+        # As Ollama's REPL: only a model that sees images takes image paths out of the message; to a
+        # text-only model a path inside a message is words like any other (it may be asked about one).
+        takes_paths = dropped or (self.session.vision and not cmd.is_command(text))
+        prompt, paths = attachments.take_paths(text) if takes_paths else (text, [])
         if paths and not self.attach([str(p) for p in paths]):
             return  # the message stays in the input: nothing is sent without its images
-        if self.session.attached and not self.session.vision and not cmd.is_command(text):
-            self.info(f"{self.session.model} does not take images (it has no vision projector): nothing was "
-                      "sent. Load a vision model (/load MODEL) or /clear to drop the images.", error=True)
-            return
         event.prompt_input.remember(text)
         event.prompt_input.clear()
         if not prompt:  # only images: they go with the next message
@@ -163,8 +167,12 @@ class ChatScreen(SlashCommands, Screen[None]):
             self.send(cmd.unquote(prompt) if prompt.startswith('"""') else prompt)
 
     def attach(self, paths: list[str]) -> bool:
-        """Attach the images at ``paths`` to the next message; False (and why, in the log) when one
-        cannot be read or is no image localrun reads."""
+        """Attach the images at ``paths`` to the next message; False (and why, in the log) when the
+        model takes no images, or one cannot be read or is no image localrun reads."""
+        if not self.session.vision:
+            self.info(f"{self.session.model} does not take images (it has no vision projector): nothing "
+                      "attached. Load a vision model first (/load MODEL).", error=True)
+            return False
         try:
             loaded = [attachments.load(path) for path in paths]
         except LocalrunError as exc:
@@ -173,8 +181,6 @@ class ChatScreen(SlashCommands, Screen[None]):
         self.session.attached.extend(loaded)
         names = ", ".join(a.name for a in self.session.attached)
         self.info(f"Attached {names}: it goes with your next message.")
-        if not self.session.vision:
-            self.info(f"{self.session.model} does not take images (it has no vision projector).", error=True)
         return True
 
     def send(self, prompt: str) -> None:

@@ -14,7 +14,7 @@ from tui_fakes import FakeBackend
 
 from localrun.tui import attachments
 from localrun.tui.conversations import ConversationStore
-from localrun.tui.widgets import UserMessage
+from localrun.tui.widgets import PromptInput, UserMessage
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -80,14 +80,47 @@ async def test_a_dropped_path_attaches_the_image(tmp_path: Path, picture: Path) 
         assert sent["content"] == "describe it" and len(sent["images"]) == 1
 
 
-async def test_a_model_without_vision_says_so_before_sending(tmp_path: Path, picture: Path) -> None:
+async def test_a_model_without_vision_says_so_and_attaches_nothing(tmp_path: Path, picture: Path) -> None:
     backend = FakeBackend()
     app = make_app(tmp_path, backend)
     async with app.run_test(size=(100, 40)) as pilot:
         await wait_idle(pilot)
         await type_and_send(pilot, f"/image {picture}")
         await wait_idle(pilot)
+        assert any("does not take images" in line and "nothing attached" in line for line in infos(app))
+        assert not any("Attached" in line for line in infos(app))
+        await type_and_send(pilot, f"{str(picture).replace(' ', chr(92) + ' ')} what is this?")  # dropped first
+        await wait_idle(pilot)
+        assert not backend.chats  # refused, kept in the input: nothing is sent without its image
+        assert "what is this?" in app.screen.query_one(PromptInput).text
+        app.screen.query_one(PromptInput).clear()
         await type_and_send(pilot, "what is this?")
         await wait_idle(pilot)
-        assert not backend.chats
-        assert any("does not take images" in line for line in infos(app))
+        assert backend.chats[-1]["messages"][-1] == {"role": "user", "content": "what is this?"}
+
+
+async def test_a_path_inside_a_message_to_a_text_model_stays_words(tmp_path: Path, picture: Path) -> None:
+    """As in Ollama's REPL: a model that sees no images is asked about the path, not sent the file."""
+    backend = FakeBackend()
+    app = make_app(tmp_path, backend)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_idle(pilot)
+        await type_and_send(pilot, f"why does '{picture}' fail to load?")
+        await wait_idle(pilot)
+        sent = backend.chats[-1]["messages"][-1]
+        assert sent == {"role": "user", "content": f"why does '{picture}' fail to load?"}
+
+
+async def test_switching_to_a_text_model_drops_the_attachment_and_says_so(tmp_path: Path, picture: Path) -> None:
+    backend = vision_backend()
+    app = make_app(tmp_path, backend)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_idle(pilot)
+        await type_and_send(pilot, f'/image "{picture}"')
+        await wait_idle(pilot)
+        await type_and_send(pilot, "/load other")
+        await wait_idle(pilot)
+        assert any("cat.png no longer attached" in line for line in infos(app))
+        await type_and_send(pilot, "hello")
+        await wait_idle(pilot)
+        assert backend.chats[-1]["model"] == "other" and "images" not in backend.chats[-1]["messages"][-1]
