@@ -39,8 +39,9 @@ and compacts its conversation before the window is full:
   (without a ``limit`` it never compacts, and asks for 32,000).
 
 When even that window cannot hold the agent's first prompt, one line says so before the agent
-starts. Arguments after ``--`` go to the agent unchanged (``localrun launch claude -- -p "hi"``).
-The exit code is the agent's.
+starts; so does one when the model is too small to do an agent's work (:func:`small_model_note`:
+the starter checks the set-up, a 7B+ coder model does the work). Arguments after ``--`` go to the
+agent unchanged (``localrun launch claude -- -p "hi"``). The exit code is the agent's.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -58,11 +60,15 @@ from typing import TYPE_CHECKING
 
 from .. import config
 from ..errors import AgentNotFound, InvalidRequest, LocalrunError
+from ..jsontypes import JSONObject, as_object
 from .agent_context import ContextPlan, ModelContext, derived_modelfile, derived_name, plan_context
 
 if TYPE_CHECKING:
     from ..client import Client
 
+SMALL_FOR_AGENTS = 3e9  # parameters: below this a model follows an agent's long prompt poorly (README, "Coding agents")
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMBT])", re.IGNORECASE)
+_SCALE = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
 PLACEHOLDER_KEY = "localrun"  # agents insist on some key; the daemon ignores it unless LOCALRUN_API_KEY is set
 AGENT_TIMEOUT_MS = 60 * 60 * 1000  # how long an agent waits for a reply before giving up (a local CPU is slow)
 COMPACT_AT = 0.8  # the share of the window at which Codex and opencode are told to compact
@@ -245,6 +251,30 @@ def give_context(client: Client, agent: Agent, model: str) -> tuple[str, Context
     return derived, plan_context(made, derived, agent.title, agent.prompt_tokens, derive=False)
 
 
+def parameter_count(show: JSONObject) -> float | None:
+    """The model's parameters from an ``/api/show`` reply (``details.parameter_size``, Ollama's
+    ``494.03M`` / ``7.6B`` form); None when it does not say (an upstream model, say)."""
+    size = as_object(show.get("details")).get("parameter_size")
+    match = _SIZE.fullmatch(size.strip()) if isinstance(size, str) else None
+    return float(match[1]) * _SCALE[match[2].upper()] if match else None
+
+
+def small_model_note(agent: Agent, model: str, show: JSONObject) -> str | None:
+    """One line when ``model`` is too small to be ``agent``'s model for real work; None otherwise.
+
+    A model under :data:`SMALL_FOR_AGENTS` parameters reaches the agent and answers, so it checks
+    the set-up, but it follows a 7k-19k-token agent prompt poorly: it writes tool calls out as text
+    and copies the prompt's examples (the starter with all three agents, README "Coding agents").
+    """
+    count = parameter_count(show)
+    if count is None or count >= SMALL_FOR_AGENTS:
+        return None
+    size = as_object(show.get("details")).get("parameter_size")
+    return (f"Note: {model} ({size} parameters) is small for an agent: it will answer, which checks the set-up, "
+            f"but it follows {agent.title}'s long prompt poorly. For real work use a 7B or larger coder "
+            f"model: localrun launch {agent.name} --model MODEL")
+
+
 def _err(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -260,9 +290,12 @@ def run(args: argparse.Namespace) -> int:
     client = connect()
     try:
         ensure_model(client, model)
+        note = small_model_note(agent, model, client.show(model))
         served, context = give_context(client, agent, model)
     finally:
         client.close()
+    if note:
+        _err(note)
     if context.shortfall:
         _err(context.shortfall)
     launch = plan(agent, executable, served, config.host().url, config.api_key(), extra, context.window)

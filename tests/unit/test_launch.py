@@ -12,7 +12,15 @@ from typing import Any, cast
 import pytest
 
 from localrun.cli.agent_context import ModelContext, derived_modelfile, derived_name, plan_context
-from localrun.cli.launch_cmd import AGENTS, Launch, find_agent, give_context, plan
+from localrun.cli.launch_cmd import (
+    AGENTS,
+    Launch,
+    find_agent,
+    give_context,
+    parameter_count,
+    plan,
+    small_model_note,
+)
 from localrun.cli.main import build_parser
 from localrun.client import Client
 from localrun.errors import AgentNotFound, InvalidRequest, LocalrunError
@@ -238,3 +246,18 @@ def test_when_the_derived_model_cannot_be_made_the_agent_runs_on_the_model(capsy
     assert (served, context.window) == ("up/m", 4096)
     assert context.shortfall and "19,000" in context.shortfall
     assert "not in the store" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("size", "count"), [("494.03M", 494.03e6), ("0.5B", 0.5e9), ("7.62B", 7.62e9),
+                                             (" 70b ", 70e9), ("8x7B", None), ("", None), (4, None)])
+def test_the_parameter_count_is_read_from_ollamas_size_label(size: object, count: float | None) -> None:
+    assert parameter_count({"details": {"parameter_size": size}}) == count
+    assert parameter_count({}) is None
+
+
+def test_a_model_too_small_for_an_agents_work_is_named_once() -> None:
+    note = small_model_note(AGENTS["codex"], "qwen2.5-coder:0.5b", {"details": {"parameter_size": "494.03M"}})
+    assert note is not None and "qwen2.5-coder:0.5b (494.03M parameters)" in note
+    assert "localrun launch codex --model MODEL" in note
+    assert small_model_note(AGENTS["claude"], "big", {"details": {"parameter_size": "7.6B"}}) is None
+    assert small_model_note(AGENTS["claude"], "up/m", {"model_info": {}}) is None  # not said: no guess
