@@ -59,7 +59,7 @@ import llama_cpp as lc
 
 from .host_cache import HostCache, Segment
 from .radix import RadixCache, RadixNode, common_prefix_len
-from .seqstate import load_state, state_of
+from .seqstate import StateSizes, load_state, state_of
 from .standins import image_start
 
 log = logging.getLogger(__name__)
@@ -132,6 +132,7 @@ class KVCache:
         # order). With reorder_when_idle the next admission into an idle engine starts from an
         # empty cache instead (reset_if_fragmented): cached prefixes are recomputed, in order.
         self.reorder_when_idle = reorder_when_idle
+        self._state_sizes = StateSizes()  # a move's buffer without asking llama.cpp to scan for its size
         self._short_restore: float | None = None  # seconds a restore under SHORT_RESTORE tokens takes, lately
         self.fragmented = False
         self.resets = 0
@@ -302,7 +303,7 @@ class KVCache:
         """``owner``'s KV of positions ``[start, end)``, serialised through the parked id (nothing moves)."""
         lc.llama_memory_seq_cp(self.mem, owner, self.parked_id, start, end)
         try:
-            return state_of(ctx, self.parked_id)
+            return state_of(ctx, self.parked_id, end - start, self._state_sizes)
         finally:
             lc.llama_memory_seq_rm(self.mem, self.parked_id, -1, -1)
 

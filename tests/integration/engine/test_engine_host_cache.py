@@ -129,10 +129,10 @@ def test_idle_time_copies_take_the_move_to_host_ram_off_the_next_request(tiny_gg
             state_of = kvcache.state_of
             texts: list[str] = []
 
-            def spy(ctx, seq_id):  # type: ignore[no-untyped-def]
+            def spy(ctx, seq_id, *more):  # type: ignore[no-untyped-def]
                 if kv._active:
                     copies_during.append(len(texts))
-                return state_of(ctx, seq_id)
+                return state_of(ctx, seq_id, *more)
 
             monkeypatch.setattr(kvcache, "state_of", spy)
             if not copy_while_idle:
@@ -202,3 +202,40 @@ def test_a_short_last_segment_is_recomputed_where_that_is_cheaper_with_the_same_
         assert skipped > 0 and set(cached) == {len(SYSTEM)}
     else:
         assert skipped == 0 and set(cached) == {len(SYSTEM) + 1}
+
+
+def test_moves_sized_from_learned_sizes_hold_what_asked_sizes_hold(tiny_gguf: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A move to host RAM sizes its buffer from the sizes llama.cpp gave for earlier moves (seqstate.py,
+    StateSizes) instead of asking again: the segments, and every text, are byte for byte the same."""
+    import llama_cpp as lc
+
+    from localrun.engine import seqstate
+
+    def session(learn: bool) -> tuple[list[str], list[tuple[int, tuple[int, ...], bytes]], int]:
+        asked = 0
+        get_size = lc.llama_state_seq_get_size
+
+        def counting(ctx, seq_id):  # type: ignore[no-untyped-def]
+            nonlocal asked
+            asked += 1
+            return get_size(ctx, seq_id)
+
+        monkeypatch.setattr(seqstate.lc, "llama_state_seq_get_size", counting)
+        if not learn:
+            monkeypatch.setattr(seqstate.StateSizes, "bound", lambda self, cells: None)
+        with Engine(str(tiny_gguf), OPTIONS) as engine:
+            texts = []
+            for i in range(8):  # leaves of different lengths, moved out as the next request comes
+                tail = [310 + (13 * i + k) % 300 for k in range(10 + 9 * i)]
+                texts.append(collect(engine.submit(GenerateRequest(SYSTEM + tail, GREEDY))).text)
+            kv = engine.batcher.kv  # type: ignore[union-attr]
+            kv.check_integrity()
+            held = sorted((seg.start, tuple(seg.path), bytes(seg.state)) for seg in kv.host_segments())
+        monkeypatch.undo()
+        return texts, held, asked
+
+    texts, held, asked = session(learn=True)
+    texts_asked, held_asked, asked_always = session(learn=False)
+    assert (texts, held) == (texts_asked, held_asked) and len(held) >= 5
+    assert asked <= 3 < asked_always  # two answers give the line, a third confirms it
