@@ -9,6 +9,7 @@ prefix-cache counts) are in tests/e2e/test_clients.py.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +41,18 @@ def _url(app: Any) -> str:
     return str(app.make_url("")).rstrip("/")
 
 
+# The SDK clients are closed in the test's own loop: left to the garbage collector, their aclose() ran on a
+# later test's loop and logged "Event loop is closed" tracebacks there (failing its no-traceback check).
 @pytest.fixture
-def claude(app: Any) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(base_url=_url(app), api_key="unused", max_retries=0)
+async def claude(app: Any) -> AsyncIterator[anthropic.AsyncAnthropic]:
+    async with anthropic.AsyncAnthropic(base_url=_url(app), api_key="unused", max_retries=0) as client:
+        yield client
 
 
 @pytest.fixture
-def oai(app: Any) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=_url(app) + "/v1", api_key="unused", max_retries=0)
+async def oai(app: Any) -> AsyncIterator[openai.AsyncOpenAI]:
+    async with openai.AsyncOpenAI(base_url=_url(app) + "/v1", api_key="unused", max_retries=0) as client:
+        yield client
 
 
 def _user(text: str) -> list[Any]:
@@ -161,13 +166,13 @@ async def test_anthropic_errors_have_anthropics_shape(claude: anthropic.AsyncAnt
 
 async def test_x_api_key_is_accepted_like_a_bearer_key(serve_app: Any, store: DictStore, fake_runners: Any) -> None:
     app = await serve_app(store, load_fn=fake_runners, api_key="s3cret")
-    good = anthropic.AsyncAnthropic(base_url=_url(app), api_key="s3cret", max_retries=0)  # sends x-api-key
-    m = await good.messages.create(model="fake", max_tokens=20, messages=_user("SAY:ok"),
-                                   extra_headers={"anthropic-beta": "interleaved-thinking-2025-05-14"})
+    async with anthropic.AsyncAnthropic(base_url=_url(app), api_key="s3cret", max_retries=0) as good:  # x-api-key
+        m = await good.messages.create(model="fake", max_tokens=20, messages=_user("SAY:ok"),
+                                       extra_headers={"anthropic-beta": "interleaved-thinking-2025-05-14"})
     assert m.content[0].text == "ok"  # type: ignore[union-attr]
-    bad = anthropic.AsyncAnthropic(base_url=_url(app), api_key="wrong", max_retries=0)
-    with pytest.raises(anthropic.AuthenticationError) as info:
-        await bad.messages.create(model="fake", max_tokens=20, messages=_user("SAY:ok"))
+    async with anthropic.AsyncAnthropic(base_url=_url(app), api_key="wrong", max_retries=0) as bad:
+        with pytest.raises(anthropic.AuthenticationError) as info:
+            await bad.messages.create(model="fake", max_tokens=20, messages=_user("SAY:ok"))
     assert info.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
     r = await app.get("/api/tags", headers={"x-api-key": "s3cret"})
     assert r.status == 200

@@ -64,9 +64,10 @@ async def test_a_thread_is_refused_with_the_error_code_the_sdk_resends_on(app: A
     error = (await r.json())["error"]
     assert r.status == 400 and error["type"] == "invalid_request_error"
     assert error["details"] == {"error_code": "thread_unsupported_request"} and "whole conversation" in error["message"]
-    with pytest.raises(anthropic.BadRequestError) as caught:
-        await _client(app).beta.messages.create(model="fake", max_tokens=20, thread=thread,  # type: ignore[arg-type]
-                                                 messages=[{"role": "user", "content": "SAY:hi"}])
+    async with _client(app) as client:
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            await client.beta.messages.create(model="fake", max_tokens=20, thread=thread,  # type: ignore[arg-type]
+                                              messages=[{"role": "user", "content": "SAY:hi"}])
     assert caught.value.error_code == "thread_unsupported_request"
     ps = await (await app.get("/api/ps")).json()
     assert ps["models"] == []  # refused before any model was loaded for it
@@ -97,10 +98,11 @@ async def test_the_sdk_tool_runner_runs_a_tool_loop_on_whole_conversations(app: 
         calls.append(city)
         return f"SAY:It is sunny in {city}."
 
-    runner = _client(app, recorder).beta.messages.tool_runner(
-        model="fake", max_tokens=100, system="You answer with tools.", tools=[get_weather],
-        messages=[{"role": "user", "content": f"SAY:{CALL}"}])
-    final = await runner.until_done()
+    async with _client(app, recorder) as client:  # closed in this loop, not by the garbage collector in a later one
+        runner = client.beta.messages.tool_runner(
+            model="fake", max_tokens=100, system="You answer with tools.", tools=[get_weather],
+            messages=[{"role": "user", "content": f"SAY:{CALL}"}])
+        final = await runner.until_done()
     assert calls == ["Paris"]
     assert final.stop_reason == "end_turn" and final.content[0].text == "It is sunny in Paris."  # type: ignore[union-attr]
     assert recorder.statuses == [400, 200, 200]  # the create refused once, then two whole turns

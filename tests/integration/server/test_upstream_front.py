@@ -169,55 +169,55 @@ async def test_ollama_client_gets_tool_calls_and_thinking_from_a_v1_upstream(fro
 
 async def test_anthropic_client_gets_a_tool_use_block(front: Any) -> None:
     client, v1, _ = front
-    claude = anthropic.AsyncAnthropic(base_url=_url(client), api_key=CLIENT_KEY, max_retries=0)
-    tool = {"name": "get_weather", "description": "Weather in a city",
-            "input_schema": TOOLS[0]["function"]["parameters"]}
-    msg = await claude.messages.create(model="gpu/big-model", max_tokens=64, tools=[tool],
-                                       messages=[{"role": "user", "content": "weather in Paris?"}])
-    uses = [b for b in msg.content if b.type == "tool_use"]
-    assert uses and uses[0].name == "get_weather" and uses[0].input == {"city": "Paris"}
-    assert msg.stop_reason == "tool_use"
-    async with claude.messages.stream(model="gpu/big-model", max_tokens=64,
-                                      messages=[{"role": "user", "content": "hello"}]) as stream:
-        text = "".join([t async for t in stream.text_stream])
-    assert text == "Hello from upstream"
-    _assert_no_client_credentials(v1)
+    async with anthropic.AsyncAnthropic(base_url=_url(client), api_key=CLIENT_KEY, max_retries=0) as claude:
+        tool = {"name": "get_weather", "description": "Weather in a city",
+                "input_schema": TOOLS[0]["function"]["parameters"]}
+        msg = await claude.messages.create(model="gpu/big-model", max_tokens=64, tools=[tool],
+                                           messages=[{"role": "user", "content": "weather in Paris?"}])
+        uses = [b for b in msg.content if b.type == "tool_use"]
+        assert uses and uses[0].name == "get_weather" and uses[0].input == {"city": "Paris"}
+        assert msg.stop_reason == "tool_use"
+        async with claude.messages.stream(model="gpu/big-model", max_tokens=64,
+                                          messages=[{"role": "user", "content": "hello"}]) as stream:
+            text = "".join([t async for t in stream.text_stream])
+        assert text == "Hello from upstream"
+        _assert_no_client_credentials(v1)
 
 
 async def test_openai_client_structured_output_and_completions_pass_through(front: Any) -> None:
     client, v1, _ = front
-    oai = openai.AsyncOpenAI(base_url=_url(client) + "/v1", api_key=CLIENT_KEY, max_retries=0)
-    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
-    out = await oai.chat.completions.create(
-        model="gpu/big-model", messages=[{"role": "user", "content": "give a"}],
-        response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
-    assert json.loads(out.choices[0].message.content or "") == {"a": 1}
-    assert v1.seen[-1][2]["response_format"]["json_schema"]["schema"] == schema
-    assert out.usage is not None and out.usage.prompt_tokens_details.cached_tokens == 8  # type: ignore[union-attr]
-    comp = await oai.completions.create(model="gpu/big-model", prompt="Tell", max_tokens=2)
-    assert comp.choices[0].text == "Once upon" and comp.choices[0].finish_reason == "length"
-    resp = await oai.responses.create(model="gpu/big-model", input="hello")
-    assert resp.output_text == "Hello from upstream"
-    emb = await oai.embeddings.create(model="gpu/big-model", input=["a", "b"])
-    assert [d.embedding for d in emb.data] == [pytest.approx([0.6, 0.8])] * 2  # float32 over base64
-    models = [m.id async for m in oai.models.list()]
-    assert "gpu/big-model" in models and "old/llama3:8b" in models
-    with pytest.raises(openai.BadRequestError, match="logprobs are not available"):
-        await oai.chat.completions.create(model="gpu/big-model", logprobs=True,
-                                          messages=[{"role": "user", "content": "x"}])
-    _assert_no_client_credentials(v1)
+    async with openai.AsyncOpenAI(base_url=_url(client) + "/v1", api_key=CLIENT_KEY, max_retries=0) as oai:
+        schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+        out = await oai.chat.completions.create(
+            model="gpu/big-model", messages=[{"role": "user", "content": "give a"}],
+            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+        assert json.loads(out.choices[0].message.content or "") == {"a": 1}
+        assert v1.seen[-1][2]["response_format"]["json_schema"]["schema"] == schema
+        assert out.usage is not None and out.usage.prompt_tokens_details.cached_tokens == 8  # type: ignore[union-attr]
+        comp = await oai.completions.create(model="gpu/big-model", prompt="Tell", max_tokens=2)
+        assert comp.choices[0].text == "Once upon" and comp.choices[0].finish_reason == "length"
+        resp = await oai.responses.create(model="gpu/big-model", input="hello")
+        assert resp.output_text == "Hello from upstream"
+        emb = await oai.embeddings.create(model="gpu/big-model", input=["a", "b"])
+        assert [d.embedding for d in emb.data] == [pytest.approx([0.6, 0.8])] * 2  # float32 over base64
+        models = [m.id async for m in oai.models.list()]
+        assert "gpu/big-model" in models and "old/llama3:8b" in models
+        with pytest.raises(openai.BadRequestError, match="logprobs are not available"):
+            await oai.chat.completions.create(model="gpu/big-model", logprobs=True,
+                                              messages=[{"role": "user", "content": "x"}])
+        _assert_no_client_credentials(v1)
 
 
 async def test_an_ollama_only_upstream_serves_the_openai_api(front: Any) -> None:
     client, _, api = front
-    oai = openai.AsyncOpenAI(base_url=_url(client) + "/v1", api_key=CLIENT_KEY, max_retries=0)
-    stream = await oai.chat.completions.create(model="old/llama3:8b", stream=True, max_tokens=5,
-                                               messages=[{"role": "user", "content": "hi"}])
-    text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
-    assert text == "Hi there"
-    path, _, sent = api.seen[-1]
-    assert path == "/api/chat" and sent["options"] == {"num_predict": 5}
-    _assert_no_client_credentials(api)
+    async with openai.AsyncOpenAI(base_url=_url(client) + "/v1", api_key=CLIENT_KEY, max_retries=0) as oai:
+        stream = await oai.chat.completions.create(model="old/llama3:8b", stream=True, max_tokens=5,
+                                                   messages=[{"role": "user", "content": "hi"}])
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        assert text == "Hi there"
+        path, _, sent = api.seen[-1]
+        assert path == "/api/chat" and sent["options"] == {"num_predict": 5}
+        _assert_no_client_credentials(api)
 
 
 async def test_reranking_an_upstream_model_answers_in_the_same_shape_and_an_ollama_pool_says_it_cannot(
