@@ -67,18 +67,21 @@ def state_of(ctx: lc.llama_context_p, seq_id: int, cells: int | None = None,
     With ``sizes`` and ``cells`` (the most cells the sequence holds), the buffer's size comes from
     what ``sizes`` learned where it can (:class:`StateSizes`), else from llama.cpp, which teaches it.
     """
-    size = sizes.bound(cells) if sizes is not None and cells is not None else None
-    if size is not None:
-        buf = bytearray(size)
-        written = int(lc.llama_state_seq_get_data(ctx, (ctypes.c_uint8 * size).from_buffer(buf), size, seq_id))
-        if written:
-            del buf[written:]
+    bound = sizes.bound(cells) if sizes is not None and cells is not None else None
+    if bound is not None:
+        buf = _read(ctx, seq_id, bound)
+        if buf:
             return buf
         assert sizes is not None
         sizes.too_small()  # llama.cpp logged the short buffer; ask from now on
     size = int(lc.llama_state_seq_get_size(ctx, seq_id))
     if sizes is not None and cells is not None:
         sizes.learn(cells, size)
+    return _read(ctx, seq_id, size)
+
+
+def _read(ctx: lc.llama_context_p, seq_id: int, size: int) -> bytearray:
+    """The state in a buffer of ``size`` bytes, cut to what llama.cpp wrote (nothing when it did not fit)."""
     buf = bytearray(size)
     written = int(lc.llama_state_seq_get_data(ctx, (ctypes.c_uint8 * size).from_buffer(buf), size, seq_id))
     del buf[written:]

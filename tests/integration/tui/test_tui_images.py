@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_tui_chat import infos, make_app, type_and_send, wait_idle
@@ -26,6 +27,16 @@ def picture(tmp_path: Path) -> Path:
     path = folder / "cat.png"
     path.write_bytes(tiny_png_bytes(8, 6, 1))
     return path
+
+
+def dropped(path: Path) -> str:
+    """``path`` as a terminal pastes a dropped file: spaces escaped with a backslash."""
+    return str(path).replace(" ", "\\ ")
+
+
+async def say(pilot: Any, text: str) -> None:
+    await type_and_send(pilot, text)
+    await wait_idle(pilot)
 
 
 def vision_backend() -> FakeBackend:
@@ -74,7 +85,7 @@ async def test_a_dropped_path_attaches_the_image(tmp_path: Path, picture: Path) 
     app = make_app(tmp_path, backend)
     async with app.run_test(size=(100, 40)) as pilot:
         await wait_idle(pilot)
-        await type_and_send(pilot, f"{str(picture).replace(' ', chr(92) + ' ')} describe it")
+        await type_and_send(pilot, f"{dropped(picture)} describe it")
         await wait_idle(pilot)
         sent = backend.chats[-1]["messages"][-1]
         assert sent["content"] == "describe it" and len(sent["images"]) == 1
@@ -85,17 +96,14 @@ async def test_a_model_without_vision_says_so_and_attaches_nothing(tmp_path: Pat
     app = make_app(tmp_path, backend)
     async with app.run_test(size=(100, 40)) as pilot:
         await wait_idle(pilot)
-        await type_and_send(pilot, f"/image {picture}")
-        await wait_idle(pilot)
+        await say(pilot, f"/image {picture}")
         assert any("does not take images" in line and "nothing attached" in line for line in infos(app))
         assert not any("Attached" in line for line in infos(app))
-        await type_and_send(pilot, f"{str(picture).replace(' ', chr(92) + ' ')} what is this?")  # dropped first
-        await wait_idle(pilot)
+        await say(pilot, f"{dropped(picture)} what is this?")  # dropped first
         assert not backend.chats  # refused, kept in the input: nothing is sent without its image
         assert "what is this?" in app.screen.query_one(PromptInput).text
         app.screen.query_one(PromptInput).clear()
-        await type_and_send(pilot, "what is this?")
-        await wait_idle(pilot)
+        await say(pilot, "what is this?")
         assert backend.chats[-1]["messages"][-1] == {"role": "user", "content": "what is this?"}
 
 
@@ -105,8 +113,7 @@ async def test_a_path_inside_a_message_to_a_text_model_stays_words(tmp_path: Pat
     app = make_app(tmp_path, backend)
     async with app.run_test(size=(100, 40)) as pilot:
         await wait_idle(pilot)
-        await type_and_send(pilot, f"why does '{picture}' fail to load?")
-        await wait_idle(pilot)
+        await say(pilot, f"why does '{picture}' fail to load?")
         sent = backend.chats[-1]["messages"][-1]
         assert sent == {"role": "user", "content": f"why does '{picture}' fail to load?"}
 
@@ -116,11 +123,8 @@ async def test_switching_to_a_text_model_drops_the_attachment_and_says_so(tmp_pa
     app = make_app(tmp_path, backend)
     async with app.run_test(size=(100, 40)) as pilot:
         await wait_idle(pilot)
-        await type_and_send(pilot, f'/image "{picture}"')
-        await wait_idle(pilot)
-        await type_and_send(pilot, "/load other")
-        await wait_idle(pilot)
+        await say(pilot, f'/image "{picture}"')
+        await say(pilot, "/load other")
         assert any("cat.png no longer attached" in line for line in infos(app))
-        await type_and_send(pilot, "hello")
-        await wait_idle(pilot)
+        await say(pilot, "hello")
         assert backend.chats[-1]["model"] == "other" and "images" not in backend.chats[-1]["messages"][-1]
