@@ -16,16 +16,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from ..engine import limits
 from ..engine.types import MAX_UBATCH, LoadOptions, ModelInfo
-from ..errors import InvalidModelFile, OptionError
+from ..errors import OptionError
 from ..fmt import human_bytes
 from ..modelkind import ModelKind
 from ..store.geometry import ModelGeometry as ModelGeometry  # the store reader's record, for the runtime
-from ..store.gguf_file import read_gguf
+from ..store.gguf_file import read_gguf_cached
 from . import devices
 from .devices import Device
 from .placement import Placement, plan_offload
@@ -75,21 +74,9 @@ def reconcile(placement: Placement, info: ModelInfo | None) -> Placement:
 
 
 def read_geometry(path: str | Path) -> ModelGeometry:
-    """The validated geometry of a GGUF (the store's reader); raises InvalidModelFile.
-
-    Cached by path, size and modification time: the scheduler and the routes ask for it often.
-    """
-    p = Path(path)
-    try:
-        st = p.stat()
-    except OSError as exc:
-        raise InvalidModelFile(f"cannot read model file {p}: {exc.strerror}") from exc
-    return _read_geometry_cached(str(p), st.st_size, st.st_mtime_ns)
-
-
-@lru_cache(maxsize=64)
-def _read_geometry_cached(path: str, _size: int, _mtime: int) -> ModelGeometry:
-    return read_gguf(Path(path)).geometry
+    """The validated geometry of a GGUF (the store's reader, remembered while the file is unchanged:
+    the scheduler and the routes ask for it often); raises InvalidModelFile."""
+    return read_gguf_cached(Path(path)).geometry
 
 
 MAX_AUTO_SLOTS = 16  # batched decode on CPU stops gaining throughput around here (ENGINE_NOTES.md)

@@ -40,7 +40,6 @@ from ..jsontypes import JSONObject
 from ..modelkind import ModelKind, kind_refusal
 from ..runtime.resident import Backend, EventStream, Phase, ProbeFn
 from ..runtime.scheduler import DEFAULT, KeepAlive, Lease, LoadSpec, Scheduler
-from ..store import gguf_file
 from ..store.records import ResolvedModel
 from ..upstream.router import Upstreams
 from .executors import Executors, run_in
@@ -263,13 +262,12 @@ class Service:
 
     def warm(self) -> None:
         """Start in the background what the first request for a model would otherwise wait for: the
-        device probe (a child process: 0.46 s on a 2-vCPU EPYC), the repacking answer and the GGUF
-        reader's imports (0.19 s). A request that comes sooner waits only for what is left of them."""
+        device probe (a child process: 0.46 s on a 2-vCPU EPYC) and the repacking answer. A request
+        that comes sooner waits only for what is left of them."""
         async def warm() -> None:
             probed = self._probe() if self._probe is not None else None
             try:
-                await asyncio.gather(self.repack_allowed(), run_in(self._store_pool, gguf_file.preload),
-                                     *([probed] if inspect.isawaitable(probed) else []))
+                await asyncio.gather(self.repack_allowed(), *([probed] if inspect.isawaitable(probed) else []))
             except Exception as exc:  # the request that needs it will meet the problem and report it
                 log.debug("warming up: %s", exc)
 

@@ -17,12 +17,13 @@ time with an InvalidModelFile saying what is wrong:
   (a float ``inf`` head count, ``block_count`` 2^31 or ``context_length`` -1 are errors here, so
   no planner ever sees them).
 
-The store calls it on create and pull, so such files never enter the store; the fit check
-(:func:`localrun.hardware.memory.read_geometry`) reads the same record for stored files.
-The ``gguf`` package (llama.cpp's own, imported only when a file is read) supplies the quantisation
-tables; its GGUFReader is not used because it decodes every vocabulary entry into numpy objects
-(12 s for Gemma's 262k-token
-vocabulary on this machine) where this walk only skips over them.
+The store calls it on create and pull, so such files never enter the store; for stored files
+:func:`read_gguf_cached` remembers the record (``/api/show``, and the fit check's
+:func:`localrun.hardware.memory.read_geometry`).
+The data types' block sizes come from :mod:`.ggml_types` (the ``gguf`` package, llama.cpp's own, only
+for a type newer than that table). Its GGUFReader is not used because it decodes every vocabulary
+entry into numpy objects (12 s for Gemma's 262k-token vocabulary on this machine) where this walk
+only skips over them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import mmap
 import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +41,13 @@ from ..errors import InvalidModelFile
 from ..jsontypes import JSONObject, JSONValue
 from ..modelkind import ModelKind
 from .geometry import ArrayLen, ModelGeometry, geometry_of
+from .ggml_types import block_size, file_type_name
 from .tokenizer_facts import read_facts
 
 
 class GGUFValueType(IntEnum):
-    """GGUF metadata value types (``gguf.GGUFValueType``, fixed by the file format). Kept here so the
-    daemon starts without the gguf package and numpy behind it; those load when a file is read."""
+    """GGUF metadata value types (``gguf.GGUFValueType``, fixed by the file format). Kept here, as
+    :mod:`.ggml_types` is, so the daemon reads headers without the gguf package and numpy behind it."""
 
     UINT8 = 0
     INT8 = 1
@@ -210,18 +213,7 @@ def _value(cur: _Cursor, vtype: int, key: str, depth: int = 0) -> JSONValue:
 def _file_type_name(value: JSONValue) -> str | None:
     if not isinstance(value, int) or isinstance(value, bool):
         return None
-    try:
-        from gguf import LlamaFileType
-
-        return LlamaFileType(value).name.removeprefix("MOSTLY_").removeprefix("ALL_")
-    except ValueError:
-        return str(value)
-
-
-def preload() -> None:
-    """Import what :func:`read_gguf` imports on first use (the gguf package: ~0.2 s), for a daemon
-    that will read headers soon; importing it at module level would slow every CLI command."""
-    import gguf  # noqa: F401
+    return file_type_name(value)
 
 
 def read_gguf(path: Path, label: str | None = None) -> GGUFInfo:
@@ -255,6 +247,22 @@ def read_gguf(path: Path, label: str | None = None) -> GGUFInfo:
                 raise InvalidModelFile(f"{short} is not a valid GGUF model: {exc}") from None
 
 
+def read_gguf_cached(path: Path) -> GGUFInfo:
+    """:func:`read_gguf` of a file the store keeps, remembered while its size, modification time and
+    inode stay the same (the last 64 files): the routes, the fit check and ``/api/show`` ask often,
+    and walking a 152k-token vocabulary costs ~0.15 s of CPU a time. Raises InvalidModelFile."""
+    try:
+        st = Path(path).stat()
+    except OSError as exc:
+        raise InvalidModelFile(f"cannot read model file {path}: {exc.strerror}") from exc
+    return _read_cached(str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+@lru_cache(maxsize=64)
+def _read_cached(path: str, _size: int, _mtime_ns: int, _inode: int) -> GGUFInfo:
+    return read_gguf(Path(path))
+
+
 def _parse(buf: mmap.mmap, size: int) -> GGUFInfo:
     if buf[:4] != MAGIC:
         raise InvalidModelFile("it does not start with the GGUF magic bytes (is it a GGUF file?)")
@@ -281,14 +289,12 @@ def _parse(buf: mmap.mmap, size: int) -> GGUFInfo:
             or alignment & (alignment - 1)):
         raise InvalidModelFile(f"invalid general.alignment {alignment!r} (a power of two up to {MAX_ALIGNMENT})")
     data_start = -(-cur.pos // alignment) * alignment
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-
     data_end = data_start if tensors else cur.pos
     for name, ttype, n_el, offset in tensors:
-        try:
-            block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ttype)]
-        except (ValueError, KeyError):
-            raise InvalidModelFile(f"tensor {name!r} has an unknown data type {ttype}") from None
+        sizes = block_size(ttype)
+        if sizes is None:
+            raise InvalidModelFile(f"tensor {name!r} has an unknown data type {ttype}")
+        block, type_size = sizes
         end = data_start + offset + n_el * type_size // block
         if end > size:
             raise InvalidModelFile(

@@ -30,7 +30,7 @@ from . import manifest as mt
 from .blobs import BlobStore, file_lock
 from .create import Builder, FromHook
 from .curated import curated_name, curated_names, curated_path
-from .gguf_file import read_gguf
+from .gguf_file import read_gguf_cached
 from .manifest import Layer, Manifest, ManifestStore, StoredManifest
 from .modelfile import Message, Modelfile, parse, parse_parameter, render
 from .names import DEFAULT_TAG, ModelName, near_names
@@ -193,7 +193,7 @@ class ModelStore:
     def show(self, name: str) -> ModelDetails:
         resolved = self.resolve(name)
         stored = self._require(resolved.name, fetch_packaged=False)
-        info = read_gguf(resolved.model_path)
+        info = read_gguf_cached(resolved.model_path)
         template, source = resolved.template, "modelfile"
         if template is None:
             template, source = info.chat_template, "gguf" if info.chat_template else "none"
@@ -236,7 +236,7 @@ class ModelStore:
                 "base_model": info.geometry.base_model,
                 **kind_detail(info.geometry.kind),
             },
-            model_info=info.metadata,
+            model_info=dict(info.metadata),  # a copy: the record is cached
             projector_path=resolved.projector_path,
         )
 

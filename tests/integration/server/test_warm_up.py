@@ -1,10 +1,9 @@
 """A daemon starts what a model's first request would wait for as soon as it starts (Service.warm):
-the device probe, the repacking answer and the GGUF reader's imports."""
+the device probe and the repacking answer."""
 
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,6 @@ def test_warm_up_probes_once_and_answers_repacking(tmp_path: Path, monkeypatch: 
 
     asyncio.run(main())
     assert probes == [1]
-    assert "gguf" in sys.modules
 
 
 def test_a_daemon_stopping_during_warm_up_cancels_it(tmp_path: Path, monkeypatch: Any) -> None:

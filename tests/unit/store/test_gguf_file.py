@@ -6,9 +6,10 @@ import struct
 from pathlib import Path
 
 import pytest
+from tinymodel import write_tiny_gguf
 
 from localrun.errors import InvalidModelFile
-from localrun.store.gguf_file import read_gguf
+from localrun.store.gguf_file import read_gguf, read_gguf_cached
 
 
 def test_reads_metadata_of_a_valid_model(tiny_gguf: Path) -> None:
@@ -19,6 +20,17 @@ def test_reads_metadata_of_a_valid_model(tiny_gguf: Path) -> None:
     assert info.context_length and info.context_length > 0
     assert info.chat_template and "im_start" in info.chat_template
     assert info.summary()["model_family"] == "llama"
+
+
+def test_a_remembered_record_follows_the_file(tmp_path: Path) -> None:
+    path = write_tiny_gguf(tmp_path / "m.gguf", context_length=2048)
+    first = read_gguf_cached(path)
+    assert read_gguf_cached(path) is first  # unchanged: not read again
+    write_tiny_gguf(tmp_path / "m.gguf", context_length=4096)  # replaced in place
+    assert read_gguf_cached(path).context_length == 4096
+    path.unlink()
+    with pytest.raises(InvalidModelFile, match="cannot read model file"):
+        read_gguf_cached(path)
 
 
 def _copy(src: Path, dst: Path, data: bytes | None = None) -> Path:
