@@ -63,11 +63,11 @@ def test_garbage_is_rejected(tmp_path: Path, content: bytes, fragment: str) -> N
         read_gguf(bad)
 
 
-def test_impossible_tensor_size_is_rejected(tiny_gguf: Path, tmp_path: Path) -> None:
+def _one_tensor_file(path: Path) -> tuple[bytearray, int]:
+    """Write a GGUF holding one 4x4 F32 tensor at ``path``: its bytes, and where the tensor's dims begin."""
     import numpy as np
     from gguf import GGUFWriter
 
-    path = tmp_path / "huge.gguf"
     w = GGUFWriter(str(path), "llama")
     w.add_tensor("t", np.zeros((4, 4), dtype=np.float32))
     w.write_header_to_file()
@@ -75,11 +75,27 @@ def test_impossible_tensor_size_is_rejected(tiny_gguf: Path, tmp_path: Path) -> 
     w.write_tensors_to_file()
     w.close()
     data = bytearray(path.read_bytes())
-    idx = data.find(struct.pack("<QQ", 4, 4))  # the tensor's dims
+    idx = data.find(struct.pack("<QQ", 4, 4))
     assert idx > 0
+    return data, idx
+
+
+def test_impossible_tensor_size_is_rejected(tiny_gguf: Path, tmp_path: Path) -> None:
+    path = tmp_path / "huge.gguf"
+    data, idx = _one_tensor_file(path)
     data[idx:idx + 16] = struct.pack("<QQ", 2**31, 2**31)
     path.write_bytes(bytes(data))
     with pytest.raises(InvalidModelFile, match="needs bytes up to"):
+        read_gguf(path)
+
+
+def test_a_tensor_type_nobody_knows_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "odd.gguf"
+    data, idx = _one_tensor_file(path)
+    assert data[idx + 16:idx + 20] == struct.pack("<I", 0)  # after the dims, the type: F32
+    data[idx + 16:idx + 20] = struct.pack("<I", 9999)  # in neither ggml_types nor the gguf package
+    path.write_bytes(bytes(data))
+    with pytest.raises(InvalidModelFile, match="unknown data type 9999"):
         read_gguf(path)
 
 
