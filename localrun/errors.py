@@ -2,7 +2,8 @@
 
 Every error knows the HTTP status it maps to and a short machine-readable ``code``;
 the server renders it as ``{"error": msg}`` on /api and as an OpenAI error object on /v1,
-the CLI prints ``Error: msg`` and exits non-zero.
+the CLI prints ``Error: msg`` and exits non-zero. ``param`` names the request field at fault
+where an API reports one (OpenAI's error object).
 
     LocalrunError                      500 internal
     ├── ConfigError                    bad LOCALRUN_* value (startup)
@@ -16,11 +17,13 @@ the CLI prints ``Error: msg`` and exits non-zero.
     │   ├── ContextOverflow            prompt longer than num_ctx and truncation refused
     │   ├── OptionError                out-of-range or wrong-typed option
     │   ├── ThreadUnsupported          an Anthropic message thread: this server keeps no conversation
+    │   ├── PreviousResponseNotFound   a Responses ``previous_response_id`` names no stored response
     │   └── UnsupportedCapability      the model cannot do what was asked (tools, thinking, insert)
     ├── Unauthorized                   401 missing/wrong API key
     ├── Forbidden                      403 foreign Host header / origin
     ├── NotFound                       404
     │   ├── ModelNotFound              model not in the store
+    │   ├── ResponseNotFound           a stored Responses API response that is not (or no longer) kept
     │   └── AgentNotFound              `localrun launch`: the coding agent is not installed
     ├── PayloadTooLarge                413 request body over the limit
     ├── Cancelled                      499 the client went away: work done for it stops
@@ -49,6 +52,7 @@ class LocalrunError(Exception):
 
     status: int = 500
     code: str = "internal_error"
+    param: str | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -126,6 +130,14 @@ class ThreadUnsupported(InvalidRequest):
     code = "thread_unsupported_request"
 
 
+class PreviousResponseNotFound(InvalidRequest):
+    """``previous_response_id`` names a response this server does not keep (never stored, deleted,
+    evicted, or kept by a daemon since restarted): OpenAI's 400 and code, on which clients resend."""
+
+    code = "previous_response_not_found"
+    param = "previous_response_id"
+
+
 class UnsupportedCapability(InvalidRequest):
     """A request needs what the model's template or file lacks: "MODEL does not support tools"."""
 
@@ -149,6 +161,10 @@ class NotFound(LocalrunError):
 
 class ModelNotFound(NotFound):
     code = "model_not_found"
+
+
+class ResponseNotFound(NotFound):
+    code = "response_not_found"
 
 
 class AgentNotFound(NotFound):

@@ -33,7 +33,19 @@ from . import control, remote, rendering, rerank, status
 from .anthropic import routes as anthropic_routes
 from .executors import Executors, run_in
 from .http import JSON_BODY_LIMIT
-from .keys import DAEMON, EXECUTORS, METRICS, PULLS, SCHEDULER, SERVICE, SETTINGS, SHUTDOWN, STARTED_AT, STORE
+from .keys import (
+    DAEMON,
+    EXECUTORS,
+    METRICS,
+    PULLS,
+    RESPONSES,
+    SCHEDULER,
+    SERVICE,
+    SETTINGS,
+    SHUTDOWN,
+    STARTED_AT,
+    STORE,
+)
 from .lifecycle import DaemonInfo, Shutdown, drain
 from .metrics import Metrics
 from .middleware import MIDDLEWARES, add_cors_headers
@@ -41,6 +53,7 @@ from .ollama import routes as ollama_routes
 from .ollama import tokens as ollama_tokens
 from .openai import routes as openai_routes
 from .responses import routes as responses_routes
+from .responses.store import ResponseStore
 from .service import Service
 
 log = logging.getLogger(__name__)
@@ -137,6 +150,7 @@ def create_app(
     app[STORE] = store
     app[EXECUTORS] = executors
     app[PULLS] = {}
+    app[RESPONSES] = ResponseStore()
     app[SCHEDULER] = scheduler
     app[METRICS] = metrics
     upstreams = upstreams if upstreams is not None else Upstreams(settings.upstreams, config.upstreams_file(),

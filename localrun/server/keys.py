@@ -11,11 +11,13 @@ from ..store.model_store import ModelStore
 from .executors import Executors
 from .lifecycle import DaemonInfo, Shutdown
 from .metrics import Metrics
+from .responses.store import ResponseStore
 from .service import Service
 
 SETTINGS = web.AppKey("settings", Settings)
 SCHEDULER = web.AppKey("scheduler", Scheduler)
 SERVICE = web.AppKey("service", Service)
+RESPONSES = web.AppKey("responses", ResponseStore)  # /v1/responses kept for previous_response_id
 METRICS = web.AppKey("metrics", Metrics)
 STORE = web.AppKey("store", ModelStore)  # tests may pass a stand-in with the methods the routes call
 STARTED_AT = web.AppKey("started_at", float)

@@ -68,14 +68,14 @@ def openai_error_type(status: int) -> str:
     }.get(status, "server_error" if status >= 500 else "invalid_request_error")
 
 
-def error_body(request: web.Request, status: int, message: str, code: str) -> JSONObject:
+def error_body(request: web.Request, status: int, message: str, code: str, param: str | None = None) -> JSONObject:
     if is_anthropic(request):
         error: JSONObject = {"type": anthropic_error_type(status), "message": message}
         if code == errors.ThreadUnsupported.code:  # what the SDKs read to resend the whole conversation
             error["details"] = {"error_code": code}
         return {"type": "error", "error": error}
     if is_openai(request):
-        return {"error": {"message": message, "type": openai_error_type(status), "param": None, "code": code}}
+        return {"error": {"message": message, "type": openai_error_type(status), "param": param, "code": code}}
     return {"error": message, "code": code}  # Ollama's shape; "code" lets localrun's client map the error
 
 
@@ -104,7 +104,7 @@ def error_response(request: web.Request, exc: errors.LocalrunError) -> web.Respo
         headers["Retry-After"] = str(max(1, round(exc.retry_after)))
     if isinstance(exc, errors.Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"
-    return json_reply(error_body(request, exc.status, error_message(request, exc), exc.code),
+    return json_reply(error_body(request, exc.status, error_message(request, exc), exc.code, exc.param),
                              status=exc.status, headers=headers)
 
 

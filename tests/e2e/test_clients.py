@@ -236,6 +236,20 @@ def test_openai_responses_plain_and_streamed(oai: openai.OpenAI) -> None:
     # cannot have been cleared by earlier tests' traffic)
 
 
+def test_openai_responses_continue_a_stored_response(oai: openai.OpenAI) -> None:
+    """OpenAI's conversation-state example on the real engine: the second request sends only its new
+    input, the model reads the first turn too, and that turn comes from the prefix cache."""
+    first = oai.responses.create(model=MODEL, input="Name a colour.", max_output_tokens=8)
+    second = oai.responses.create(model=MODEL, previous_response_id=first.id, input="Name another one.",
+                                  max_output_tokens=8)
+    assert second.previous_response_id == first.id and second.output_text
+    assert first.usage is not None and second.usage is not None
+    assert second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens
+    assert second.usage.input_tokens_details.cached_tokens >= first.usage.input_tokens // 2
+    listed = oai.responses.input_items.list(second.id, order="asc")
+    assert [getattr(i, "role", None) for i in listed.data] == ["user", "assistant", "user"]
+
+
 def test_openai_responses_json_schema_and_forced_function_call(oai: openai.OpenAI) -> None:
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
               "additionalProperties": False}

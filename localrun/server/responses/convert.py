@@ -1,13 +1,18 @@
 """OpenAI's Responses API (``POST /v1/responses``) as a pure conversion to a native chat call.
 
-Stateless, as Ollama serves it: ``store`` is accepted but nothing is kept, so
-``previous_response_id`` and ``conversation`` are a 400 that says so (send the whole history
-in ``input`` instead). What a request may hold:
+Pure: the stored responses a request continues come in as ``history`` (the items before its own
+input, :mod:`.store`) and ``find_item`` (what an ``item_reference`` names); the route looks them
+up. ``conversation`` (OpenAI's Conversations API) and ``background`` are a 400 that says so.
+What a request may hold:
 
 - ``input``: a string (one user message) or a list of items: messages (``role`` + ``content``
   as a string or ``input_text`` / ``output_text`` parts), ``function_call`` items (the model's
-  earlier calls, with ``call_id``) and ``function_call_output`` items (their results).
-  ``reasoning`` items a client replays are dropped: the model reads its own history as text.
+  earlier calls, with ``call_id``), ``function_call_output`` items (their results) and
+  ``item_reference`` items (``{"type": "item_reference", "id": ...}``: an item of a stored
+  response, sent again by name). ``reasoning`` items a client replays are dropped: the model reads
+  its own history as text.
+- ``previous_response_id`` (the route's ``history``) and ``store`` (default true: the route keeps
+  the response, :mod:`.store`).
 - ``instructions``: a system message put first.
 - ``tools``: flat function tools (``{"type": "function", "name", "parameters", ...}``), and
   ``namespace`` tools (a group of functions, as Codex sends): each member is offered to the model
@@ -27,6 +32,7 @@ Images, files and audio are a 400 (text models).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ...chat import images as chat_images
@@ -57,8 +63,9 @@ class ResponsesCall:
     auto_truncation: bool = False
     echo: JSONObject = field(default_factory=dict)  # request fields the response object repeats
     namespaces: dict[str, tuple[str, str]] = field(default_factory=dict)  # "ns.name" -> (ns, name)
-    items: list[JSONObject] = field(default_factory=list)
+    items: list[JSONObject] = field(default_factory=list)  # the history's items, then the request's own
     instructions: list[JSONObject] = field(default_factory=list)
+    store: bool = True
 
     def split_name(self, offered: str) -> tuple[str | None, str]:
         """A called tool's (namespace, name): a namespaced member was offered as ``NAMESPACE.NAME``."""
@@ -101,16 +108,31 @@ def drop_oldest(items: list[JSONObject], count: int) -> list[JSONObject]:
             if i not in gone and not (_kind(item) == "function_call_output" and str_field(item, "call_id") in calls)]
 
 
-def responses_to_native(body: JSONObject) -> ResponsesCall:
-    """Validate a ``/v1/responses`` body and convert it; raises InvalidRequest (400) on bad input."""
-    for name in ("previous_response_id", "conversation"):
-        if body.get(name) is not None:
-            raise InvalidRequest(f"'{name}' is not supported: this server keeps no responses (the API is "
-                                 "stateless here); send the whole conversation in 'input'")
+FindItem = Callable[[str], JSONObject | None]
+
+
+def _no_items(item_id: str) -> JSONObject | None:
+    return None
+
+
+def responses_to_native(body: JSONObject, history: Sequence[JSONObject] = (),
+                        find_item: FindItem = _no_items) -> ResponsesCall:
+    """Validate a ``/v1/responses`` body and convert it; raises InvalidRequest (400) on bad input.
+
+    ``history`` holds the items the model reads before the request's input (the conversation of
+    its ``previous_response_id``); ``find_item`` gives the stored item an ``item_reference`` names.
+    """
+    if body.get("conversation") is not None:
+        raise InvalidRequest("'conversation' is not supported: this server has no Conversations API; continue "
+                             "a stored response with 'previous_response_id', or send the whole conversation "
+                             "in 'input'")
     if body.get("background"):
-        raise InvalidRequest("'background' responses are not supported: this server keeps no responses")
+        raise InvalidRequest("'background' responses are not supported: ask with \"stream\": true to read the "
+                             "reply as it is written")
     for name in ("store", "parallel_tool_calls"):
         get(body, name, bool)
+    previous = get(body, "previous_response_id", str)
+    store = body.get("store") is not False  # OpenAI's default: kept
     instructions = get(body, "instructions", str)
     metadata = get(body, "metadata", dict)
     max_output = get_whole(body, "max_output_tokens", 1)
@@ -120,9 +142,9 @@ def responses_to_native(body: JSONObject) -> ResponsesCall:
     options = options_from_openai({k: body[k] for k in _PASSED_OPTIONS if k in body})
     if max_output is not None:
         options["num_predict"] = max_output
-    items = input_items(body.get("input"))
+    items = [*history, *resolve_references(input_items(body.get("input")), find_item)]
     system: list[JSONObject] = [{"role": "system", "content": instructions}] if instructions else []
-    messages = system + input_messages(items)
+    messages = system + input_messages(items, len(history))
     tools, namespaces = function_tools(body.get("tools"))
     choice = tool_choice(body.get("tool_choice"))
     call = NativeCall(model=body.get("model"), options=options, keep_alive=parse_keep_alive(body.get("keep_alive")),
@@ -138,8 +160,26 @@ def responses_to_native(body: JSONObject) -> ResponsesCall:
         "user": body.get("user") if isinstance(body.get("user"), str) else None,
         # reasoning_think (above) let only an object or null through
         "reasoning": {"effort": as_object(body.get("reasoning")).get("effort"), "summary": None},
+        "previous_response_id": previous, "store": store,
     }
-    return ResponsesCall(call, truncation == "auto", echo, namespaces, items, system)
+    return ResponsesCall(call, truncation == "auto", echo, namespaces, items, system, store)
+
+
+def resolve_references(items: list[JSONObject], find_item: FindItem) -> list[JSONObject]:
+    """``items`` with each ``item_reference`` replaced by the stored item it names; one that names no
+    stored item is a 400."""
+    resolved: list[JSONObject] = []
+    for i, item in enumerate(items):
+        if _kind(item) != "item_reference":
+            resolved.append(item)
+            continue
+        item_id = item.get("id")
+        found = find_item(item_id) if isinstance(item_id, str) and item_id else None
+        if found is None:
+            raise InvalidRequest(f"input[{i}]: no stored item with id {item_id!r} (an item_reference names an item "
+                                 "of a response stored with \"store\": true, while this server keeps it)")
+        resolved.append(found)
+    return resolved
 
 
 def input_items(value: object) -> list[JSONObject]:
@@ -155,6 +195,19 @@ def input_items(value: object) -> list[JSONObject]:
             raise InvalidRequest(f"input[{i}] must be an object")
         items.append(item)
     return items
+
+
+def listed_item(item: JSONObject) -> JSONObject:
+    """A stored input item as ``GET /v1/responses/{id}/input_items`` lists it: a message's string content
+    as one text part (``input_text``, ``output_text`` for the assistant's), and a ``status``."""
+    listed: JSONObject = {**item, "status": item.get("status", "completed")}
+    if _kind(item) == "message":
+        listed["type"] = "message"
+        content = item.get("content")
+        if isinstance(content, str):
+            kind = "output_text" if item.get("role") == "assistant" else "input_text"
+            listed["content"] = [{"type": kind, "text": content}]
+    return listed
 
 
 def input_too_long(prompt_tokens: int, max_tokens: int) -> str:
@@ -207,13 +260,16 @@ def _arguments(value: JSONValue, where: str) -> JSONObject:
     return args
 
 
-def input_messages(value: object) -> list[JSONObject]:
-    """``input`` (or its items) as native chat messages (Ollama shape, tool calls as ``{"function": ...}``)."""
+def input_messages(value: object, first_own: int = 0) -> list[JSONObject]:
+    """``input`` (or its items) as native chat messages (Ollama shape, tool calls as ``{"function": ...}``).
+
+    The items before ``first_own`` come from stored responses: an error names the request's own
+    items by their index in its ``input``."""
     items = input_items(value)
     out: list[JSONObject] = []
     names: dict[str, str] = {}  # call_id -> function name, for the results that answer them
     for i, item in enumerate(items):
-        where = f"input[{i}]"
+        where = f"input[{i - first_own}]" if i >= first_own else f"the stored conversation's item {i}"
         kind = _kind(item)
         if kind == "message":
             role = native_role(item.get("role"), TURN_ROLES)

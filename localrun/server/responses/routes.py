@@ -1,9 +1,12 @@
-"""``POST /v1/responses``: OpenAI's Responses API over the shared chat path (stateless), and
-``POST /v1/responses/input_tokens``: how many tokens its input is.
+"""``POST /v1/responses``: OpenAI's Responses API over the shared chat path;
+``POST /v1/responses/input_tokens``: how many tokens its input is; and the stored responses:
+``GET`` and ``DELETE /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items``.
 
 Thin: :mod:`.convert` turns the request into a native call, :func:`..chat.start_chat` runs it, and
 :class:`.stream.ResponsesEncoder` turns the model's output events into the reply:
-typed SSE events when ``stream`` is true, else the final ``response`` object.
+typed SSE events when ``stream`` is true, else the final ``response`` object. A response whose
+request did not say ``"store": false`` is kept once it ends (:mod:`.store`: in memory, bounded),
+so ``previous_response_id`` and ``item_reference`` items can continue it.
 
 A prompt is never cut by tokens. Over the context, ``truncation: "disabled"`` (the default) is a 400
 ``context_length_exceeded``; ``"auto"`` drops the oldest input items (:func:`_start_fitted`) and the
@@ -24,9 +27,9 @@ from ...jsontypes import JSONObject
 from ..chat import ChatRun, TokenUsage, count_prompt_tokens, hit_length_limit, output_events, start_chat
 from ..http import EventStream, json_reply, read_json
 from ..image_fetch import inline_remote_images
-from ..keys import SERVICE
+from ..keys import RESPONSES, SERVICE
 from ..service import Service
-from .convert import ResponsesCall, responses_to_native
+from .convert import ResponsesCall, listed_item, responses_to_native
 from .stream import Event, ResponsesEncoder
 
 log = logging.getLogger("localrun.requests")
@@ -48,10 +51,19 @@ async def _drive(run: ChatRun, converted: ResponsesCall, encoder: ResponsesEncod
     await emit(encoder.finish(TokenUsage.of(out.done), hit_length_limit(out.done)))
 
 
+def _convert(request: web.Request, body: JSONObject) -> ResponsesCall:
+    """The request in native terms, with the conversation of its ``previous_response_id`` before its
+    input and its ``item_reference`` items looked up among the stored responses."""
+    stored = request.app[RESPONSES]
+    previous = body.get("previous_response_id")
+    history = stored.previous(previous).conversation() if isinstance(previous, str) else []
+    return responses_to_native(body, history, stored.item)
+
+
 async def create_response(request: web.Request) -> web.StreamResponse:
     body: JSONObject = await read_json(request)
     await inline_remote_images(request, body)
-    converted = responses_to_native(body)
+    converted = _convert(request, body)
     run, dropped = await _start(request.app[SERVICE], converted)
     encoder = ResponsesEncoder(run.model, {**converted.echo, **dropped})
     try:
@@ -60,6 +72,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
                 return None
 
             await _drive(run, converted, encoder, keep)
+            _store(request, converted, encoder)
             return json_reply(encoder.response)
         out = EventStream(request)
 
@@ -72,9 +85,69 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         except errors.LocalrunError as exc:
             run.outputs[0].status = "error"
             await send(encoder.fail(exc.code, exc.message))
+        _store(request, converted, encoder)
         return await out.finish()
     finally:
         await run.close()
+
+
+def _store(request: web.Request, converted: ResponsesCall, encoder: ResponsesEncoder) -> None:
+    """Keep the finished response unless its request said ``"store": false``."""
+    if converted.store:
+        request.app[RESPONSES].put(encoder.response, converted.items)
+
+
+def _response_id(request: web.Request) -> str:
+    return request.match_info["response_id"]
+
+
+async def get_response(request: web.Request) -> web.Response:
+    """A stored response, as its request was answered (404 when it is not kept)."""
+    if request.query.get("stream", "false").lower() not in ("false", "0", ""):
+        raise errors.InvalidRequest("replaying a stored response as a stream is not supported here; ask without "
+                                    "'stream' for the response object")
+    return json_reply(request.app[RESPONSES].get(_response_id(request)).response)
+
+
+async def delete_response(request: web.Request) -> web.Response:
+    response_id = _response_id(request)
+    request.app[RESPONSES].delete(response_id)
+    return json_reply({"id": response_id, "object": "response", "deleted": True})
+
+
+async def cancel_response(request: web.Request) -> web.Response:
+    """Only background responses can be cancelled, and none is: a stored one has ended (a 400, as OpenAI
+    answers for a response not made with ``background``); an unknown one is a 404."""
+    request.app[RESPONSES].get(_response_id(request))
+    raise errors.InvalidRequest("only responses created with 'background': true can be cancelled, and this server "
+                                "makes none: this response has already ended")
+
+
+async def list_input_items(request: web.Request) -> web.Response:
+    """``{"object": "list", "data": [...], "first_id", "last_id", "has_more"}``: the items the model read for a
+    stored response (those of the responses it continues, then its own), each with an ``id``. Query:
+    ``order`` (``desc``, the default, or ``asc``), ``limit`` (1-100, default 20), ``after`` (an item id)."""
+    entry = request.app[RESPONSES].get(_response_id(request))
+    query = request.query
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise errors.InvalidRequest("'order' must be 'asc' or 'desc'")
+    try:
+        limit = int(query.get("limit", "20"))
+    except ValueError:
+        raise errors.InvalidRequest("'limit' must be a whole number from 1 to 100") from None
+    if not 1 <= limit <= 100:
+        raise errors.InvalidRequest("'limit' must be a whole number from 1 to 100")
+    items = entry.context if order == "asc" else entry.context[::-1]
+    after = query.get("after")
+    if after is not None:
+        at = next((i for i, item in enumerate(items) if item.get("id") == after), None)
+        if at is None:
+            raise errors.InvalidRequest(f"'after': no input item with id {after!r} in response {entry.id!r}")
+        items = items[at + 1:]
+    page = [listed_item(item) for item in items[:limit]]
+    return json_reply({"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+                       "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit})
 
 
 async def _start(service: Service, converted: ResponsesCall) -> tuple[ChatRun, JSONObject]:
@@ -133,10 +206,11 @@ def _output_room(num_predict: object, max_tokens: int) -> int:
 
 async def input_tokens(request: web.Request) -> web.Response:
     """``{"object": "response.input_tokens", "input_tokens": N}``: the prompt the request would send, as
-    the model's template renders it (instructions and tools included) and its tokenizer counts it."""
+    the model's template renders it (instructions, tools and the ``previous_response_id`` conversation
+    included) and its tokenizer counts it."""
     body: JSONObject = await read_json(request)
     await inline_remote_images(request, body)
-    converted = responses_to_native(body)
+    converted = _convert(request, body)
     count = await count_prompt_tokens(request.app[SERVICE], converted.call)
     return json_reply({"object": "response.input_tokens", "input_tokens": count})
 
@@ -144,3 +218,7 @@ async def input_tokens(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/responses", create_response)
     app.router.add_post("/v1/responses/input_tokens", input_tokens)
+    app.router.add_get("/v1/responses/{response_id}", get_response)
+    app.router.add_delete("/v1/responses/{response_id}", delete_response)
+    app.router.add_post("/v1/responses/{response_id}/cancel", cancel_response)
+    app.router.add_get("/v1/responses/{response_id}/input_items", list_input_items)

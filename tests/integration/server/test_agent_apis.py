@@ -268,13 +268,66 @@ async def test_responses_reasoning_item_from_a_thinking_model(oai: openai.AsyncO
     assert [o.type for o in plain.output] == ["message"]
 
 
-async def test_responses_limit_statelessness_and_bad_input(oai: openai.AsyncOpenAI) -> None:
+async def test_responses_continue_a_stored_response_and_read_it_back(oai: openai.AsyncOpenAI) -> None:
+    """OpenAI's own conversation-state example: the second request sends only its new input."""
+    first = await oai.responses.create(model="fake", input="SAY:Paris.", instructions="Answer briefly.")
+    assert first.store is True and first.previous_response_id is None
+    second = await oai.responses.create(model="fake", input="SAY:Lyon.", previous_response_id=first.id)
+    assert second.output_text == "Lyon." and second.previous_response_id == first.id
+    assert second.instructions is None  # not carried over, as OpenAI documents
+    alone = await oai.responses.create(model="fake", input="SAY:Lyon.", store=False)
+    assert second.usage is not None and alone.usage is not None
+    assert second.usage.input_tokens > alone.usage.input_tokens  # it read the first turn too
+    again = await oai.responses.retrieve(second.id)
+    assert again.id == second.id and again.output_text == "Lyon." and again.status == "completed"
+    items = await oai.responses.input_items.list(second.id, order="asc")
+    assert [(i.type, getattr(i, "role", None)) for i in items.data] == [
+        ("message", "user"), ("message", "assistant"), ("message", "user")]
+    assert [i.content[0].text for i in items.data if i.type == "message"] == ["SAY:Paris.", "Paris.", "SAY:Lyon."]
+    newest = await oai.responses.input_items.list(second.id, limit=1)
+    assert newest.has_more and newest.data[0].id == items.data[-1].id
+    async with oai.responses.stream(model="fake", input="SAY:Nice.", previous_response_id=second.id) as stream:
+        third = await stream.get_final_response()
+    assert third.output_text == "Nice." and (await oai.responses.retrieve(third.id)).output_text == "Nice."
+    await oai.responses.delete(first.id)
+    with pytest.raises(openai.NotFoundError):
+        await oai.responses.retrieve(first.id)
+    fourth = await oai.responses.create(model="fake", input="SAY:Still here.", previous_response_id=second.id)
+    assert fourth.output_text == "Still here."  # a continuation keeps its own context
+
+
+async def test_responses_store_false_keeps_nothing_and_tool_results_continue_a_call(oai: openai.AsyncOpenAI) -> None:
+    unstored = await oai.responses.create(model="fake", input="SAY:Gone.", store=False)
+    assert unstored.store is False
+    with pytest.raises(openai.NotFoundError):
+        await oai.responses.retrieve(unstored.id)
+    with pytest.raises(openai.BadRequestError) as info:
+        await oai.responses.create(model="fake", input="more", previous_response_id=unstored.id)
+    assert info.value.code == "previous_response_not_found"
+    asked = await oai.responses.create(model="fake", input=f"SAY:{CALL}", tools=[FN_WEATHER])  # type: ignore[list-item]
+    call = asked.output[0]
+    assert call.type == "function_call"
+    answered = await oai.responses.create(model="fake", tools=[FN_WEATHER],  # type: ignore[list-item]
+                                          previous_response_id=asked.id, input=[
+        {"type": "function_call_output", "call_id": call.call_id, "output": "SAY:Sunny, 24 degrees."}])
+    assert answered.output_text == "Sunny, 24 degrees."
+    referenced = await oai.responses.create(model="fake", tools=[FN_WEATHER], input=[  # type: ignore[list-item]
+        {"role": "user", "content": "weather in Paris?"}, {"type": "item_reference", "id": call.id},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "SAY:Rainy."}])
+    assert referenced.output_text == "Rainy."
+    with pytest.raises(openai.BadRequestError) as info:
+        await oai.responses.cancel(asked.id)
+    assert "background" in info.value.message
+
+
+async def test_responses_limit_unknown_previous_response_and_bad_input(oai: openai.AsyncOpenAI) -> None:
     r = await oai.responses.create(model="fake", input="SAY:a long answer here", max_output_tokens=2)
     assert r.status == "incomplete" and r.incomplete_details is not None
     assert r.incomplete_details.reason == "max_output_tokens"
     with pytest.raises(openai.BadRequestError) as info:
         await oai.responses.create(model="fake", input="hi", previous_response_id="resp_123")
-    assert "stateless" in str(info.value)
+    assert info.value.code == "previous_response_not_found" and info.value.param == "previous_response_id"
+    assert "Previous response with id 'resp_123' not found" in info.value.message
     with pytest.raises(openai.BadRequestError):
         await oai.responses.create(model="fake", input=[{"role": "user", "content": [
             {"type": "input_image", "image_url": "https://example.com/cat.png", "detail": "auto"}]}])

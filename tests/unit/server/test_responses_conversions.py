@@ -85,8 +85,10 @@ def test_text_format_becomes_the_native_format(text: Any, fmt: Any) -> None:
 
 
 @pytest.mark.parametrize(("body", "words"), [
-    ({"previous_response_id": "resp_1"}, "stateless"),
-    ({"conversation": "conv_1"}, "stateless"),
+    ({"previous_response_id": 5}, "previous_response_id"),
+    ({"conversation": "conv_1"}, "Conversations API"),
+    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "no stored item with id 'msg_1'"),
+    ({"input": [{"type": "item_reference"}]}, "no stored item"),
     ({"background": True}, "background"),
     ({"input": []}, "input"),
     ({"input": 3}, "input"),
@@ -221,3 +223,39 @@ def test_only_a_tool_that_says_strict_true_is_strict() -> None:
     call = responses_to_native({"model": "m", "input": "x", "tools": tools}).call
     assert call.tools is not None
     assert [t["function"].get("strict") for t in call.tools] == [True, None, None]
+
+
+def test_a_continued_response_reads_the_history_then_its_own_input_without_the_old_instructions() -> None:
+    history = [{"id": "msg_1", "type": "message", "role": "user", "content": "What is 2+2?"},
+               {"id": "msg_2", "type": "message", "role": "assistant", "status": "completed",
+                "content": [{"type": "output_text", "text": "4", "annotations": [], "logprobs": []}]},
+               {"id": "rs_3", "type": "reasoning", "summary": [], "content": []}]
+    converted = responses_to_native({"model": "m", "input": "And times 3?", "instructions": "Be terse.",
+                                     "previous_response_id": "resp_1"}, history)
+    assert converted.call.messages == [{"role": "system", "content": "Be terse."},
+                                       {"role": "user", "content": "What is 2+2?"},
+                                       {"role": "assistant", "content": "4"},
+                                       {"role": "user", "content": "And times 3?"}]
+    assert converted.items[:3] == history and converted.store
+    assert converted.echo["previous_response_id"] == "resp_1" and converted.echo["store"] is True
+    assert not responses_to_native({"model": "m", "input": "x", "store": False}).store
+
+
+def test_an_item_reference_reads_the_stored_item_it_names() -> None:
+    call = {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "get_weather",
+            "arguments": "{\"city\": \"Paris\"}", "status": "completed"}
+    converted = responses_to_native(
+        {"model": "m", "tools": [WEATHER], "input": [
+            {"role": "user", "content": "weather?"}, {"type": "item_reference", "id": "fc_1"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}]},
+        find_item={"fc_1": call}.get)
+    assert converted.items[1] is call
+    assert converted.call.messages[1]["tool_calls"] == [
+        {"id": "call_1", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]
+    assert converted.call.messages[2]["tool_name"] == "get_weather"
+
+
+def test_an_error_names_the_requests_own_item_by_its_index_in_input() -> None:
+    history = [{"id": "msg_1", "type": "message", "role": "user", "content": "hi"}]
+    with pytest.raises(InvalidRequest, match=r"^input\[0\] must have the 'call_id'"):
+        responses_to_native({"model": "m", "input": [{"type": "function_call_output", "output": "x"}]}, history)
