@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from .. import config
 from ..errors import ConfigError, InvalidRequest, UnsupportedCapability
@@ -38,6 +38,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--system", help="system message for this run")
     p.add_argument("--keepalive", metavar="DURATION", help="how long the model stays loaded after (e.g. 5m, 0, -1)")
     p.add_argument("--format", choices=["json"], help="ask for output in this format")
+    p.add_argument("--think", nargs="?", const="true", metavar="VALUE",
+                   help="a thinking model reasons first (true, the default without a value) or not (false); "
+                        "high, medium or low set the effort where the model has levels")
+    p.add_argument("--hidethinking", action="store_true",
+                   help="do not show a thinking model's reasoning (it still reasons unless --think=false)")
     p.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
                    help="a model parameter for this run, e.g. -o temperature=0 -o num_predict=64 (repeatable)")
     p.add_argument("--verbose", action="store_true", help="print timings (tokens/s, time to first token) after")
@@ -163,6 +168,8 @@ def generate_once(client: Client, model: str, prompt: str, args: argparse.Namesp
         fields["system"] = args.system
     if args.format:
         fields["format"] = args.format
+    if args.think is not None:
+        fields["think"] = args.think
     if args.keepalive is not None:
         fields["keep_alive"] = args.keepalive
     if args.options:
@@ -177,12 +184,16 @@ def generate_once(client: Client, model: str, prompt: str, args: argparse.Namesp
     ended_with_newline = True
     stats: ReplyStats | None = None
     out = sys.stdout
+    thoughts = ThinkingWriter(None if args.hidethinking else out if out.isatty() else sys.stderr)
     try:
         for chunk in client.generate(model, prompt, **fields):
-            text = str(chunk.get("response") or "")
+            text, thinking = str(chunk.get("response") or ""), str(chunk.get("thinking") or "")
+            if (text or thinking) and ttft is None:
+                ttft = time.monotonic() - started
+            if thinking:
+                thoughts.write(thinking)
             if text:
-                if ttft is None:
-                    ttft = time.monotonic() - started
+                thoughts.close()
                 ended_with_newline = text.endswith("\n")  # before writing: Ctrl+C may come during the write
                 out.write(text)
                 out.flush()
@@ -190,6 +201,7 @@ def generate_once(client: Client, model: str, prompt: str, args: argparse.Namesp
                 stats = ReplyStats.from_done(chunk, ttft)
     finally:
         # Also on Ctrl+C (exit 130) or an error: the shell prompt must not follow the partial answer.
+        thoughts.close()
         if not ended_with_newline:
             out.write("\n")
         out.flush()
@@ -198,10 +210,49 @@ def generate_once(client: Client, model: str, prompt: str, args: argparse.Namesp
     return 0
 
 
+class ThinkingWriter:
+    """A thinking model's reasoning in a one-shot answer, framed as ``ollama run`` frames it:
+    ``Thinking...``, the reasoning, ``...done thinking.`` and a blank line, then the answer.
+
+    It goes to stdout on a terminal (dimmed), to stderr when stdout is piped (so stdout holds only
+    the answer and nothing is lost), and nowhere with ``--hidethinking`` (``stream`` None).
+    """
+
+    def __init__(self, stream: TextIO | None) -> None:
+        self.stream, self.open, self.ends_line = stream, False, True
+        self.dim = stream is not None and stream.isatty()
+
+    def write(self, text: str) -> None:
+        if self.stream is None:
+            return
+        if not self.open:
+            self.open = True
+            self.stream.write("\x1b[2mThinking...\n" if self.dim else "Thinking...\n")
+        self.stream.write(text)
+        self.ends_line = text.endswith("\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """End the reasoning (before the answer's first text, or when the reply ends): once."""
+        if self.stream is None or not self.open:
+            return
+        self.open = False
+        self.stream.write(("" if self.ends_line else "\n") + "...done thinking.\n\n" + ("\x1b[0m" if self.dim else ""))
+        self.stream.flush()
+        self.stream = None  # a model that thinks again after answering: its answer stays whole
+
+
 def run(args: argparse.Namespace) -> int:
+    from ..tui.commands import parse_think
+
     model = args.model or config.STARTER_MODEL
     if args.keepalive is not None:
         config.parse_duration(args.keepalive, "--keepalive")  # bad value: exit 2 before any work
+    if args.think is not None:
+        try:
+            args.think = parse_think(args.think)
+        except InvalidRequest as exc:
+            raise ConfigError(f"--think: {exc}") from None
     args.options = parse_options(args.option)
     prompt = read_prompt(args)
     client = connect()
@@ -226,7 +277,8 @@ def chat(model: str, args: argparse.Namespace) -> int:
 
     store = None if args.no_save else ConversationStore()
     session = ChatSession.start(model, system=args.system, options=args.options, store=store, format=args.format,
-                                verbose=args.verbose, keep_alive=args.keepalive)
+                                verbose=args.verbose, keep_alive=args.keepalive, think=args.think,
+                                hide_thinking=args.hidethinking)
     restart = (lambda: ensure_daemon().close()) if config.host().is_loopback else None
     app = LocalrunApp(ClientBackend(), session=session, conversations=store, restart_daemon=restart)
     code = app.run()

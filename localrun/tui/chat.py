@@ -196,6 +196,7 @@ class ChatScreen(SlashCommands, Screen[None]):
         messages = session.request_messages(prompt)
         fields = session.request_fields()
         parts: list[str] = []
+        thoughts: list[str] = []  # kept with the reply even when /set hidethinking hides them
         calls: list[JSONObject] = []
         stats: ReplyStats | None = None
         state, error = "done", ""
@@ -212,7 +213,9 @@ class ChatScreen(SlashCommands, Screen[None]):
                     ttft = time.monotonic() - started
                     self.set_status("Streaming… (Esc stops)")
                 if thinking:
-                    view.write_thinking(thinking)
+                    thoughts.append(thinking)
+                    if not session.hide_thinking:
+                        view.write_thinking(thinking)
                 if text:
                     parts.append(text)
                     await view.write(text)
@@ -230,10 +233,10 @@ class ChatScreen(SlashCommands, Screen[None]):
         except LocalrunError as exc:
             state, error = "error", str(exc)
         finally:
-            await self._finish_reply(prompt, "".join(parts), view, state, error, stats, calls)
+            await self._finish_reply(prompt, "".join(parts), "".join(thoughts), view, state, error, stats, calls)
 
-    async def _finish_reply(self, prompt: str, reply: str, view: AssistantMessage, state: str, error: str,
-                            stats: ReplyStats | None, calls: list[JSONObject]) -> None:
+    async def _finish_reply(self, prompt: str, reply: str, thinking: str, view: AssistantMessage, state: str,
+                            error: str, stats: ReplyStats | None, calls: list[JSONObject]) -> None:
         self.streaming = False
         self.set_status("")
         if state == "done":
@@ -248,13 +251,13 @@ class ChatScreen(SlashCommands, Screen[None]):
         if state == "done" and stats is not None and stats.truncated_tokens:
             context = await model_ops.context_length(self.app.backend, self.session.model)
             self.info(stats.truncation_notice(context))
-        if state == "error" and not reply and not view.thinking:
+        if state == "error" and not reply and not thinking:
             # Nothing came back: give the prompt back to the editor so nothing is lost.
             prompt_input = self.query_one(PromptInput)
             if not prompt_input.text:
                 prompt_input.load_text(prompt)
             return
-        self.session.add_turn(prompt, reply, stopped=state != "done", thinking=view.thinking, tool_calls=calls)
+        self.session.add_turn(prompt, reply, stopped=state != "done", thinking=thinking, tool_calls=calls)
         self.save_conversation()
 
     def save_conversation(self) -> None:

@@ -26,7 +26,7 @@ SHOW_TOPICS = ("info", "license", "modelfile", "parameters", "system", "template
 
 HELP = """\
 Available commands:
-  /set            Session settings: /set parameter, /set system, /set format, /set verbose
+  /set            Session settings: /set parameter, /set system, /set format, /set think, /set verbose
   /show TOPIC     Model details: info, modelfile, parameters, template, system, license
   /load MODEL     Switch to another model (the conversation continues; /clear starts over)
   /save NAME      Save this session as a new model (FROM + SYSTEM + PARAMETERs + MESSAGEs)
@@ -46,6 +46,8 @@ Available /set commands:
   /set format json            Ask for JSON output;  /set noformat to stop
   /set verbose                Show timings after each reply;  /set quiet to show only the short line
   /set history | nohistory    Keep (default) or forget earlier turns when sending
+  /set think [high|medium|low]  Let a thinking model reason first;  /set nothink to answer at once
+  /set hidethinking           Hide a thinking model's reasoning;  /set nohidethinking to show it
 
 Parameters: """ + ", ".join(sorted(SESSION_PARAMETERS))
 
@@ -101,6 +103,16 @@ class SetHistory:
 
 
 @dataclass(frozen=True, slots=True)
+class SetThink:
+    think: Think
+
+
+@dataclass(frozen=True, slots=True)
+class SetHideThinking:
+    hide: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Show:
     topic: str
 
@@ -135,8 +147,23 @@ class AttachImage:
     path: str  # an image file for the next message (tui/attachments.py)
 
 
-Command = (SetParameter | ListParameters | SetSystem | SetFormat | SetVerbose | SetHistory | Show | Load | Save
-           | Clear | Bye | Help | AttachImage)
+Command = (SetParameter | ListParameters | SetSystem | SetFormat | SetVerbose | SetHistory | SetThink
+           | SetHideThinking | Show | Load | Save | Clear | Bye | Help | AttachImage)
+
+Think = bool | str  # a request's "think": true, false, or an effort level ("high", "medium", "low")
+THINK_LEVELS = ("high", "medium", "low")
+
+
+def parse_think(raw: str) -> Think:
+    """``--think=VALUE`` / ``/set think VALUE`` as the request's ``think``: true (also empty), false, or a level."""
+    value = raw.strip().lower()
+    if value in ("", "true", "on", "yes"):
+        return True
+    if value in ("false", "off", "no"):
+        return False
+    if value in THINK_LEVELS:
+        return value
+    raise InvalidRequest(f"think must be true, false, high, medium or low, not {raw!r}")
 
 
 def is_command(line: str) -> bool:
@@ -208,6 +235,15 @@ def _parse_set(rest: str) -> Command:
         return SetVerbose(sub == "verbose")
     if sub in ("history", "nohistory"):
         return SetHistory(sub == "history")
+    if sub == "think":
+        try:
+            return SetThink(parse_think(value))
+        except InvalidRequest:
+            raise InvalidRequest("Usage:\n  /set think [high|medium|low]   (or /set nothink)") from None
+    if sub == "nothink":
+        return SetThink(False)
+    if sub in ("hidethinking", "nohidethinking"):
+        return SetHideThinking(sub == "hidethinking")
     if sub in ("wordwrap", "nowordwrap"):
         raise InvalidRequest("The chat view always wraps words; `localrun run MODEL PROMPT` never does.")
     raise InvalidRequest(HELP_SET)

@@ -2,7 +2,7 @@
 
 A :class:`ChatSession` owns the current :class:`~localrun.tui.conversations.Conversation` (model,
 system prompt, parameters, messages) plus the session-only switches Ollama has (format, verbose,
-history). It is mutated only by the chat screen, on the UI's event loop.
+history, think, hidethinking). It is mutated only by the chat screen, on the UI's event loop.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ class Switches(TypedDict, total=False):
     verbose: bool
     keep_history: bool
     keep_alive: str | None
+    think: bool | str | None
+    hide_thinking: bool
 
 
 @dataclass(slots=True)
@@ -33,6 +35,8 @@ class ChatSession:
     verbose: bool = False
     keep_history: bool = True
     keep_alive: str | None = None
+    think: bool | str | None = None  # the request's "think" (None: the model's default)
+    hide_thinking: bool = False      # a thinking model's reasoning is kept with the reply but not shown
     saved_ids: set[str] = field(default_factory=set)
     noticed: set[str] = field(default_factory=set)       # models whose base-model notice was shown
     defaults: JSONObject = field(default_factory=dict)  # the current model's real defaults (/api/show)
@@ -70,12 +74,14 @@ class ChatSession:
         return message
 
     def request_fields(self) -> JSONObject:
-        """The /api/chat fields besides model and messages: options, format, keep_alive."""
+        """The /api/chat fields besides model and messages: options, format, think, keep_alive."""
         fields: JSONObject = {}
         if self.conversation.options:
             fields["options"] = dict(self.conversation.options)
         if self.format:
             fields["format"] = self.format
+        if self.think is not None:
+            fields["think"] = self.think
         if self.keep_alive is not None:
             fields["keep_alive"] = self.keep_alive
         return fields

@@ -76,6 +76,13 @@ class SlashCommands:
             case cmd.SetHistory(keep):
                 s.keep_history = keep
                 self.info("Set history." if keep else "Set 'nohistory' mode.")
+            case cmd.SetThink(think):
+                s.think = think
+                self.info(f"Set 'think' mode to '{think}'." if isinstance(think, str)
+                          else "Set 'think' mode." if think else "Set 'nothink' mode.")
+            case cmd.SetHideThinking(hide):
+                s.hide_thinking = hide
+                self.info("Set 'hidethinking' mode." if hide else "Set 'nohidethinking' mode.")
             case cmd.Show(topic):
                 self.show(topic)
             case cmd.Load(model):

@@ -60,6 +60,27 @@ def test_a_base_model_is_named_as_such_on_stderr(store_with_tiny: None, tiny_ggu
     assert "base model" not in chat_model.stderr
 
 
+def test_a_thinking_models_reasoning_is_framed_off_the_answer(store_with_tiny: None, thinking_gguf: Path) -> None:
+    """As ``ollama run`` shows it: Thinking... / the reasoning / ...done thinking., then the answer; piped,
+    stdout holds only the answer and the reasoning goes to stderr; --hidethinking shows none of it."""
+    from localrun.store import ModelStore
+
+    ModelStore(config.models_dir()).create("thinker", f"FROM {thinking_gguf}\n")
+    said = "SAY:France's capital city.</think>Paris."
+    result = localrun("run", "thinker", said)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Paris.\n"
+    assert "Thinking...\nFrance's capital city.\n...done thinking.\n" in result.stderr
+    hidden = localrun("run", "thinker", said, "--hidethinking")
+    assert hidden.stdout == "Paris.\n" and "Thinking" not in hidden.stderr
+    plain = localrun("run", "thinker", said, "--think=false")
+    assert plain.returncode == 0 and "Thinking" not in plain.stderr
+    not_a_thinker = localrun("run", "tiny", "hi", "--think")
+    assert not_a_thinker.returncode == 1 and "does not support thinking" in not_a_thinker.stderr
+    bad = localrun("run", "thinker", "hi", "--think=maybe")
+    assert bad.returncode == 2 and "--think" in bad.stderr
+
+
 def test_unknown_model_fails_with_a_message_and_exit_1(store_with_tiny: None) -> None:
     result = localrun("run", "no-such-model", "hi", env={"NO_COLOR": "1"})
     assert result.returncode == 1

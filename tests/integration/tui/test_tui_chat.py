@@ -428,6 +428,26 @@ async def test_thinking_is_collapsed_and_tool_calls_are_shown_as_calls(tmp_path:
         assert "thinking" not in backend.chats[-1]["messages"][-1]
 
 
+async def test_set_think_goes_with_the_request_and_hidethinking_keeps_the_reasoning_unshown(tmp_path: Path) -> None:
+    backend = FakeBackend(reply="Paris.")
+    backend.thinking = "France's capital city."
+    app = make_app(tmp_path, backend)
+    async with app.run_test(size=(100, 40)) as pilot:
+        for line in ("/set think high", "/set hidethinking"):
+            await type_and_send(pilot, line)
+        await type_and_send(pilot, "capital of France?")
+        await wait_idle(pilot)
+        assert backend.chats[-1]["think"] == "high"
+        reply = app.screen.query(AssistantMessage).last()
+        assert not reply.thinking and not any("capital city" in line for line in screen_lines(reply))
+        assert app.session.messages[-1]["thinking"] == backend.thinking  # kept with the reply all the same
+        await type_and_send(pilot, "/set nothink")
+        await type_and_send(pilot, "again?")
+        await wait_idle(pilot)
+        assert backend.chats[-1]["think"] is False
+        assert "Set 'think' mode to 'high'." in "\n".join(infos(app))
+
+
 async def test_settings_show_the_models_real_defaults(tmp_path: Path) -> None:
     app = make_app(tmp_path, FakeBackend())
     async with app.run_test(size=(100, 45)) as pilot:
