@@ -232,8 +232,10 @@ class AsyncClient:
     def pull(self, model: str) -> AsyncIterator[JSONObject]:
         return self._stream("/api/pull", {"model": model, "stream": True})
 
-    async def create(self, model: str, modelfile: str, base_dir: str | None = None) -> AsyncIterator[JSONObject]:
-        """Create ``model`` from Modelfile text, yielding progress chunks.
+    async def create(self, model: str, modelfile: str, base_dir: str | None = None,
+                     quantize: str | None = None) -> AsyncIterator[JSONObject]:
+        """Create ``model`` from Modelfile text, yielding progress chunks; ``quantize`` (e.g. ``q4_K_M``)
+        has the daemon quantize unquantized FROM weights on the way.
 
         The daemon reads no file of its machine for a create, so the files FROM and ADAPTER name
         (relative to ``base_dir``, the Modelfile's folder) are read here: each is checked, hashed
@@ -258,7 +260,8 @@ class AsyncClient:
                        "completed": file.size}
             digests[file.what] = digest
         text = plan.text(digests) if plan.files else modelfile
-        async for chunk in self._stream("/api/create", {"model": model, "modelfile": text, "stream": True}):  # noqa: UP028, RUF100
+        body = _payload(model=model, modelfile=text, stream=True, quantize=quantize)
+        async for chunk in self._stream("/api/create", body):  # noqa: UP028, RUF100
             yield chunk
 
     async def has_blob(self, digest: str) -> bool:
@@ -430,8 +433,10 @@ class Client:
     def pull(self, model: str) -> Iterator[JSONObject]:
         return self._stream("/api/pull", {"model": model, "stream": True})
 
-    def create(self, model: str, modelfile: str, base_dir: str | None = None) -> Iterator[JSONObject]:
-        """Create ``model`` from Modelfile text, yielding progress chunks.
+    def create(self, model: str, modelfile: str, base_dir: str | None = None,
+               quantize: str | None = None) -> Iterator[JSONObject]:
+        """Create ``model`` from Modelfile text, yielding progress chunks; ``quantize`` (e.g. ``q4_K_M``)
+        has the daemon quantize unquantized FROM weights on the way.
 
         The daemon reads no file of its machine for a create, so the files FROM and ADAPTER name
         (relative to ``base_dir``, the Modelfile's folder) are read here: each is checked, hashed
@@ -456,7 +461,8 @@ class Client:
                        "completed": file.size}
             digests[file.what] = digest
         text = plan.text(digests) if plan.files else modelfile
-        for chunk in self._stream("/api/create", {"model": model, "modelfile": text, "stream": True}):  # noqa: UP028, RUF100
+        body = _payload(model=model, modelfile=text, stream=True, quantize=quantize)
+        for chunk in self._stream("/api/create", body):  # noqa: UP028, RUF100
             yield chunk
 
     def has_blob(self, digest: str) -> bool:

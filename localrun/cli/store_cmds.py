@@ -144,6 +144,10 @@ def cmd_create(args: argparse.Namespace) -> int:
     from ..store import Progress as StoreProgress
     from ..store import hub_hook
 
+    if args.quantize is not None:
+        from ..store.quantize import quant_type
+
+        args.quantize = quant_type(args.quantize)  # a typo fails before any upload
     path = Path(args.file).expanduser()
     try:
         text = path.read_text(encoding="utf-8")
@@ -155,13 +159,14 @@ def cmd_create(args: argparse.Namespace) -> int:
     if daemon is not None:
         with daemon, ProgressView(_console(stderr=True)) as view:
             view(StoreProgress("parsing modelfile"))
-            for chunk in daemon.create(args.model, text, base_dir=str(path.resolve().parent)):
+            for chunk in daemon.create(args.model, text, base_dir=str(path.resolve().parent), quantize=args.quantize):
                 view(_progress(chunk))
         return 0
     store = _store()
     with ProgressView(_console(stderr=True)) as view:
         view(StoreProgress("parsing modelfile"))
-        store.create(args.model, text, base_dir=path.resolve().parent, progress=view, from_hook=hub_hook(store))
+        store.create(args.model, text, base_dir=path.resolve().parent, progress=view, from_hook=hub_hook(store),
+                     quantize=args.quantize)
     return 0
 
 
@@ -391,6 +396,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("create", help="create a model from a Modelfile")
     p.add_argument("model")
     p.add_argument("-f", "--file", default="Modelfile", help="the Modelfile (default: ./Modelfile)")
+    p.add_argument("-q", "--quantize", metavar="TYPE",
+                   help="quantize F32/F16/BF16 weights to TYPE on the way (e.g. q4_K_M, q8_0), as llama-quantize does")
     p.set_defaults(func=cmd_create)
 
     p = subparsers.add_parser("list", aliases=["ls"], help="list models")

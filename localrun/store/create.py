@@ -32,6 +32,7 @@ from .manifest import Layer, Manifest, StoredManifest
 from .modelfile import Modelfile
 from .names import ModelName
 from .progress import ProgressFn, report
+from .quantize import quantize_file
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +212,25 @@ class Builder:
 
     # -- the build -------------------------------------------------------------------
 
-    def build(self, name: ModelName, mf: Modelfile, hook: FromHook | None) -> str:
+    def quantized(self, layers: list[Layer], kind: str) -> tuple[list[Layer], JSONObject]:
+        """``layers`` with the model weights quantized to ``kind`` (:mod:`.quantize`), and the config
+        fields that change with them."""
+        (weights,) = [x for x in layers if x.media_type == mt.MODEL]
+        source = self.store.blobs.path(weights.digest)
+        out = quantize_file(source, read_gguf(source, label=f"FROM {weights.digest}"), kind, self.store.blobs.dir,
+                            self.progress)
+        try:
+            info = read_gguf(out)
+            result = self.store.blobs.import_file(out)
+        finally:
+            out.unlink(missing_ok=True)
+        self._note_new(result.digest, not result.new)
+        new = Layer(mt.MODEL, result.digest, info.file_size)
+        return [new if x is weights else x for x in layers], {"file_type": info.file_type}
+
+    def build(self, name: ModelName, mf: Modelfile, hook: FromHook | None, quantize: str | None = None) -> str:
+        """Write the manifest of ``name``; ``quantize`` (a :data:`.quantize.TYPES` name) quantizes the
+        FROM weights on the way (F32, F16 or BF16 ones only)."""
         adapter: tuple[Path, GGUFInfo] | None = None
         if mf.adapter is not None:
             adapter = self.gguf_source("ADAPTER", mf.adapter)
@@ -225,6 +244,10 @@ class Builder:
         layers = [x for x in base.layers]
         if not any(x.media_type == mt.MODEL for x in layers):
             raise InvalidModelFile(f"FROM {mf.from_} has no model weights layer")
+        config = dict(base.config)
+        if quantize is not None:
+            layers, changed = self.quantized(layers, quantize)
+            config.update(changed)
         if adapter is not None:
             layers = [x for x in layers if x.media_type != mt.ADAPTER]
             layers.append(self.import_gguf(adapter[0], adapter[1], mt.ADAPTER))
@@ -245,7 +268,6 @@ class Builder:
         if mf.licenses:
             layers = [x for x in layers if x.media_type != mt.LICENSE]
             layers.extend(self.text_layer(mt.LICENSE, lic.encode()) for lic in mf.licenses)
-        config = dict(base.config)
         config.update({"architecture": "amd64", "os": "linux",
                        "rootfs": {"type": "layers", "diff_ids": [x.digest for x in layers]}})
         config_raw = json.dumps(config, sort_keys=True).encode()

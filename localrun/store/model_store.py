@@ -35,6 +35,7 @@ from .manifest import Layer, Manifest, ManifestStore, StoredManifest
 from .modelfile import Message, Modelfile, parse, parse_parameter, render
 from .names import DEFAULT_TAG, ModelName, near_names
 from .progress import ProgressFn, report
+from .quantize import quant_type
 from .records import ModelDetails, ModelEntry, ResolvedModel
 
 log = logging.getLogger(__name__)
@@ -275,9 +276,11 @@ class ModelStore:
         local_files: bool = True,
         progress: ProgressFn | None = None,
         from_hook: FromHook | None = None,
+        quantize: str | None = None,
     ) -> ModelEntry:
         """Create (or replace) ``name`` from Modelfile text; paths in it are relative to ``base_dir``
-        (default: the working directory).
+        (default: the working directory). ``quantize`` (e.g. ``q4_K_M``) quantizes unquantized FROM
+        weights on the way (:mod:`localrun.store.quantize`).
 
         ``local_files=False`` is for requests that came over the API: FROM and ADAPTER may then
         name models, hf.co references and stored blobs by digest, never a path on this machine
@@ -286,10 +289,11 @@ class ModelStore:
         """
         parsed = ModelName.parse(name)
         mf = parse(modelfile) if isinstance(modelfile, str) else modelfile
+        kind = quant_type(quantize) if quantize is not None else None
         self.blobs.ensure_dirs()
         builder = Builder(self, progress, (Path(base_dir) if base_dir else Path.cwd()) if local_files else None)
         try:
-            builder.build(parsed, mf, from_hook)
+            builder.build(parsed, mf, from_hook, kind)
         except BaseException:
             builder.rollback()
             raise

@@ -135,6 +135,20 @@ def test_ollama_create_streams_progress_and_uses_parameters(oll: ollama.Client, 
     oll.delete("tiny-sys")
 
 
+def test_ollama_create_quantizes_on_the_way(oll: ollama.Client, tiny_gguf: Path) -> None:
+    digest = oll.create_blob(tiny_gguf)
+    statuses = [p.status for p in oll.create(model="tiny-q8", files={"tiny.gguf": digest}, quantize="q8_0",
+                                             stream=True)]
+    assert "quantizing F32 model to Q8_0" in statuses and statuses[-1] == "success"
+    shown = oll.show("tiny-q8")
+    assert shown.details is not None and shown.details.quantization_level == "Q8_0"
+    assert oll.generate(model="tiny-q8", prompt="hi", options={"num_predict": 3}).eval_count == 3
+    with pytest.raises(ollama.ResponseError) as info:
+        oll.create(model="tiny-q4", from_="tiny-q8", quantize="q4_K_M")
+    assert info.value.status_code == 400 and "needs unquantized weights" in info.value.error
+    oll.delete("tiny-q8")
+
+
 async def test_ollama_async_client(daemon: str) -> None:
     client = ollama.AsyncClient(host=daemon)
     parts = [p async for p in await client.chat(model=MODEL, messages=[{"role": "user", "content": "hi"}],

@@ -26,6 +26,7 @@ from ...store.blobs import BlobStore
 from ...store.model_store import ModelStore
 from ...store.modelfile import quote as _quote
 from ...store.progress import Progress, ProgressFn
+from ...store.quantize import quant_type
 from ...store.records import ModelEntry
 from .. import remote
 from ..chat import upstream_route
@@ -293,8 +294,9 @@ async def create(request: web.Request) -> web.StreamResponse:
     name = get(body, "model", str) or get(body, "name", str)
     if not name:
         raise errors.InvalidRequest("'model' is required")
-    if body.get("quantize"):
-        raise errors.InvalidRequest("quantizing is not supported: create from a GGUF that is already quantized")
+    quantize = get(body, "quantize", str) or None
+    if quantize is not None:
+        quant_type(quantize)  # a bad type is a 400 before anything streams
     store = request.app[STORE]
     # Ollama's legacy ``path`` (the Modelfile's place on the server) is ignored: over the API,
     # FROM and ADAPTER name models, hf.co references or uploaded blobs, never server files.
@@ -305,7 +307,7 @@ async def create(request: web.Request) -> web.StreamResponse:
     hook = hub_hook(store)  # resolves ``FROM hf.co/...`` names
     return await _run_with_progress(
         request, stream,
-        lambda cb: store.create(name, modelfile, local_files=False, progress=cb, from_hook=hook),
+        lambda cb: store.create(name, modelfile, local_files=False, progress=cb, from_hook=hook, quantize=quantize),
     )
 
 
