@@ -232,8 +232,9 @@ class AsyncClient:
     def pull(self, model: str) -> AsyncIterator[JSONObject]:
         return self._stream("/api/pull", {"model": model, "stream": True})
 
-    async def create(self, model: str, modelfile: str, base_dir: str | None = None,
-                     quantize: str | None = None) -> AsyncIterator[JSONObject]:
+    async def create(
+        self, model: str, modelfile: str, base_dir: str | None = None, quantize: str | None = None,
+    ) -> AsyncIterator[JSONObject]:
         """Create ``model`` from Modelfile text, yielding progress chunks; ``quantize`` (e.g. ``q4_K_M``)
         has the daemon quantize unquantized FROM weights on the way.
 
@@ -433,8 +434,9 @@ class Client:
     def pull(self, model: str) -> Iterator[JSONObject]:
         return self._stream("/api/pull", {"model": model, "stream": True})
 
-    def create(self, model: str, modelfile: str, base_dir: str | None = None,
-               quantize: str | None = None) -> Iterator[JSONObject]:
+    def create(
+        self, model: str, modelfile: str, base_dir: str | None = None, quantize: str | None = None,
+    ) -> Iterator[JSONObject]:
         """Create ``model`` from Modelfile text, yielding progress chunks; ``quantize`` (e.g. ``q4_K_M``)
         has the daemon quantize unquantized FROM weights on the way.
 
