@@ -23,9 +23,10 @@ import enum
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..errors import InvalidRequest, TemplateError, UnsupportedCapability
+from ..errors import TemplateError, UnsupportedCapability
 from ..modelkind import ModelKind
 from .template import ChatTemplate
+from .think import Think
 
 
 class ToolFormat(enum.Enum):
@@ -127,16 +128,7 @@ def require_tools(fmt: ChatFormat, model: str) -> None:
         raise UnsupportedCapability(f"{model} does not support tools")
 
 
-def parse_think(value: object) -> bool | None:
-    """A request's ``think``: true/false, Ollama's effort levels ("low", "medium", "high") as true."""
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value in ("low", "medium", "high"):
-        return True
-    raise InvalidRequest("'think' must be true, false, \"low\", \"medium\" or \"high\"")
-
-
-def resolve_think(fmt: ChatFormat, think: bool | None, model: str) -> bool:
+def resolve_think(fmt: ChatFormat, think: Think | None, model: str) -> bool:
     """Whether to split reasoning from the answer for this request.
 
     Unset means yes for a thinking model (as Ollama does); ``think: true`` on a model that cannot

@@ -17,6 +17,7 @@ from ..errors import InvalidRequest, TemplateError
 from ..jsontypes import JSONObject, JSONValue
 from . import images
 from .template import ChatTemplate
+from .think import LEVELS, Think
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +57,15 @@ class TemplateInputs:
     bos_token: str = ""
     eos_token: str = ""
     strip_bos: bool = False
-    think: bool | None = None
+    think: Think | None = None
 
     @classmethod
     def from_json(cls, obj: JSONObject) -> TemplateInputs:
         """The inputs from their JSON form (``dataclasses.asdict``, as the pipe to a worker carries them)."""
         bos, eos, think = obj.get("bos_token"), obj.get("eos_token"), obj.get("think")
         return cls(bos_token=bos if isinstance(bos, str) else "", eos_token=eos if isinstance(eos, str) else "",
-                   strip_bos=obj.get("strip_bos") is True, think=think if isinstance(think, bool) else None)
+                   strip_bos=obj.get("strip_bos") is True,
+                   think=think if isinstance(think, bool) else next((x for x in LEVELS if x == think), None))
 
 
 NO_INPUTS = TemplateInputs()

@@ -34,6 +34,7 @@ from ..errors import TemplateError, TemplateLimit
 from ..jsontypes import loads
 from .gotemplate import GoTemplate
 from .template_limits import BoundedSandbox
+from .think import Think, template_variables
 
 _GO_HINT = re.compile(r"\{\{-?\s*(\.[A-Z]|\$|if\s+[.$(]|range\s|end\s*-?\}\}|with\s|else\s*-?\}\}|/\*)")
 MAX_TEMPLATE_OUTPUT = 4_000_000
@@ -131,15 +132,15 @@ class ChatTemplate:
 
     def render(self, messages: Sequence[Mapping[str, object]], *, tools: Sequence[Mapping[str, object]] | None = None,
                add_generation_prompt: bool = True, bos_token: str = "", eos_token: str = "",
-               think: bool | None = None, **extra: object) -> str:
+               think: Think | None = None, **extra: object) -> str:
         """The prompt for ``messages``, as the Hugging Face reference renders it.
 
         ``messages`` are dicts with role, content and optionally images, ``tool_calls`` (a list of
         ``{"function": {"name", "arguments"}}``, arguments a dict or JSON text) and, on tool
         results, ``tool_call_id`` / ``tool_name``; they reach the template in HF's shape (calls
         with ``type`` and ``id``, arguments as a dict, results with ``name``). ``tools`` go to
-        templates that use them. ``think`` (when set) is ``enable_thinking`` for Jinja2
-        templates and ``.Think`` for Go ones.
+        templates that use them. ``think`` (when set) reaches the template as
+        :func:`.think.template_variables` says (``enable_thinking`` / ``reasoning_effort``, ``.Think``).
         """
         shaped = [hf_message(m, i) for i, m in enumerate(messages)]
         compiled = self._compiled
@@ -147,11 +148,9 @@ class ChatTemplate:
             if compiled is None:  # kind "none"
                 return _plain(shaped)
             if isinstance(compiled, GoTemplate):
-                if think is not None:
-                    extra = {**extra, "Think": think, "IsThinkSet": True}
+                extra = {**extra, **template_variables(think, go=True)}
                 return _render_go(compiled, shaped, tools, add_generation_prompt, extra)
-            if think is not None:
-                extra = {**extra, "enable_thinking": think}
+            extra = {**extra, **template_variables(think, go=False)}
             text = compiled.render(messages=shaped, tools=tools or None,
                                          add_generation_prompt=add_generation_prompt,
                                          bos_token=bos_token, eos_token=eos_token, **extra)

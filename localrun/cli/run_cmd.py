@@ -243,14 +243,14 @@ class ThinkingWriter:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tui.commands import parse_think
+    from ..tui.commands import think_setting
 
     model = args.model or config.STARTER_MODEL
     if args.keepalive is not None:
         config.parse_duration(args.keepalive, "--keepalive")  # bad value: exit 2 before any work
     if args.think is not None:
         try:
-            args.think = parse_think(args.think)
+            args.think = think_setting(args.think)
         except InvalidRequest as exc:
             raise ConfigError(f"--think: {exc}") from None
     args.options = parse_options(args.option)

@@ -23,6 +23,7 @@ from ..chat import images as chat_images
 from ..chat.format import ChatFormat, describe, require_tools, resolve_think
 from ..chat.parse import ChatStreamParser
 from ..chat.prompt import TemplateInputs, with_defaults
+from ..chat.think import Think
 from ..chat.tools import ForcedCall, StrictCalls, check_tool_choice, forced_call, strict_calls, tool_names
 from ..engine.types import GenerateRequest, OutputFormat, SamplingOptions, Truncation
 from ..errors import UnsupportedCapability
@@ -71,14 +72,14 @@ def require_vision(target: Target, images: Sequence[bytes]) -> None:
         raise UnsupportedCapability(f"model {target.name!r} does not support images (it has no vision projector)")
 
 
-def template_inputs(target: Target, think: bool | None) -> TemplateInputs:
+def template_inputs(target: Target, think: Think | None) -> TemplateInputs:
     """The model's BOS/EOS texts (and whether its tokenizer adds BOS) plus ``think`` for its template."""
     facts = target.geometry.tokenizer
     return TemplateInputs(bos_token=facts.bos, eos_token=facts.eos, strip_bos=facts.add_bos, think=think)
 
 
 async def prepare(target: Target, messages: list[JSONObject], *, tools: list[JSONObject] | None = None,
-                  tool_choice: JSONValue = None, think: bool | None = None) -> ChatTurn:
+                  tool_choice: JSONValue = None, think: Think | None = None) -> ChatTurn:
     """Check, render and plan one turn; ``messages`` are native (see :func:`~localrun.chat.prompt.check_messages`).
 
     ``tool_choice`` "none" drops the tools (they are not rendered; nothing is parsed as a call).

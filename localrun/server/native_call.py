@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..chat.think import Think
 from ..engine.types import OutputFormat
 from ..jsontypes import JSONObject, JSONValue
 from ..runtime.resident import KeepAlive
@@ -36,7 +37,7 @@ class NativeCall:
     messages: list[JSONObject] = field(default_factory=list)
     tools: list[JSONObject] | None = None
     tool_choice: JSONValue = None  # as the request has it: checked where the turn is prepared
-    think: bool | None = None  # Ollama's think; or reasoning_effort / chat_template_kwargs.enable_thinking
+    think: Think | None = None  # Ollama's think; or reasoning_effort / chat_template_kwargs.enable_thinking
     prompts: list[str] = field(default_factory=list)
     echo: bool = False
     ignore_eos: bool = False  # vLLM's extras: end-of-generation tokens do not end the output

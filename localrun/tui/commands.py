@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ..chat.think import LEVELS, Think
 from ..errors import InvalidRequest, OptionError
 from ..jsontypes import JSONObject, JSONValue, as_object
 from ..parameters import ParameterValue, kind_of, parse_value
@@ -150,20 +151,18 @@ class AttachImage:
 Command = (SetParameter | ListParameters | SetSystem | SetFormat | SetVerbose | SetHistory | SetThink
            | SetHideThinking | Show | Load | Save | Clear | Bye | Help | AttachImage)
 
-Think = bool | str  # a request's "think": true, false, or an effort level ("high", "medium", "low")
-THINK_LEVELS = ("high", "medium", "low")
 
-
-def parse_think(raw: str) -> Think:
+def think_setting(raw: str) -> Think:
     """``--think=VALUE`` / ``/set think VALUE`` as the request's ``think``: true (also empty), false, or a level."""
     value = raw.strip().lower()
     if value in ("", "true", "on", "yes"):
         return True
     if value in ("false", "off", "no"):
         return False
-    if value in THINK_LEVELS:
-        return value
-    raise InvalidRequest(f"think must be true, false, high, medium or low, not {raw!r}")
+    level = next((x for x in LEVELS if x == value), None)
+    if level is None:
+        raise InvalidRequest(f"think must be true, false, high, medium or low, not {raw!r}")
+    return level
 
 
 def is_command(line: str) -> bool:
@@ -237,7 +236,7 @@ def _parse_set(rest: str) -> Command:
         return SetHistory(sub == "history")
     if sub == "think":
         try:
-            return SetThink(parse_think(value))
+            return SetThink(think_setting(value))
         except InvalidRequest:
             raise InvalidRequest("Usage:\n  /set think [high|medium|low]   (or /set nothink)") from None
     if sub == "nothink":

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TypedDict, Unpack
 
+from ..chat.think import Think
 from ..jsontypes import JSONObject
 from ..parameters import ParameterValue
 from .attachments import Attachment
@@ -23,7 +24,7 @@ class Switches(TypedDict, total=False):
     verbose: bool
     keep_history: bool
     keep_alive: str | None
-    think: bool | str | None
+    think: Think | None
     hide_thinking: bool
 
 
@@ -35,7 +36,7 @@ class ChatSession:
     verbose: bool = False
     keep_history: bool = True
     keep_alive: str | None = None
-    think: bool | str | None = None  # the request's "think" (None: the model's default)
+    think: Think | None = None  # the request's "think" (None: the model's default)
     hide_thinking: bool = False      # a thinking model's reasoning is kept with the reply but not shown
     saved_ids: set[str] = field(default_factory=set)
     noticed: set[str] = field(default_factory=set)       # models whose base-model notice was shown

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..chat import images
 from ..chat.events import ChatEvent, ContentDelta, ThinkingDelta, ToolCall, new_call_id
+from ..chat.think import template_variables
 from ..engine.types import DoneEvent, DoneReason, EmbedResult, RerankResult
 from ..errors import InvalidRequest, UpstreamError
 from ..jsontypes import JSONMapping, JSONValue, as_number, as_object, loads
@@ -138,7 +139,7 @@ def chat_body(req: ChatRequest) -> dict[str, object]:
     if fmt is not None:
         body["response_format"] = fmt
     if req.think is not None:  # vLLM's and llama.cpp's server's switch for thinking templates
-        body["chat_template_kwargs"] = {"enable_thinking": req.think}
+        body["chat_template_kwargs"] = template_variables(req.think, go=False)
     return body
 
 

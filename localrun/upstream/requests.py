@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ..chat.think import Think
 from ..engine.limits import token_limit
 from ..errors import OptionError
 from ..jsontypes import JSONMapping
@@ -49,7 +50,7 @@ class ChatRequest:
     tools: Sequence[JSONMapping] | None = None
     tool_choice: ToolChoice = None
     format: Format = None
-    think: bool | None = None
+    think: Think | None = None
     sampling: Sampling = field(default_factory=Sampling)
 
 

@@ -21,9 +21,9 @@ from aiohttp import web
 from ... import errors
 from ...chat import images as chat_images
 from ...chat.events import ChatEvent, ContentDelta, collect
-from ...chat.format import parse_think
 from ...chat.parse import ChatStreamParser
 from ...chat.prompt import check_messages
+from ...chat.think import Think, parse_think
 from ...chat.tools import validate_tools
 from ...engine import limits
 from ...engine.types import (
@@ -153,7 +153,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
 
 
 async def _generate_local(service: Service, body: JSONObject, prompt: str, pictures: list[chat_images.Image],
-                          suffix: str, think: bool | None, keep_alive: KeepAlive) -> Output:
+                          suffix: str, think: Think | None, keep_alive: KeepAlive) -> Output:
     target = await service.target(body.get("model"), body.get("options"), keep_alive)
     target.require(ModelKind.GENERATION)
     user = chat_images.attach(prompt, pictures, "prompt")
@@ -189,7 +189,7 @@ async def _generate_local(service: Service, body: JSONObject, prompt: str, pictu
 
 
 async def _generate_upstream(service: Service, body: JSONObject, prompt: str, pictures: list[chat_images.Image],
-                             suffix: str, think: bool | None, keep_alive: KeepAlive, stream: bool) -> Output:
+                             suffix: str, think: Think | None, keep_alive: KeepAlive, stream: bool) -> Output:
     """/api/generate on an upstream: a chat turn (its template applies), or a raw prompt (``raw``, ``suffix``)."""
     for name in ("context", "template"):
         if body.get(name):

@@ -15,8 +15,8 @@ import struct
 
 from ...chat import images as chat_images
 from ...chat.events import ChatEvent, ContentDelta, Reply, ThinkingDelta, ToolCall
-from ...chat.format import parse_think
 from ...chat.prompt import native_role, role_names
+from ...chat.think import Think, from_effort, parse_think
 from ...chat.tools import validate_tools
 from ...engine.types import DoneEvent, DoneReason, EmbedInput, TokenLogprob
 from ...errors import InvalidRequest, OptionError
@@ -177,16 +177,14 @@ def chat_to_native(body: JSONObject) -> NativeCall:
     return call
 
 
-def think_from_openai(body: JSONObject) -> bool | None:
-    """Whether to think: Ollama's ``think``, OpenAI's ``reasoning_effort`` ("none" = no), or
-    ``chat_template_kwargs.enable_thinking`` (vLLM's and llama.cpp's server's way); None when unset."""
+def think_from_openai(body: JSONObject) -> Think | None:
+    """Whether to think, and how hard: Ollama's ``think``, OpenAI's ``reasoning_effort`` ("none" = no, a
+    level passed on: :func:`~localrun.chat.think.from_effort`), or ``chat_template_kwargs.enable_thinking``
+    (vLLM's and llama.cpp's server's way); None when unset."""
     if body.get("think") is not None:
         return parse_think(body["think"])
-    effort = body.get("reasoning_effort")
-    if effort is not None:
-        if effort not in ("none", "minimal", "low", "medium", "high"):
-            raise InvalidRequest("'reasoning_effort' must be none, minimal, low, medium or high")
-        return effort not in ("none", "minimal")
+    if body.get("reasoning_effort") is not None:
+        return from_effort(body["reasoning_effort"], "reasoning_effort")
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None:
         if not isinstance(kwargs, dict):

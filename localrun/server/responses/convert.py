@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 
 from ...chat import images as chat_images
 from ...chat.prompt import TURN_ROLES, native_role, role_names
+from ...chat.think import Think, from_effort
 from ...errors import InvalidRequest
 from ...jsontypes import JSONMapping, JSONObject, JSONValue, as_object, loads
 from ..http import get, get_whole, str_field
@@ -377,21 +378,14 @@ def tool_choice(value: JSONValue) -> JSONValue:
     raise InvalidRequest("'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", \"name\": ...}")
 
 
-_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
-
-
-def reasoning_think(value: JSONValue) -> bool | None:
-    """``reasoning.effort`` -> think: none / minimal = no, any other level = yes, unset = the model's default."""
+def reasoning_think(value: JSONValue) -> Think | None:
+    """``reasoning.effort`` -> think: "none" = no, a level = yes with that effort
+    (:func:`~localrun.chat.think.from_effort`), unset = the model's default."""
     if value is None:
         return None
     if not isinstance(value, dict):
         raise InvalidRequest("'reasoning' must be an object like {\"effort\": \"low\"}")
-    effort = value.get("effort")
-    if effort is None:
-        return None
-    if effort not in _EFFORTS:
-        raise InvalidRequest(f"reasoning.effort must be one of {', '.join(_EFFORTS)}")
-    return effort not in ("none", "minimal")
+    return from_effort(value.get("effort"), "reasoning.effort")
 
 
 def text_format(value: JSONValue) -> str | JSONObject | None:

@@ -127,10 +127,10 @@ def test_bad_requests_are_invalid_request_errors_naming_the_field(body: dict[str
 
 
 @pytest.mark.parametrize(("reasoning", "think"), [
-    (None, None), ({}, None), ({"effort": "none"}, False), ({"effort": "minimal"}, False), ({"effort": "low"}, True),
-    ({"effort": "high", "summary": "auto"}, True),
+    (None, None), ({}, None), ({"effort": "none"}, False), ({"effort": "minimal"}, False), ({"effort": "low"}, "low"),
+    ({"effort": "high", "summary": "auto"}, "high"), ({"effort": "xhigh"}, "high"),
 ])
-def test_reasoning_effort_decides_whether_the_model_thinks(reasoning: Any, think: bool | None) -> None:
+def test_reasoning_effort_decides_whether_the_model_thinks_and_how_hard(reasoning: Any, think: Any) -> None:
     assert responses_to_native({"model": "m", "input": "x", "reasoning": reasoning}).call.think is think
 
 
