@@ -140,9 +140,9 @@ class ResponseStore:
 
 def with_id(item: JSONObject) -> JSONObject:
     """``item`` with an ``id`` (``msg_``, ``fc_``, ``fco_``... as OpenAI names them); one that has a string
-    id is returned as it is, one without gets a copy with a fresh id."""
-    if isinstance(item.get("id"), str):
+    id is returned as it is, any other gets a copy with a fresh id (in place of one that is not a string)."""
+    if isinstance(item.get("id"), str) and item["id"]:
         return item
     kind = item.get("type", "message")
     prefix = {"function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}.get(str(kind), "msg")
-    return {"id": new_id(prefix), **item}
+    return {"id": new_id(prefix), **{k: v for k, v in item.items() if k != "id"}}

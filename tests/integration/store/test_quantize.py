@@ -81,3 +81,17 @@ def test_the_bytes_are_llama_quantizes(store: ModelStore, tiny_gguf: Path, tmp_p
     store.create("tiny-q", f"FROM {tiny_gguf}\n", quantize=kind)
     assert _weights(store, "tiny-q").read_bytes() == reference.read_bytes()
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_a_client_that_leaves_stops_the_quantizer_and_leaves_no_file(store: ModelStore, tiny_gguf: Path,
+                                                                     snap: Any) -> None:
+    from localrun.errors import Cancelled
+
+    def leave(progress: Any) -> None:
+        if progress.status.startswith("quantizing") and progress.completed is not None:
+            raise Cancelled("the client went away")  # what the API's progress callback raises then
+
+    before = snap(store.root)
+    with pytest.raises(Cancelled):
+        store.create("tiny-q", f"FROM {tiny_gguf}\n", quantize="q8_0", progress=leave)
+    assert snap(store.root) == before

@@ -73,3 +73,11 @@ def _kept(store: ResponseStore, rid: str) -> bool:
     except ResponseNotFound:
         return False
     return True
+
+
+def test_every_kept_item_has_a_string_id() -> None:
+    store = ResponseStore()
+    entry = store.put(_response("resp_1", "x"), [{**_user("a"), "id": 5}, {**_user("b"), "id": ""},
+                                                  {**_user("c"), "id": "msg_mine"}])
+    ids = [item["id"] for item in entry.context]
+    assert all(isinstance(i, str) and i.startswith("msg_") for i in ids) and ids[2] == "msg_mine"
