@@ -12,7 +12,7 @@ import json
 import sys
 
 from ..errors import InvalidRequest
-from ..jsontypes import JSONValue, as_number
+from ..jsontypes import JSONObject, JSONValue, as_number
 from .connect import ensure_daemon
 
 PREVIEW = 72  # characters of a document shown in rerank's table
@@ -48,11 +48,16 @@ def embed(args: argparse.Namespace) -> int:
     texts = _texts(args.texts, "texts")
     with ensure_daemon() as client:
         reply = client.embed(args.model, texts, truncate=not args.no_truncate)
+    print_embeddings(reply)
+    return 0
+
+
+def print_embeddings(reply: JSONObject) -> None:
+    """An ``/api/embed`` reply as one JSON array a line on stdout, and which texts were cut on stderr."""
     vectors = reply.get("embeddings")
     for vector in vectors if isinstance(vectors, list) else []:
         print(json.dumps(vector))
     _say_cut(reply.get("truncated"), "text")
-    return 0
 
 
 def rerank(args: argparse.Namespace) -> int:

@@ -109,24 +109,39 @@ def ensure_model(client: Client, model: str) -> None:
     pull_with_progress(client, model)
 
 
-TRY_INSTEAD = {"embedding": "localrun embed {model} TEXT...", "rerank": "localrun rerank {model} QUERY DOC..."}
+TRY_INSTEAD = {"embedding": "localrun run {model} TEXT (or localrun embed {model} TEXT...)",
+               "rerank": "localrun rerank {model} QUERY DOC..."}
 
 
-def check_can_chat(client: Client, model: str, *, one_shot: bool) -> None:
-    """UnsupportedCapability, naming the command to use, when ``model`` is an embedding model or a
-    reranker; for a one-shot prompt, a note on stderr when it is a base (completion-only) model (the
-    chat UI says that in its log when it opens, once per session)."""
+def check_can_chat(client: Client, model: str, *, one_shot: bool) -> bool:
+    """Whether ``model`` answers by chatting (True) or, for a one-shot prompt to an embedding model,
+    by printing the prompt's embedding (False), as ``ollama run`` does for embedding models.
+
+    UnsupportedCapability, naming the command to use, for the chat UI on an embedding model and
+    for a reranker; for a one-shot prompt, a note on stderr when it is a base (completion-only)
+    model (the chat UI says that in its log when it opens, once per session)."""
     from ..tui.model_ops import base_model_notice
 
     details = client.show(model).get("details") or {}
     if not isinstance(details, dict):
-        return
+        return True
     kind = str(details.get("kind") or "")
+    if kind == "embedding" and one_shot:
+        return False
     if kind in TRY_INSTEAD:
         what = "an embedding model" if kind == "embedding" else "a reranker"
         raise UnsupportedCapability(f"{model} is {what}: it cannot chat; try `{TRY_INSTEAD[kind].format(model=model)}`")
     if one_shot and details.get("base_model"):
         _err(f"Note: {base_model_notice(model)}")
+    return True
+
+
+def embed_once(client: Client, model: str, prompt: str) -> int:
+    """Print the embedding of ``prompt`` as one JSON array (what ``ollama run EMBEDDING-MODEL TEXT`` prints)."""
+    from .retrieval_cmds import print_embeddings
+
+    print_embeddings(client.embed(model, [prompt]))
+    return 0
 
 
 def read_prompt(args: argparse.Namespace) -> str | None:
@@ -258,9 +273,9 @@ def run(args: argparse.Namespace) -> int:
     client = connect()
     try:
         ensure_model(client, model)
-        check_can_chat(client, model, one_shot=prompt is not None)
+        chats = check_can_chat(client, model, one_shot=prompt is not None)
         if prompt is not None:
-            return generate_once(client, model, prompt, args)
+            return generate_once(client, model, prompt, args) if chats else embed_once(client, model, prompt)
         if not sys.stdout.isatty():
             raise InvalidRequest("the chat needs a terminal; give a PROMPT or pipe input to answer once")
     finally:

@@ -8,6 +8,7 @@ client; Cohere's SDK and LangChain's CohereRerank were checked by hand (BENCHMAR
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -71,9 +72,13 @@ def test_rerank_over_http_and_from_the_command_line_agree(daemon: Daemon) -> Non
     wrong = subprocess.run([sys.executable, "-m", "localrun", "rerank", "emb", "q", "d"], env=env,
                            capture_output=True, text=True, timeout=120)
     assert wrong.returncode == 1 and "emb:latest is not a reranking model" in wrong.stderr
-    chat = subprocess.run([sys.executable, "-m", "localrun", "run", "emb", "hello"], env=env, capture_output=True,
+    once = subprocess.run([sys.executable, "-m", "localrun", "run", "emb", "hello", "world"], env=env,
+                          capture_output=True, text=True, timeout=120)  # as `ollama run` answers an embedding model
+    assert once.returncode == 0, once.stderr
+    assert json.loads(once.stdout) == pytest.approx(json.loads(piped.stdout.splitlines()[0]), abs=1e-6)
+    chat = subprocess.run([sys.executable, "-m", "localrun", "run", "rr", "hello"], env=env, capture_output=True,
                           text=True, timeout=120)
-    assert chat.returncode == 1 and "try `localrun embed emb TEXT...`" in chat.stderr
+    assert chat.returncode == 1 and "try `localrun rerank rr QUERY DOC...`" in chat.stderr
 
 
 def test_a_daemon_in_front_reranks_and_embeds_through_its_upstream(daemon: Daemon,
