@@ -128,6 +128,7 @@ class Builder:
         self.progress = progress
         self.base_dir = base_dir
         self.added: set[str] = set()  # blobs this build created (removed again on failure)
+        self.superseded: set[str] = set()  # blobs the new model replaces (removed after it, when nothing uses them)
 
     # -- blobs -----------------------------------------------------------------------
 
@@ -225,6 +226,7 @@ class Builder:
         finally:
             out.unlink(missing_ok=True)
         self._note_new(result.digest, not result.new)
+        self.superseded.add(weights.digest)  # the unquantized weights, unless another model uses them
         new = Layer(mt.MODEL, result.digest, info.file_size)
         return [new if x is weights else x for x in layers], {"file_type": info.file_type}
 
@@ -273,7 +275,10 @@ class Builder:
         config_raw = json.dumps(config, sort_keys=True).encode()
         config_layer = self.text_layer(mt.CONFIG_MEDIA_TYPE, config_raw)
         report(self.progress, "writing manifest")
-        return self.store.commit_manifest(name, Manifest(config_layer, tuple(layers)))
+        digest = self.store.commit_manifest(name, Manifest(config_layer, tuple(layers)))
+        if self.superseded:
+            self.store.collect_garbage(self.superseded - {x.digest for x in layers})
+        return digest
 
     def rollback(self) -> None:
         if self.added:

@@ -40,6 +40,14 @@ def test_an_f32_model_is_stored_quantized(store: ModelStore, tiny_gguf: Path, ki
     assert steps and steps[-1].completed == steps[-1].total == tiny_gguf.stat().st_size
     assert [p.status for p in seen][-1] == "success"
     assert not [p for p in store.blobs.dir.iterdir() if not p.name.startswith("sha256-")]  # no temp file left
+    assert store.check_integrity() == []  # the unquantized weights, which no model uses, are not kept
+
+
+def test_weights_another_model_uses_stay(store: ModelStore, tiny_gguf: Path) -> None:
+    store.create("tiny", f"FROM {tiny_gguf}\n")
+    source = store.resolve("tiny").model_path
+    store.create("tiny-q", "FROM tiny\n", quantize="q8_0")
+    assert source.exists() and store.resolve("tiny").model_path == source and store.check_integrity() == []
 
 
 def test_already_quantized_weights_and_unknown_types_are_refused(store: ModelStore, tiny_gguf: Path,
