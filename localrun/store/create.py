@@ -57,6 +57,7 @@ class Base:
     layers: list[Layer]
     config: JSONObject = field(default_factory=dict)
     added: set[str] = field(default_factory=set)  # blobs newly stored while resolving (rolled back on failure)
+    quantized: bool = False  # the weights were quantized on the way in (``create --quantize`` from a file)
 
 
 # A hook that resolves FROM values the store cannot resolve alone (hf.co names, curated names):
@@ -176,11 +177,19 @@ class Builder:
             raise no_server_paths(what, value)
         return None
 
-    def resolve_from(self, value: str, hook: FromHook | None) -> Base:
+    def resolve_from(self, value: str, hook: FromHook | None, quantize: str | None = None) -> Base:
+        """What FROM names. A file to be quantized is quantized where it lies: its unquantized bytes never
+        enter the store (no copy of a 14 GB F16 across file systems, no hashing of it)."""
         source = self.gguf_source("FROM", value)
         if source is not None:
             path, info = source
-            return Base([self.import_gguf(path, info, mt.MODEL)], info.summary())
+            if quantize is None:
+                return Base([self.import_gguf(path, info, mt.MODEL)], info.summary())
+            blob = self.store.blobs.digest_of_blob_path(path)
+            if blob is not None:  # an uploaded blob: kept only while a model uses it
+                self.superseded.add(blob)
+            layer, quantized = self.quantize_layer(path, info, quantize)
+            return Base([layer], {**info.summary(), "file_type": quantized.file_type}, quantized=True)
         try:
             name = ModelName.parse(value)
         except Exception as exc:
@@ -213,21 +222,25 @@ class Builder:
 
     # -- the build -------------------------------------------------------------------
 
-    def quantized(self, layers: list[Layer], kind: str) -> tuple[list[Layer], JSONObject]:
-        """``layers`` with the model weights quantized to ``kind`` (:mod:`.quantize`), and the config
-        fields that change with them."""
-        (weights,) = [x for x in layers if x.media_type == mt.MODEL]
-        source = self.store.blobs.path(weights.digest)
-        out = quantize_file(source, read_gguf(source, label=f"FROM {weights.digest}"), kind, self.store.blobs.dir,
-                            self.progress)
+    def quantize_layer(self, source: Path, info: GGUFInfo, kind: str) -> tuple[Layer, GGUFInfo]:
+        """The weights of ``source`` (read as ``info``) quantized to ``kind`` (:mod:`.quantize`), stored as a
+        new model layer; also the quantized file's header."""
+        out = quantize_file(source, info, kind, self.store.blobs.dir, self.progress)
         try:
-            info = read_gguf(out)
+            quantized = read_gguf(out)
             result = self.store.blobs.import_file(out)
         finally:
             out.unlink(missing_ok=True)
         self._note_new(result.digest, not result.new)
+        return Layer(mt.MODEL, result.digest, quantized.file_size), quantized
+
+    def quantized(self, layers: list[Layer], kind: str) -> tuple[list[Layer], JSONObject]:
+        """``layers`` (a stored or pulled model's) with the model weights quantized to ``kind``, and the
+        config fields that change with them."""
+        (weights,) = [x for x in layers if x.media_type == mt.MODEL]
+        source = self.store.blobs.path(weights.digest)
+        new, info = self.quantize_layer(source, read_gguf(source, label=f"FROM {weights.digest}"), kind)
         self.superseded.add(weights.digest)  # the unquantized weights, unless another model uses them
-        new = Layer(mt.MODEL, result.digest, info.file_size)
         return [new if x is weights else x for x in layers], {"file_type": info.file_type}
 
     def build(self, name: ModelName, mf: Modelfile, hook: FromHook | None, quantize: str | None = None) -> str:
@@ -242,12 +255,12 @@ class Builder:
                 raise ModelfileError(f"ADAPTER {mf.adapter}: an adapter is an uploaded blob, named by its digest "
                                      "(sha256:<hex>)")
         projector = self._projector(mf.projector) if mf.projector is not None else None
-        base = self.resolve_from(mf.from_, hook)
+        base = self.resolve_from(mf.from_, hook, quantize)
         layers = [x for x in base.layers]
         if not any(x.media_type == mt.MODEL for x in layers):
             raise InvalidModelFile(f"FROM {mf.from_} has no model weights layer")
         config = dict(base.config)
-        if quantize is not None:
+        if quantize is not None and not base.quantized:
             layers, changed = self.quantized(layers, quantize)
             config.update(changed)
         if adapter is not None:

@@ -41,6 +41,7 @@ def test_an_f32_model_is_stored_quantized(store: ModelStore, tiny_gguf: Path, ki
     assert [p.status for p in seen][-1] == "success"
     assert not [p for p in store.blobs.dir.iterdir() if not p.name.startswith("sha256-")]  # no temp file left
     assert store.check_integrity() == []  # the unquantized weights, which no model uses, are not kept
+    assert not any(p.status.startswith("importing") for p in seen)  # quantized where it lies: never copied in
 
 
 def test_weights_another_model_uses_stay(store: ModelStore, tiny_gguf: Path) -> None:
