@@ -59,6 +59,17 @@ def test_create_list_show_cp_rm(capsys: pytest.CaptureFixture[str], modelfile: P
     assert run(capsys, "list")[1].strip() == "NAME    ID    SIZE    MODIFIED"
 
 
+def test_create_quantizes_and_a_bad_type_fails_before_any_work(capsys: pytest.CaptureFixture[str],
+                                                                 modelfile: Path) -> None:
+    code, _, err = run(capsys, "create", "tiny-q", "-f", str(modelfile), "-q", "q8_0")
+    assert code == 0 and "quantizing F32 model to Q8_0" in err and "success" in err
+    code, out, _ = run(capsys, "show", "tiny-q")
+    assert code == 0 and re.search(r"quantization\s+Q8_0", out)
+    code, _, err = run(capsys, "create", "tiny-x", "-f", str(modelfile), "-q", "q9")
+    assert code == 1 and "unsupported quantization type 'q9'" in err and "hashing" not in err
+    run(capsys, "rm", "tiny-q")
+
+
 def test_show_modelfile_output_creates_the_same_model(capsys: pytest.CaptureFixture[str], modelfile: Path,
                                                       tmp_path: Path) -> None:
     run(capsys, "create", "tiny", "-f", str(modelfile))
