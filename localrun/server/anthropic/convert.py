@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ...chat import images as chat_images
 from ...chat.prompt import TURN_ROLES, role_names
+from ...chat.think import ThinkLevel
 from ...errors import InvalidRequest, ThreadUnsupported
 from ...jsontypes import JSONMapping, JSONObject, JSONValue, as_object
 from ..http import get, get_number, get_whole, str_field
@@ -87,8 +88,19 @@ def messages_to_native(body: JSONObject, *, count_only: bool = False) -> Message
     think = thinking(body.get("thinking"))
     if think.budget_tokens is not None and max_tokens is not None and think.budget_tokens >= max_tokens:
         raise InvalidRequest("thinking.budget_tokens: must be less than max_tokens")
-    call.think = think.enabled
+    call.think = (effort_level(body.get("output_config")) or True) if think.enabled else think.enabled
     return MessagesCall(call, sequences, think, thread_type(body.get("thread")))
+
+
+_LEVELS: dict[str, ThinkLevel] = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
+
+
+def effort_level(config: JSONValue) -> ThinkLevel | None:
+    """``output_config.effort`` as a thinking level (``max`` and ``xhigh`` are ``high``), for a request whose
+    ``thinking`` is enabled; with ``adaptive`` (what Claude Code sends, beside ``effort: "high"``) the
+    model keeps its own default, so a model that cannot think still answers."""
+    effort = config.get("effort") if isinstance(config, dict) else None
+    return _LEVELS.get(effort) if isinstance(effort, str) else None
 
 
 _THREAD_TYPES = ("create", "continue")

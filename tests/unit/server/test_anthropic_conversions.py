@@ -66,6 +66,11 @@ def test_tool_choice_maps_to_the_chat_form(choice: Any, native: Any) -> None:
 def test_thinking_is_read_and_checked() -> None:
     enabled = _native(max_tokens=4000, thinking={"type": "enabled", "budget_tokens": 2048})
     assert enabled.thinking == Thinking(True, 2048) and enabled.call.think is True
+    effort = _native(max_tokens=4000, thinking={"type": "enabled", "budget_tokens": 2048},
+                     output_config={"effort": "max"})
+    assert effort.call.think == "high"  # the level reaches the template (gpt-oss's reasoning_effort)
+    adaptive = _native(thinking={"type": "adaptive"}, output_config={"effort": "high"})  # Claude Code's pair
+    assert adaptive.call.think is None  # the model's own default: a model that cannot think still answers
     assert _native(thinking={"type": "disabled"}).call.think is False
     assert _native(thinking={"type": "adaptive"}).call.think is None  # the model's own default
 
