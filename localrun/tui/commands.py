@@ -27,7 +27,7 @@ SHOW_TOPICS = ("info", "license", "modelfile", "parameters", "system", "template
 
 HELP = """\
 Available commands:
-  /set            Session settings: /set parameter, /set system, /set format, /set think, /set verbose
+  /set            Session settings: /set parameter, system, format, think, verbose (/? set)
   /show TOPIC     Model details: info, modelfile, parameters, template, system, license
   /load MODEL     Switch to another model (the conversation continues; /clear starts over)
   /save NAME      Save this session as a new model (FROM + SYSTEM + PARAMETERs + MESSAGEs)
