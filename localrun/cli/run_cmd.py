@@ -229,13 +229,16 @@ class ThinkingWriter:
     """A thinking model's reasoning in a one-shot answer, framed as ``ollama run`` frames it:
     ``Thinking...``, the reasoning, ``...done thinking.`` and a blank line, then the answer.
 
-    It goes to stdout on a terminal (dimmed), to stderr when stdout is piped (so stdout holds only
-    the answer and nothing is lost), and nowhere with ``--hidethinking`` (``stream`` None).
+    It goes to stdout on a terminal (dimmed, unless ``NO_COLOR`` is set, rich's rule everywhere else
+    in the CLI), to stderr when stdout is piped (so stdout holds only the answer and nothing is
+    lost), and nowhere with ``--hidethinking`` (``stream`` None).
     """
 
     def __init__(self, stream: TextIO | None) -> None:
+        import os
+
         self.stream, self.open, self.ends_line = stream, False, True
-        self.dim = stream is not None and stream.isatty()
+        self.dim = stream is not None and stream.isatty() and not os.environ.get("NO_COLOR")
 
     def write(self, text: str) -> None:
         if self.stream is None:
