@@ -107,7 +107,8 @@ class FakeBackend:
                              "stop": []},
                 "model_info": {"general.architecture": "llama", "llama.context_length": 2048,
                                "llama.embedding_length": 64},
-                "capabilities": ["completion", *(["vision"] if self._full(model) in self.vision_models else [])]}
+                "capabilities": ["completion", *(["vision"] if self._full(model) in self.vision_models else []),
+                                 *(["thinking"] if self.thinking else [])]}
 
     async def ps(self) -> list[dict[str, Any]]:
         self._check()

@@ -84,6 +84,10 @@ class ChatScreen(SlashCommands, Screen[None]):
         facts = await model_ops.model_facts(self.app.backend, model)
         self.session.defaults = facts.defaults
         self.session.vision = facts.vision
+        self.session.thinking = facts.thinking
+        if self.session.think and not facts.thinking:  # /set think before the switch, or before we knew
+            self.session.think = None
+            self.info(f"{model} does not support thinking: 'think' mode is off for it.", error=True)
         if self.session.attached and not facts.vision:  # attached before the switch, or before we knew
             names = ", ".join(a.name for a in self.session.attached)
             self.session.attached = []

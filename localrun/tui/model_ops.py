@@ -57,6 +57,7 @@ class ModelFacts:
     base_model: bool = False
     defaults: JSONObject = field(default_factory=dict)  # what a request without options gets
     vision: bool = False  # capabilities list "vision": the model takes images
+    thinking: bool = False  # capabilities list "thinking": /set think reaches it
 
 
 async def model_facts(backend: DaemonApi, model: str) -> ModelFacts:
@@ -65,8 +66,9 @@ async def model_facts(backend: DaemonApi, model: str) -> ModelFacts:
     details, defaults = info.get("details"), info.get("defaults")
     base = isinstance(details, dict) and bool(details.get("base_model"))
     capabilities = info.get("capabilities")
-    vision = isinstance(capabilities, list) and "vision" in capabilities
-    return ModelFacts(base, dict(defaults) if isinstance(defaults, dict) else {}, vision)
+    listed = capabilities if isinstance(capabilities, list) else []
+    return ModelFacts(base, dict(defaults) if isinstance(defaults, dict) else {}, "vision" in listed,
+                      "thinking" in listed)
 
 
 def base_model_notice(model: str) -> str:

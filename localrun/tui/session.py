@@ -42,6 +42,7 @@ class ChatSession:
     noticed: set[str] = field(default_factory=set)       # models whose base-model notice was shown
     defaults: JSONObject = field(default_factory=dict)  # the current model's real defaults (/api/show)
     vision: bool = True  # the current model takes images (/api/show capabilities); True until known
+    thinking: bool = True  # the current model can think (/api/show capabilities); True until known
     attached: list[Attachment] = field(default_factory=list)  # images for the next message (/image)
 
     @classmethod

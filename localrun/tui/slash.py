@@ -76,6 +76,8 @@ class SlashCommands:
             case cmd.SetHistory(keep):
                 s.keep_history = keep
                 self.info("Set history." if keep else "Set 'nohistory' mode.")
+            case cmd.SetThink(think) if think and not s.thinking:
+                self.info(f"{s.model} does not support thinking: 'think' mode not set.", error=True)
             case cmd.SetThink(think):
                 s.think = think
                 self.info(f"Set 'think' mode to '{think}'." if isinstance(think, str)

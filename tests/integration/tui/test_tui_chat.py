@@ -448,6 +448,18 @@ async def test_set_think_goes_with_the_request_and_hidethinking_keeps_the_reason
         assert "Set 'think' mode to 'high'." in "\n".join(infos(app))
 
 
+async def test_set_think_on_a_model_that_cannot_think_says_so_and_sets_nothing(tmp_path: Path) -> None:
+    backend = FakeBackend(reply="Hi.")  # no reasoning: /api/show lists no "thinking"
+    app = make_app(tmp_path, backend)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_idle(pilot)
+        await type_and_send(pilot, "/set think high")
+        await type_and_send(pilot, "hello")
+        await wait_idle(pilot)
+        assert "think" not in backend.chats[-1]
+        assert "does not support thinking: 'think' mode not set." in "\n".join(infos(app))
+
+
 async def test_settings_show_the_models_real_defaults(tmp_path: Path) -> None:
     app = make_app(tmp_path, FakeBackend())
     async with app.run_test(size=(100, 45)) as pilot:
