@@ -17,7 +17,7 @@ from ..errors import InvalidRequest, TemplateError
 from ..jsontypes import JSONObject, JSONValue
 from . import images
 from .template import ChatTemplate
-from .think import LEVELS, Think
+from .think import Think, as_level
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class TemplateInputs:
         bos, eos, think = obj.get("bos_token"), obj.get("eos_token"), obj.get("think")
         return cls(bos_token=bos if isinstance(bos, str) else "", eos_token=eos if isinstance(eos, str) else "",
                    strip_bos=obj.get("strip_bos") is True,
-                   think=think if isinstance(think, bool) else next((x for x in LEVELS if x == think), None))
+                   think=think if isinstance(think, bool) else as_level(think))
 
 
 NO_INPUTS = TemplateInputs()

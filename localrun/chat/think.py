@@ -23,14 +23,19 @@ EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 """OpenAI's reasoning efforts (chat completions' ``reasoning_effort``, Responses' ``reasoning.effort``)."""
 
 
+def as_level(value: object) -> ThinkLevel | None:
+    """``value`` when it is one of :data:`LEVELS`, else None."""
+    return next((level for level in LEVELS if value == level), None)
+
+
 def parse_think(value: object) -> Think | None:
     """A request's ``think`` (Ollama's field): true, false, "low", "medium" or "high"; None when unset."""
     if value is None or isinstance(value, bool):
         return value
-    for level in LEVELS:
-        if value == level:
-            return level
-    raise InvalidRequest("'think' must be true, false, \"low\", \"medium\" or \"high\"")
+    level = as_level(value)
+    if level is None:
+        raise InvalidRequest("'think' must be true, false, \"low\", \"medium\" or \"high\"")
+    return level
 
 
 def from_effort(effort: object, field: str) -> Think | None:

@@ -225,9 +225,8 @@ class Builder:
     def quantize_layer(self, source: Path, info: GGUFInfo, kind: str) -> tuple[Layer, GGUFInfo]:
         """The weights of ``source`` (read as ``info``) quantized to ``kind`` (:mod:`.quantize`), stored as a
         new model layer; also the quantized file's header."""
-        out = quantize_file(source, info, kind, self.store.blobs.dir, self.progress)
+        out, quantized = quantize_file(source, info, kind, self.store.blobs.dir, self.progress)
         try:
-            quantized = read_gguf(out)
             result = self.store.blobs.import_file(out)
         finally:
             out.unlink(missing_ok=True)

@@ -40,10 +40,11 @@ def quant_type(value: object) -> str:
     raise InvalidRequest(f"unsupported quantization type {value!r}: use one of {', '.join(TYPES)}")
 
 
-def quantize_file(source: Path, info: GGUFInfo, kind: str, into: Path, progress: ProgressFn | None) -> Path:
-    """Write ``source`` (read as ``info``) quantized to ``kind`` into a new file in the folder ``into``
-    and return its path (the caller imports and removes it). InvalidRequest when the weights are
-    already quantized; InvalidModelFile when llama.cpp cannot quantize the file."""
+def quantize_file(source: Path, info: GGUFInfo, kind: str, into: Path,
+                  progress: ProgressFn | None) -> tuple[Path, GGUFInfo]:
+    """Write ``source`` (read as ``info``) quantized to ``kind`` into a new file in the folder ``into``;
+    return its path (the caller imports and removes it) and its header. InvalidRequest when the
+    weights are already quantized; InvalidModelFile when llama.cpp cannot quantize the file."""
     if info.file_type not in QUANTIZABLE:
         raise InvalidRequest(f"cannot quantize a {info.file_type or 'mixed-type'} model to {kind}: quantizing needs "
                              f"unquantized weights ({', '.join(QUANTIZABLE)}); create from the original GGUF")
@@ -67,8 +68,7 @@ def quantize_file(source: Path, info: GGUFInfo, kind: str, into: Path, progress:
         if proc.wait() != 0:
             last = [x for x in failure.splitlines() if x.strip()][-1:] or [f"exit status {proc.returncode}"]
             raise InvalidModelFile(f"llama.cpp could not quantize this model to {kind}: {last[0]}")
-        read_gguf(out)  # what llama.cpp wrote is a model the store accepts
-        return out
+        return out, read_gguf(out)  # what llama.cpp wrote is a model the store accepts
     except BaseException:
         proc.kill()
         proc.wait()

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..chat.think import LEVELS, Think
+from ..chat.think import Think, as_level
 from ..errors import InvalidRequest, OptionError
 from ..jsontypes import JSONObject, JSONValue, as_object
 from ..parameters import ParameterValue, kind_of, parse_value
@@ -159,7 +159,7 @@ def think_setting(raw: str) -> Think:
         return True
     if value in ("false", "off", "no"):
         return False
-    level = next((x for x in LEVELS if x == value), None)
+    level = as_level(value)
     if level is None:
         raise InvalidRequest(f"think must be true, false, high, medium or low, not {raw!r}")
     return level
