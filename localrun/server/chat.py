@@ -116,16 +116,16 @@ async def start_chat(service: Service, call: NativeCall, endpoint: str,
 
 
 async def start_completions(service: Service, call: NativeCall, fmt: OutputFormat, endpoint: str,
-                            cut: Truncation = Truncation.FRONT, suffix: str | None = None) -> ChatRun:
+                            cut: Truncation = Truncation.FRONT) -> ChatRun:
     """Start ``call.n`` completions of each of ``call.prompts`` (prompt-major order), as raw text.
 
-    ``suffix`` (fill in the middle) is for upstream models only; a local one builds its infill
-    prompt itself (``ollama.routes.fill_in_the_middle``).
+    With ``call.suffix`` each prompt is the text before a gap and the model fills it in: a local
+    model gets its FIM prompt (:meth:`Target.infill`, a 400 when it has no FIM tokens), an
+    upstream the suffix as its own API takes it.
     """
     route = upstream_route(service, call.model)
     if route is not None and service.upstreams is not None:
-        outputs = await remote.completion_outputs(service.upstreams, service.metrics, route, call, fmt, endpoint,
-                                                  suffix)
+        outputs = await remote.completion_outputs(service.upstreams, service.metrics, route, call, fmt, endpoint)
         return ChatRun(route.name, outputs, _no_count)
     target = await service.target(call.model, call.options, call.keep_alive)
     target.require(ModelKind.GENERATION)
@@ -134,7 +134,8 @@ async def start_completions(service: Service, call: NativeCall, fmt: OutputForma
     gens: list[Generation] = []
     try:
         for p in call.prompts:
-            req = GenerateRequest(prompt=p, sampling=sampling, format=fmt, truncation=cut)
+            text = target.infill(p, call.suffix) if call.suffix else p
+            req = GenerateRequest(prompt=text, sampling=sampling, format=fmt, truncation=cut)
             gens.extend(await start_generations(service, target, req, call.n, endpoint))
     except BaseException:
         for g in gens:

@@ -39,6 +39,7 @@ class NativeCall:
     tool_choice: JSONValue = None  # as the request has it: checked where the turn is prepared
     think: Think | None = None  # Ollama's think; or reasoning_effort / chat_template_kwargs.enable_thinking
     prompts: list[str] = field(default_factory=list)
+    suffix: str = ""  # fill in the middle: the text after the gap each of ``prompts`` precedes
     echo: bool = False
     ignore_eos: bool = False  # vLLM's extras: end-of-generation tokens do not end the output
     min_tokens: int = 0       # ... until this many tokens were generated

@@ -184,7 +184,7 @@ async def chat_outputs(upstreams: Upstreams, metrics: Metrics, route: Route, cal
 
 
 async def completion_outputs(upstreams: Upstreams, metrics: Metrics, route: Route, call: NativeCall, fmt: Format,
-                             endpoint: str, suffix: str | None = None) -> list[Output]:
+                             endpoint: str) -> list[Output]:
     """``call.n`` completions of each of ``call.prompts`` (prompt-major order, as /v1/completions)."""
     _refuse_local_only(call)
 
@@ -193,7 +193,8 @@ async def completion_outputs(upstreams: Upstreams, metrics: Metrics, route: Rout
     outputs: list[Output] = []
     try:
         for prompt in call.prompts:
-            req = CompletionRequest(model=route.model, prompt=prompt, suffix=suffix, format=fmt, sampling=sampling)
+            req = CompletionRequest(model=route.model, prompt=prompt, suffix=call.suffix or None, format=fmt,
+                                    sampling=sampling)
             pieces = text_segments(prompt)
             keys = prefix_keys([route.model + pieces[0], *pieces[1:]])
             replies = await _open_all(call.n, functools.partial(upstreams.complete, route, req, keys,

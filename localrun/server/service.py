@@ -81,6 +81,15 @@ class Target:
         if refusal is not None:
             raise errors.UnsupportedCapability(refusal)
 
+    def infill(self, prefix: str, suffix: str) -> str:
+        """The fill-in-the-middle prompt (prefix, suffix, then the middle token) in this model's FIM
+        tokens, as raw text; UnsupportedCapability (400) when its vocabulary has none (Ollama's
+        "does not support insert")."""
+        fim = self.geometry.fim
+        if fim is None:
+            raise errors.UnsupportedCapability(f"{self.name} does not support insert")
+        return f"{fim[0]}{prefix}{fim[1]}{suffix}{fim[2]}"
+
     @property
     def template(self) -> str | None:
         """The chat template source: the request's, else the Modelfile TEMPLATE, else the GGUF's own."""

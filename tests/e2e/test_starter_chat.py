@@ -136,3 +136,14 @@ def test_a_coder_fills_in_the_middle(oll: ollama.Client) -> None:
     reply = oll.generate(model=MODEL, prompt="def add(a, b):\n    return ", suffix="\n\nprint(add(1, 2))\n",
                          options={**GREEDY, "num_predict": 16})
     assert reply.response.strip().startswith("a + b")
+
+
+def test_a_coder_fills_in_the_middle_through_openai_completions(oai: openai.OpenAI) -> None:
+    """``suffix`` on /v1/completions (as Ollama's OpenAI layer takes it, for editor plugins): the
+    same FIM prompt, streamed or not."""
+    args = {"model": MODEL, "prompt": "def add(a, b):\n    return ", "suffix": "\n\nprint(add(1, 2))\n",
+            "max_tokens": 16, "temperature": 0}
+    reply = oai.completions.create(**args)
+    assert reply.choices[0].text.strip().startswith("a + b")
+    streamed = "".join(c.choices[0].text for c in oai.completions.create(**args, stream=True) if c.choices)
+    assert streamed == reply.choices[0].text

@@ -166,7 +166,7 @@ async def _generate_local(service: Service, body: JSONObject, prompt: str, pictu
     parser: ChatStreamParser | None = None
     system_prefix = None
     if suffix:
-        text = fill_in_the_middle(target, prompt, suffix)
+        text = target.infill(prompt, suffix)
     elif get(body, "raw", bool, False):
         text = str(user["content"])
     else:
@@ -198,22 +198,14 @@ async def _generate_upstream(service: Service, body: JSONObject, prompt: str, pi
                       stream=stream, format=check_format(body.get("format")), think=think,
                       logprobs=get(body, "logprobs", bool, False), top_logprobs=top_logprobs(body))
     if suffix or get(body, "raw", bool, False):
-        call.prompts = [prompt]
-        run = await start_completions(service, call, call.format, "/api/generate", suffix=suffix or None)
+        call.prompts, call.suffix = [prompt], suffix
+        run = await start_completions(service, call, call.format, "/api/generate")
     else:
         system = get(body, "system", str, None)
         turn: list[JSONObject] = [{"role": "system", "content": system}] if system else []
         call.messages = [*turn, {"role": "user", **chat_images.attach(prompt, pictures, "prompt")}]
         run = await start_chat(service, call, "/api/generate")
     return run.outputs[0]
-
-
-def fill_in_the_middle(target: Target, prompt: str, suffix: str) -> str:
-    """The infill prompt (prefix, suffix, middle tokens) for a model whose vocabulary has FIM tokens."""
-    fim = target.geometry.fim
-    if fim is None:
-        raise UnsupportedCapability(f"{target.name} does not support insert")
-    return f"{fim[0]}{prompt}{fim[1]}{suffix}{fim[2]}"
 
 
 async def chat(request: web.Request) -> web.StreamResponse:

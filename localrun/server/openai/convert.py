@@ -205,8 +205,7 @@ def completion_to_native(body: JSONObject) -> NativeCall:
         call.prompts = [p for p in prompt if isinstance(p, str)]  # all of them
     else:
         raise InvalidRequest("'prompt' must be a string or a list of strings")
-    if body.get("suffix"):
-        raise InvalidRequest("this model does not support insert ('suffix')")
+    call.suffix = get(body, "suffix", str, "") or ""
     logprobs = get_whole(body, "logprobs", 0, MAX_COMPLETION_LOGPROBS)
     if logprobs is not None:
         call.logprobs, call.top_logprobs = True, logprobs

@@ -84,6 +84,10 @@ async def test_what_a_model_cannot_do_is_a_400_naming_it(serve_app: Any, store: 
     assert r.status == 400 and (await r.json())["error"] == "tiny:latest does not support thinking"
     r = await client.post("/api/generate", json={"model": "tiny", "prompt": "def f(", "suffix": "return x"})
     assert r.status == 400 and "does not support insert" in (await r.json())["error"]
+    r = await client.post("/v1/completions", json={"model": "tiny", "prompt": "def f(", "suffix": "return x"})
+    assert r.status == 400 and "does not support insert" in (await r.json())["error"]["message"]
+    r = await client.post("/v1/completions", json={"model": "tiny", "prompt": "def f(", "suffix": 3})
+    assert r.status == 400 and "'suffix'" in (await r.json())["error"]["message"]
     r = await client.post("/api/chat", json={"model": "tiny", "messages": ASK, "think": "very"})
     assert r.status == 400 and "'think'" in (await r.json())["error"]
     # tool_choice "none" means no tools: a model without them answers normally.
