@@ -49,7 +49,13 @@ def is_openai(request: web.Request) -> bool:
 
 
 def is_anthropic(request: web.Request) -> bool:
-    return request.path == "/v1/messages" or request.path.startswith("/v1/messages/")
+    """Whether the reply (errors included) takes Anthropic's shape: the Messages API's paths, and the
+    model list asked for by Anthropic's clients (``anthropic-version``), which shares its path with
+    OpenAI's."""
+    if request.path == "/v1/messages" or request.path.startswith("/v1/messages/"):
+        return True
+    listing = request.path == "/v1/models" or request.path.startswith("/v1/models/")
+    return listing and "anthropic-version" in request.headers
 
 
 def anthropic_error_type(status: int) -> str:

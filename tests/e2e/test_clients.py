@@ -300,6 +300,15 @@ def test_anthropic_create_stream_and_count_tokens(claude: anthropic.Anthropic) -
     assert counted.input_tokens == final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0)
 
 
+def test_anthropic_models_list_and_retrieve(claude: anthropic.Anthropic) -> None:
+    listed = {m.id: m for m in claude.models.list()}
+    assert listed[MODEL].type == "model" and listed[MODEL].display_name == MODEL
+    assert listed[MODEL].created_at.year >= 2026 and (listed[MODEL].max_input_tokens or 0) > 0
+    assert claude.models.retrieve(MODEL).id == MODEL
+    with pytest.raises(anthropic.NotFoundError):
+        claude.models.retrieve("no-such-model")
+
+
 def test_anthropic_forced_tool_and_structured_output(claude: anthropic.Anthropic) -> None:
     tool: Any = {"name": "get_weather", "description": "Weather in a city",
                  "input_schema": TOOLS[0]["function"]["parameters"]}

@@ -368,5 +368,3 @@ def embedding_vector(vector: list[float], encoding: str) -> str | list[float]:
     return vector
 
 
-def model_object(name: str, created: int) -> JSONObject:
-    return {"id": name, "object": "model", "created": created, "owned_by": "library"}

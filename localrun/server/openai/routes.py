@@ -1,4 +1,4 @@
-"""OpenAI-compatible routes under /v1: chat/completions, completions, embeddings, models.
+"""OpenAI-compatible routes under /v1: chat/completions, completions, embeddings (models: :mod:`..model_list`).
 
 Thin: convert with :mod:`.convert`, run through the Service, stream as SSE.
 ``n`` > 1 runs n requests side by side (they batch together in the engine); with a seed,
@@ -19,11 +19,10 @@ from ... import errors
 from ...chat.events import ChatEvent, ContentDelta, ToolCall, collect, new_id
 from ...engine.types import TokenLogprob
 from ...jsontypes import JSONObject, JSONValue
-from .. import remote
-from ..chat import ChatRun, start_chat, start_completions, upstream_route
+from ..chat import ChatRun, start_chat, start_completions
 from ..http import SSEStream, get, json_reply, read_json
 from ..image_fetch import inline_remote_images
-from ..keys import SERVICE, STORE
+from ..keys import SERVICE
 from ..middleware import error_body
 from ..ollama.routes import embed_inputs, resize, truncated_field, truncation
 from ..options import parse_keep_alive
@@ -214,48 +213,7 @@ async def embeddings(request: web.Request) -> web.Response:
                              **truncated_field(result)})
 
 
-def _store_models(request: web.Request) -> list[tuple[str, int]]:
-    return [(entry.name, int(entry.modified)) for entry in request.app[STORE].list()]
-
-
-async def _local_model(request: web.Request, name: str, created: int) -> JSONObject:
-    """A stored model's object, with localrun's ``context_length`` (the most one request may hold)
-    and ``context_pool`` (the KV cache the running requests share) when it can load."""
-    out = oc.model_object(name, created)
-    try:
-        plan = await request.app[SERVICE].context_of(name)
-    except errors.LocalrunError:  # a broken file still lists, without the numbers
-        return out
-    out.update(context_length=plan.num_ctx, context_pool=plan.context_pool)
-    return out
-
-
-async def models(request: web.Request) -> web.Response:
-    data = [await _local_model(request, name, ts) for name, ts in _store_models(request)]
-    upstreams = remote.upstreams_for(request.app[SERVICE].upstreams)
-    if upstreams is not None:
-        data += [oc.model_object(name, 0) for row in await remote.tag_entries(upstreams)
-                 if isinstance(name := row["name"], str)]  # always: an upstream model's name
-    return json_reply({"object": "list", "data": data})
-
-
-async def model(request: web.Request) -> web.Response:
-    wanted = request.match_info["model"]
-    service = request.app[SERVICE]
-    route = upstream_route(service, wanted)
-    if route is not None and service.upstreams is not None:
-        await remote.check_served(service.upstreams, route)
-        return json_reply(oc.model_object(route.name, 0))
-    store = request.app[STORE]
-    resolved = store.resolve(wanted)  # raises ModelNotFound (404) for unknown names
-    name = resolved.name
-    created = next((ts for listed, ts in _store_models(request) if listed == name), 0)
-    return json_reply(await _local_model(request, name, created))
-
-
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/embeddings", embeddings)
-    app.router.add_get("/v1/models", models)
-    app.router.add_get("/v1/models/{model:.+}", model)

@@ -59,6 +59,43 @@ async def test_create_from_a_modelfile_then_list_show_copy_delete(
     assert r.status == 404
 
 
+async def test_anthropic_clients_get_anthropic_model_objects_and_pages(
+    serve_app: Any, store: Any, fake_runners: Any, tiny_gguf: Path
+) -> None:
+    """GET /v1/models with ``anthropic-version`` (what Anthropic's SDKs send) answers in Anthropic's
+    shape and pages as it does; without the header the same path stays OpenAI's."""
+    client = await serve_app(store, load_fn=fake_runners)
+    digest = "sha256:" + hashlib.sha256(tiny_gguf.read_bytes()).hexdigest()
+    assert (await client.post(f"/api/blobs/{digest}", data=tiny_gguf.read_bytes())).status == 201
+    for name in ("a1", "a2", "a3"):
+        r = await client.post("/api/create", json={"model": name, "modelfile": f"FROM {digest}"})
+        assert r.status == 200 and _lines(await r.text())[-1] == {"status": "success"}
+    anthropic = {"anthropic-version": "2023-06-01"}
+    page = await (await client.get("/v1/models", headers=anthropic)).json()
+    assert [m["id"] for m in page["data"]] == ["a3:latest", "a2:latest", "a1:latest"]  # newest first
+    first = page["data"][0]
+    assert first["type"] == "model" and first["display_name"] == "a3:latest"
+    assert first["created_at"].endswith("Z") and first["max_input_tokens"] == 2048 and first["lifecycle"] == "active"
+    assert page["has_more"] is False and (page["first_id"], page["last_id"]) == ("a3:latest", "a1:latest")
+    page = await (await client.get("/v1/models?limit=2", headers=anthropic)).json()
+    assert [m["id"] for m in page["data"]] == ["a3:latest", "a2:latest"] and page["has_more"] is True
+    page = await (await client.get("/v1/models?limit=2&after_id=a2:latest", headers=anthropic)).json()
+    assert [m["id"] for m in page["data"]] == ["a1:latest"] and page["has_more"] is False
+    page = await (await client.get("/v1/models?limit=1&before_id=a1:latest", headers=anthropic)).json()
+    assert [m["id"] for m in page["data"]] == ["a2:latest"] and page["has_more"] is True
+    one = await (await client.get("/v1/models/a2", headers=anthropic)).json()
+    assert one["type"] == "model" and one["id"] == "a2:latest" and "object" not in one
+    for query in ("limit=0", "limit=1001", "limit=x", "after_id=nope", "after_id=a3:latest&before_id=a1:latest"):
+        r = await client.get(f"/v1/models?{query}", headers=anthropic)
+        assert r.status == 400, query
+        assert (await r.json())["error"]["type"] == "invalid_request_error"
+    r = await client.get("/v1/models/nope", headers=anthropic)
+    assert r.status == 404 and (await r.json()) == {
+        "type": "error", "error": {"type": "not_found_error", "message": (await r.json())["error"]["message"]}}
+    openai = await (await client.get("/v1/models?limit=1")).json()  # OpenAI's list is never paged
+    assert openai["object"] == "list" and len(openai["data"]) == 3 and openai["data"][0]["object"] == "model"
+
+
 async def test_create_from_uploaded_blobs_as_the_ollama_client_does(
     serve_app: Any, store: Any, tiny_gguf: Path
 ) -> None:
