@@ -160,22 +160,52 @@ def strict_calls(tools: list[JSONObject], choice: JSONValue, fmt: ToolFormat) ->
 
 def _any_call(functions: list[JSONObject], arguments_key: str, *, strict_only: bool) -> JSONObject:
     """The schema of one call to any of ``functions``: the name, and arguments matching the
-    function's parameters (with ``strict_only``, only a strict function's; the others' are any object)."""
-    variants: list[JSONValue] = [
-        {
+    function's parameters (with ``strict_only``, only a strict function's; the others' are any object).
+
+    A function's parameters may refer to their own parts (``"$ref": "#/$defs/Table"``, as pydantic
+    writes nested models and enums): ``#`` meant the parameters, and here they sit inside the call,
+    so such parameters move to the call schema's ``$defs`` and their references follow them.
+    """
+    variants: list[JSONValue] = []
+    defs: JSONObject = {}
+    for i, fn in enumerate(functions):
+        arguments = (enforceable(fn.get("parameters") or {"type": "object"})
+                     if fn.get("strict") is True or not strict_only else {"type": "object"})
+        key = f"call-{i}-arguments"
+        rebased = _rebased(arguments, f"#/$defs/{key}")
+        if rebased != arguments:  # it refers to its own parts
+            defs[key], arguments = rebased, {"$ref": f"#/$defs/{key}"}
+        variants.append({
             "type": "object",
-            "properties": {
-                "name": {"const": fn["name"]},
-                arguments_key: enforceable(fn.get("parameters") or {"type": "object"})
-                if fn.get("strict") is True or not strict_only else {"type": "object"},
-            },
+            "properties": {"name": {"const": fn["name"]}, arguments_key: arguments},
             "required": ["name", arguments_key],
             "additionalProperties": False,
-        }
-        for fn in functions
-    ]
+        })
     first = variants[0]
-    return first if len(variants) == 1 and isinstance(first, dict) else {"anyOf": variants}
+    schema: JSONObject = first if len(variants) == 1 and isinstance(first, dict) else {"anyOf": variants}
+    return {**schema, "$defs": defs} if defs else schema
+
+
+_LITERALS = ("const", "enum", "default", "examples")  # values, not schemas: a "$ref" in them is data
+_NAMED = ("properties", "patternProperties", "$defs", "definitions")  # names -> schemas
+
+
+def _rebased(schema: Any, base: str) -> Any:
+    """``schema`` with each local reference (``"$ref": "#..."``) pointing below ``base`` instead of
+    the document's root."""
+    if isinstance(schema, list):
+        return [_rebased(s, base) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: JSONObject = {}
+    for key, value in schema.items():
+        if key == "$ref" and isinstance(value, str) and value.startswith("#"):
+            out[key] = base + value[1:]
+        elif key in _NAMED and isinstance(value, dict):
+            out[key] = {name: _rebased(sub, base) for name, sub in value.items()}
+        else:
+            out[key] = value if key in _LITERALS else _rebased(value, base)
+    return out
 
 
 _WS = " \t\r\n"

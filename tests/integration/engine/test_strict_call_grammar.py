@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from localrun.chat.format import ToolFormat
-from localrun.chat.tools import strict_calls
+from localrun.chat.tools import forced_call, strict_calls
 from localrun.engine.engine import Engine
 from localrun.engine.grammar import grammar_for
 from localrun.engine.native import Vocab
@@ -138,6 +138,31 @@ def test_an_opened_call_cannot_end_before_it_is_closed(checker: Any) -> None:
     assert bare.feed('{"name": "get_weather"') is None and not bare.may_end()
     fenced = checker([WEATHER])
     assert fenced.feed(PRETTY[:-3]) is None and not fenced.may_end()
+
+
+# What openai.pydantic_function_tool writes for nested models and enums: references into the
+# parameters' own $defs ("#" is the parameters, which the call schema nests under "arguments").
+QUERY = {"type": "function", "function": {"name": "query", "strict": True, "parameters": {
+    "$defs": {"Table": {"enum": ["orders", "customers"], "type": "string"},
+              "Condition": {"type": "object", "properties": {"column": {"type": "string"},
+                                                             "op": {"$ref": "#/$defs/Op"}},
+                            "required": ["column", "op"], "additionalProperties": False},
+              "Op": {"enum": ["=", ">"], "type": "string"}},
+    "type": "object", "properties": {"table": {"$ref": "#/$defs/Table"},
+                                     "conditions": {"type": "array", "items": {"$ref": "#/$defs/Condition"}}},
+    "required": ["table", "conditions"], "additionalProperties": False}}}
+QUERY_CALL = ('<tool_call>\n{"name": "query", "arguments": {"table": "orders", "conditions": '
+              '[{"column": "status", "op": ">"}]}}\n</tool_call>')
+
+
+def test_a_tool_whose_parameters_refer_to_their_own_defs_is_held_to_them(checker: Any) -> None:
+    c = checker([QUERY, WEATHER])
+    assert c.feed(QUERY_CALL) is None and c.may_end()
+    wrong = checker([QUERY, WEATHER])
+    text = QUERY_CALL.replace('"op": ">"', '"op": "<"')
+    assert wrong.feed(text) == text.index('"<"') + 1  # the enum of $defs/Op holds
+    forced = forced_call([QUERY], "required", ToolFormat.HERMES)
+    assert forced is not None and grammar_for(forced.schema, None) is not None
 
 
 def test_a_format_rule_clash_is_a_grammar_error() -> None:
