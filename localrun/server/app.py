@@ -34,6 +34,7 @@ from .anthropic import routes as anthropic_routes
 from .executors import Executors, run_in
 from .http import JSON_BODY_LIMIT
 from .keys import (
+    BACKGROUND,
     DAEMON,
     EXECUTORS,
     METRICS,
@@ -53,6 +54,7 @@ from .ollama import routes as ollama_routes
 from .ollama import tokens as ollama_tokens
 from .openai import routes as openai_routes
 from .responses import routes as responses_routes
+from .responses.background import BackgroundRuns
 from .responses.store import ResponseStore
 from .service import Service
 
@@ -151,6 +153,7 @@ def create_app(
     app[EXECUTORS] = executors
     app[PULLS] = {}
     app[RESPONSES] = ResponseStore()
+    app[BACKGROUND] = BackgroundRuns()
     app[SCHEDULER] = scheduler
     app[METRICS] = metrics
     upstreams = upstreams if upstreams is not None else Upstreams(settings.upstreams, config.upstreams_file(),
@@ -198,6 +201,7 @@ def create_app(
 
     async def on_cleanup(app: web.Application) -> None:
         app[SERVICE].stop_warming()
+        await app[BACKGROUND].close()
         await upstreams.close()
         await app[SCHEDULER].close()
         rendering.close()

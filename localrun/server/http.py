@@ -214,6 +214,9 @@ class SSEStream:
         return self.response
 
 
+NamedEvent = tuple[str, JSONObject]  # (event name, data): one event of an EventStream
+
+
 class EventStream:
     """``text/event-stream`` with named events (``event: name`` + ``data: {json}``), no ``[DONE]``.
 

@@ -11,6 +11,7 @@ from ..store.model_store import ModelStore
 from .executors import Executors
 from .lifecycle import DaemonInfo, Shutdown
 from .metrics import Metrics
+from .responses.background import BackgroundRuns
 from .responses.store import ResponseStore
 from .service import Service
 
@@ -18,6 +19,7 @@ SETTINGS = web.AppKey("settings", Settings)
 SCHEDULER = web.AppKey("scheduler", Scheduler)
 SERVICE = web.AppKey("service", Service)
 RESPONSES = web.AppKey("responses", ResponseStore)  # /v1/responses kept for previous_response_id
+BACKGROUND = web.AppKey("background_responses", BackgroundRuns)  # /v1/responses with "background": true
 METRICS = web.AppKey("metrics", Metrics)
 STORE = web.AppKey("store", ModelStore)  # tests may pass a stand-in with the methods the routes call
 STARTED_AT = web.AppKey("started_at", float)

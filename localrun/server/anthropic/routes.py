@@ -21,16 +21,16 @@ from ...chat.events import ContentDelta, ThinkingDelta
 from ...engine.types import Truncation
 from ...jsontypes import JSONObject
 from ..chat import ChatRun, TokenUsage, count_prompt_tokens, hit_length_limit, output_events, start_chat, with_heartbeat
-from ..http import EventStream, json_reply, read_json
+from ..http import EventStream, NamedEvent, json_reply, read_json
 from ..image_fetch import inline_remote_images
 from ..keys import SERVICE
 from ..middleware import anthropic_error_type
 from .convert import messages_to_native, thread_refusal, tool_use_id
-from .stream import Event, MessageEncoder, error_event, ping
+from .stream import MessageEncoder, error_event, ping
 
 PING_INTERVAL = 10.0  # seconds without output before a keep-alive ping (prefill of a long prompt)
 
-Emit = Callable[[list[Event]], Awaitable[None]]
+Emit = Callable[[list[NamedEvent]], Awaitable[None]]
 
 
 async def _drive(run: ChatRun, encoder: MessageEncoder, stops: tuple[str, ...], prompt_tokens: int,
@@ -62,7 +62,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
     encoder = MessageEncoder(run.model)
     try:
         if not converted.call.stream:
-            async def keep(events: list[Event]) -> None:
+            async def keep(events: list[NamedEvent]) -> None:
                 return None
 
             await _drive(run, encoder, converted.stop_sequences, 0, keep)
@@ -71,7 +71,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
         prompt_tokens = await run.prompt_tokens()
         out = EventStream(request)
 
-        async def send(events: list[Event]) -> None:
+        async def send(events: list[NamedEvent]) -> None:
             for name, data in events:
                 await out.write(name, data)
 

@@ -26,9 +26,7 @@ import copy
 from ...chat.events import new_id
 from ...jsontypes import JSONObject, JSONValue
 from ..chat import TokenUsage
-
-Event = tuple[str, JSONObject]
-
+from ..http import NamedEvent
 
 
 def stop_reason(tool_calls: bool, hit_limit: bool, stop_string: str | None,
@@ -65,24 +63,24 @@ class MessageEncoder:
     def _index(self) -> int:
         return len(self._content) - 1
 
-    def start(self, prompt_tokens: int) -> list[Event]:
+    def start(self, prompt_tokens: int) -> list[NamedEvent]:
         """``message_start`` (with the prompt's size as known before generation) and a ``ping``."""
         self.message["usage"] = usage_json(TokenUsage(prompt=prompt_tokens, cached=0, output=0))
         return [("message_start", {"type": "message_start", "message": copy.deepcopy(self.message)}),
                 ping()]
 
-    def text(self, delta: str) -> list[Event]:
+    def text(self, delta: str) -> list[NamedEvent]:
         """Answer text; the first piece opens a text block (closing a thinking block before it)."""
         return self._stream(delta, "text", {"type": "text", "text": ""}, "text_delta")
 
-    def thinking(self, delta: str) -> list[Event]:
+    def thinking(self, delta: str) -> list[NamedEvent]:
         """Reasoning text, in a ``thinking`` block (its ``signature`` stays empty: nothing is signed here)."""
         return self._stream(delta, "thinking", {"type": "thinking", "thinking": "", "signature": ""}, "thinking_delta")
 
-    def _stream(self, delta: str, field: str, empty: JSONObject, delta_type: str) -> list[Event]:
+    def _stream(self, delta: str, field: str, empty: JSONObject, delta_type: str) -> list[NamedEvent]:
         if not delta:
             return []
-        events: list[Event] = []
+        events: list[NamedEvent] = []
         if self._open is not None and self._open["type"] != empty["type"]:
             events += self._close_text()
         if self._open is None:
@@ -95,13 +93,13 @@ class MessageEncoder:
                                                "delta": {"type": delta_type, field: delta}}))
         return events
 
-    def _close_text(self) -> list[Event]:
+    def _close_text(self) -> list[NamedEvent]:
         if self._open is None:
             return []
         self._open = None
         return [_block_stop(self._index)]
 
-    def tool_use(self, call_id: str, name: str, input_json: str, arguments: JSONObject) -> list[Event]:
+    def tool_use(self, call_id: str, name: str, input_json: str, arguments: JSONObject) -> list[NamedEvent]:
         """One complete tool call: its block, its input as one ``input_json_delta``, its stop."""
         events = self._close_text()
         block: JSONObject = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
@@ -116,7 +114,7 @@ class MessageEncoder:
         return events
 
     def finish(self, usage: TokenUsage, hit_limit: bool, stop_string: str | None,
-               stop_sequences: tuple[str, ...]) -> list[Event]:
+               stop_sequences: tuple[str, ...]) -> list[NamedEvent]:
         events = self._close_text()
         reason, sequence = stop_reason(self.tool_calls > 0, hit_limit, stop_string, stop_sequences)
         self.message["stop_reason"], self.message["stop_sequence"] = reason, sequence
@@ -128,18 +126,18 @@ class MessageEncoder:
         return events
 
 
-def ping() -> Event:
+def ping() -> NamedEvent:
     return "ping", {"type": "ping"}
 
 
-def error_event(error_type: str, message: str) -> Event:
+def error_event(error_type: str, message: str) -> NamedEvent:
     """A stream that broke after it started ends with this (Anthropic's ``error`` event)."""
     return "error", {"type": "error", "error": {"type": error_type, "message": message}}
 
 
-def _block_start(index: int, block: JSONObject) -> Event:
+def _block_start(index: int, block: JSONObject) -> NamedEvent:
     return "content_block_start", {"type": "content_block_start", "index": index, "content_block": dict(block)}
 
 
-def _block_stop(index: int) -> Event:
+def _block_stop(index: int) -> NamedEvent:
     return "content_block_stop", {"type": "content_block_stop", "index": index}

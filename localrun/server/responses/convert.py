@@ -2,7 +2,8 @@
 
 Pure: the stored responses a request continues come in as ``history`` (the items before its own
 input, :mod:`.store`) and ``find_item`` (what an ``item_reference`` names); the route looks them
-up. ``conversation`` (OpenAI's Conversations API) and ``background`` are a 400 that says so.
+up. ``conversation`` (OpenAI's Conversations API) is a 400 that says so; ``background`` runs in
+:mod:`.background`.
 What a request may hold:
 
 - ``input``: a string (one user message) or a list of items: messages (``role`` + ``content``
@@ -67,6 +68,7 @@ class ResponsesCall:
     items: list[JSONObject] = field(default_factory=list)  # the history's items, then the request's own
     instructions: list[JSONObject] = field(default_factory=list)
     store: bool = True
+    background: bool = False  # written by a task of its own, read back by id (.background)
 
     def split_name(self, offered: str) -> tuple[str | None, str]:
         """A called tool's (namespace, name): a namespaced member was offered as ``NAMESPACE.NAME``."""
@@ -127,13 +129,14 @@ def responses_to_native(body: JSONObject, history: Sequence[JSONObject] = (),
         raise InvalidRequest("'conversation' is not supported: this server has no Conversations API; continue "
                              "a stored response with 'previous_response_id', or send the whole conversation "
                              "in 'input'")
-    if body.get("background"):
-        raise InvalidRequest("'background' responses are not supported: ask with \"stream\": true to read the "
-                             "reply as it is written")
-    for name in ("store", "parallel_tool_calls"):
+    for name in ("store", "parallel_tool_calls", "background"):
         get(body, name, bool)
     previous = get(body, "previous_response_id", str)
     store = body.get("store") is not False  # OpenAI's default: kept
+    background = body.get("background") is True
+    if background and not store:
+        raise InvalidRequest("a 'background' response must be stored: drop \"store\": false (it is read back by "
+                             "its id)")
     instructions = get(body, "instructions", str)
     metadata = get(body, "metadata", dict)
     max_output = get_whole(body, "max_output_tokens", 1)
@@ -161,9 +164,9 @@ def responses_to_native(body: JSONObject, history: Sequence[JSONObject] = (),
         "user": body.get("user") if isinstance(body.get("user"), str) else None,
         # reasoning_think (above) let only an object or null through
         "reasoning": {"effort": as_object(body.get("reasoning")).get("effort"), "summary": None},
-        "previous_response_id": previous, "store": store,
+        "previous_response_id": previous, "store": store, "background": background,
     }
-    return ResponsesCall(call, truncation == "auto", echo, namespaces, items, system, store)
+    return ResponsesCall(call, truncation == "auto", echo, namespaces, items, system, store, background)
 
 
 def resolve_references(items: list[JSONObject], find_item: FindItem) -> list[JSONObject]:

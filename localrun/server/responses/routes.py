@@ -1,6 +1,7 @@
 """``POST /v1/responses``: OpenAI's Responses API over the shared chat path;
 ``POST /v1/responses/input_tokens``: how many tokens its input is; and the stored responses:
-``GET`` and ``DELETE /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items``.
+``GET`` and ``DELETE /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items``, and
+``POST /v1/responses/{id}/cancel`` for a background one (``"background": true``: :mod:`.background`).
 
 Thin: :mod:`.convert` turns the request into a native call, :func:`..chat.start_chat` runs it, and
 :class:`.stream.ResponsesEncoder` turns the model's output events into the reply:
@@ -15,6 +16,7 @@ response says what went in ``truncation_details`` (localrun's field), as does a 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -25,15 +27,16 @@ from ...chat.events import ContentDelta, ThinkingDelta
 from ...engine.types import Truncation
 from ...jsontypes import JSONObject
 from ..chat import ChatRun, TokenUsage, count_prompt_tokens, hit_length_limit, output_events, start_chat
-from ..http import EventStream, json_reply, read_json
+from ..http import EventStream, NamedEvent, json_reply, read_json
 from ..image_fetch import inline_remote_images
-from ..keys import RESPONSES, SERVICE
+from ..keys import BACKGROUND, RESPONSES, SERVICE
 from ..service import Service
+from .background import BackgroundRun
 from .convert import ResponsesCall, listed_item, responses_to_native
-from .stream import Event, ResponsesEncoder
+from .stream import ResponsesEncoder
 
 log = logging.getLogger("localrun.requests")
-Emit = Callable[[list[Event]], Awaitable[None]]
+Emit = Callable[[list[NamedEvent]], Awaitable[None]]
 
 
 async def _drive(run: ChatRun, converted: ResponsesCall, encoder: ResponsesEncoder, emit: Emit) -> None:
@@ -66,9 +69,11 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     converted = _convert(request, body)
     run, dropped = await _start(request.app[SERVICE], converted)
     encoder = ResponsesEncoder(run.model, {**converted.echo, **dropped})
+    if converted.background:
+        return await _in_background(request, run, converted, encoder)
     try:
         if not converted.call.stream:
-            async def keep(events: list[Event]) -> None:
+            async def keep(events: list[NamedEvent]) -> None:
                 return None
 
             await _drive(run, converted, encoder, keep)
@@ -76,7 +81,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
             return json_reply(encoder.response)
         out = EventStream(request)
 
-        async def send(events: list[Event]) -> None:
+        async def send(events: list[NamedEvent]) -> None:
             for name, data in events:
                 await out.write(name, data)
 
@@ -91,6 +96,47 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         await run.close()
 
 
+async def _in_background(request: web.Request, run: ChatRun, converted: ResponsesCall,
+                         encoder: ResponsesEncoder) -> web.StreamResponse:
+    """Write the reply in a task of its own (:mod:`.background`): the response object at once
+    (``queued``), or with ``stream`` its events as they come, which stop only for this client if it
+    leaves. Whatever ends the run, the response is stored."""
+    app = request.app
+    encoder.response["status"] = "queued"
+    background = BackgroundRun(encoder)
+
+    async def add(events: list[NamedEvent]) -> None:
+        background.add(events)
+
+    async def work() -> None:
+        try:
+            await _drive(run, converted, encoder, add)
+        except errors.LocalrunError as exc:
+            run.outputs[0].status = "error"
+            background.add(encoder.fail(exc.code, exc.message))
+        except asyncio.CancelledError:
+            background.add(encoder.cancel())
+        except Exception:  # a bug: the response says so rather than staying in progress for ever
+            log.exception("background response %s failed", background.id)
+            background.add(encoder.fail("server_error", "the server failed while writing this response"))
+        finally:
+            await run.close()
+            app[RESPONSES].put(encoder.response, converted.items)
+            background.end()
+
+    app[BACKGROUND].start(background, work())
+    if not converted.call.stream:
+        return json_reply(encoder.current())
+    return await _stream(request, background, -1)
+
+
+async def _stream(request: web.Request, background: BackgroundRun, after: int) -> web.StreamResponse:
+    out = EventStream(request)
+    async for name, data in background.tail(after):
+        await out.write(name, data)
+    return await out.finish()
+
+
 def _store(request: web.Request, converted: ResponsesCall, encoder: ResponsesEncoder) -> None:
     """Keep the finished response unless its request said ``"store": false``."""
     if converted.store:
@@ -101,26 +147,62 @@ def _response_id(request: web.Request) -> str:
     return request.match_info["response_id"]
 
 
-async def get_response(request: web.Request) -> web.Response:
-    """A stored response, as its request was answered (404 when it is not kept)."""
+async def get_response(request: web.Request) -> web.StreamResponse:
+    """A response as it stands: a background one still running with its text so far, else the stored
+    one as its request was answered (404 when it is not kept). With ``stream=true`` a background
+    response's events after ``starting_after`` (its sequence numbers; all of them without it)."""
+    response_id = _response_id(request)
+    background = request.app[BACKGROUND].get(response_id)
     if request.query.get("stream", "false").lower() not in ("false", "0", ""):
-        raise errors.InvalidRequest("replaying a stored response as a stream is not supported here; ask without "
-                                    "'stream' for the response object")
-    return json_reply(request.app[RESPONSES].get(_response_id(request)).response)
+        if background is None:
+            request.app[RESPONSES].get(response_id)  # 404 when it is not kept
+            raise errors.InvalidRequest("only a response created with 'background': true can be streamed again (the "
+                                        "last 64 of them); ask without 'stream' for the response object")
+        return await _stream(request, background, _starting_after(request))
+    if background is not None and not background.ended:
+        return json_reply(background.encoder.current())
+    return json_reply(request.app[RESPONSES].get(response_id).response)
+
+
+def _starting_after(request: web.Request) -> int:
+    raw = request.query.get("starting_after")
+    if raw is None:
+        return -1
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise errors.InvalidRequest(f"'starting_after' must be an event's sequence number (0 or more), got {raw!r}")
+    return value
 
 
 async def delete_response(request: web.Request) -> web.Response:
+    """Forget a stored response; a background one still running is cancelled first."""
     response_id = _response_id(request)
+    runs = request.app[BACKGROUND]
+    background = runs.get(response_id)
+    if background is not None:
+        await runs.cancel(background)
+        runs.forget(response_id)
     request.app[RESPONSES].delete(response_id)
     return json_reply({"id": response_id, "object": "response", "deleted": True})
 
 
 async def cancel_response(request: web.Request) -> web.Response:
-    """Only background responses can be cancelled, and none is: a stored one has ended (a 400, as OpenAI
-    answers for a response not made with ``background``); an unknown one is a 404."""
-    request.app[RESPONSES].get(_response_id(request))
-    raise errors.InvalidRequest("only responses created with 'background': true can be cancelled, and this server "
-                                "makes none: this response has already ended")
+    """Stop a background response and answer it as it ended (``cancelled``; one that had already ended
+    is answered as it is). Any other stored response is a 400, as OpenAI answers; an unknown one a 404."""
+    response_id = _response_id(request)
+    runs = request.app[BACKGROUND]
+    background = runs.get(response_id)
+    if background is not None:
+        await runs.cancel(background)
+        return json_reply(background.encoder.response)
+    stored = request.app[RESPONSES].get(response_id)
+    if stored.response.get("background") is True:
+        return json_reply(stored.response)
+    raise errors.InvalidRequest("only responses created with 'background': true can be cancelled; this one was "
+                                "answered as it was written and has ended")
 
 
 async def list_input_items(request: web.Request) -> web.Response:

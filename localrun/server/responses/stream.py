@@ -27,9 +27,7 @@ import time
 from ...chat.events import new_id
 from ...jsontypes import JSONObject, JSONValue
 from ..chat import TokenUsage
-
-Event = tuple[str, JSONObject]
-
+from ..http import NamedEvent
 
 
 class ResponsesEncoder:
@@ -48,30 +46,44 @@ class ResponsesEncoder:
         self._open: JSONObject | None = None  # the message or reasoning item being written, if any
         self._text: list[str] = []
 
-    def _event(self, kind: str, **fields: JSONValue) -> Event:
+    def _event(self, kind: str, **fields: JSONValue) -> NamedEvent:
         data: JSONObject = {"type": kind, "sequence_number": self._seq, **fields}
         self._seq += 1
         return kind, data
 
-    def _snapshot(self, kind: str) -> Event:
+    def _snapshot(self, kind: str) -> NamedEvent:
         """The response as it stands, for an event written later. Only the output items change in
         place (the rest is set by assignment), so only they are copied: the request's echoed
         tools, schema and metadata are never walked (a hostile 600-deep metadata made a deep copy
         of the whole response overflow Python's stack: a 500)."""
         return self._event(kind, response={**self.response, "output": copy.deepcopy(self._output)})
 
-    def start(self) -> list[Event]:
-        return [self._snapshot("response.created"), self._snapshot("response.in_progress")]
+    def start(self) -> list[NamedEvent]:
+        """``response.created`` (its status as it stands: ``queued`` for a background response), then
+        ``response.in_progress``."""
+        created = self._snapshot("response.created")
+        self.response["status"] = "in_progress"
+        return [created, self._snapshot("response.in_progress")]
 
-    def text(self, delta: str) -> list[Event]:
+    def current(self) -> JSONObject:
+        """The response as it stands, the text of an item still being written included (a background
+        response read while it runs)."""
+        output = copy.deepcopy(self._output)
+        if self._open is not None:
+            item = output[self._output.index(self._open)]
+            assert isinstance(item, dict)
+            item["content"] = [_part(str(self._open["type"]), "".join(self._text))]
+        return {**self.response, "output": output}
+
+    def text(self, delta: str) -> list[NamedEvent]:
         """Output text; the first piece opens the message item and its output_text part."""
         return self._stream(delta, "message", "response.output_text")
 
-    def reasoning(self, delta: str) -> list[Event]:
+    def reasoning(self, delta: str) -> list[NamedEvent]:
         """The model's reasoning, as a ``reasoning`` item with one ``reasoning_text`` part."""
         return self._stream(delta, "reasoning", "response.reasoning_text")
 
-    def _stream(self, delta: str, kind: str, event_prefix: str) -> list[Event]:
+    def _stream(self, delta: str, kind: str, event_prefix: str) -> list[NamedEvent]:
         if not delta:
             return []
         events = []
@@ -97,7 +109,7 @@ class ResponsesEncoder:
                                   item_id=self._open["id"], content_index=0, delta=delta, **fields))
         return events
 
-    def _close(self, status: str) -> list[Event]:
+    def _close(self, status: str) -> list[NamedEvent]:
         item, self._open = self._open, None
         if item is None:
             return []
@@ -120,7 +132,7 @@ class ResponsesEncoder:
             self._event("response.output_item.done", output_index=index, item=copy.deepcopy(item)),
         ]
 
-    def tool_call(self, call_id: str, name: str, arguments: str, namespace: str | None = None) -> list[Event]:
+    def tool_call(self, call_id: str, name: str, arguments: str, namespace: str | None = None) -> list[NamedEvent]:
         """One complete function call (``arguments`` is its JSON text); closes open message text first."""
         events = self._close("completed")
         item: JSONObject = {"id": new_id("fc"), "type": "function_call", "status": "in_progress", "call_id": call_id,
@@ -138,7 +150,7 @@ class ResponsesEncoder:
         events.append(self._event("response.output_item.done", output_index=index, item=copy.deepcopy(item)))
         return events
 
-    def finish(self, usage: TokenUsage, hit_limit: bool) -> list[Event]:
+    def finish(self, usage: TokenUsage, hit_limit: bool) -> list[NamedEvent]:
         """The last events: ``response.incomplete`` when ``max_output_tokens`` cut the output, else completed."""
         events = self._close("incomplete" if hit_limit else "completed")
         self.response["usage"] = {
@@ -154,7 +166,14 @@ class ResponsesEncoder:
         self.response["status"] = "completed"
         return [*events, self._snapshot("response.completed")]
 
-    def fail(self, code: str, message: str) -> list[Event]:
+    def cancel(self) -> list[NamedEvent]:
+        """A background response cancelled while it ran: the item being written closes as incomplete,
+        the status is ``cancelled``, and no terminal event follows (the stream ends)."""
+        events = self._close("incomplete")
+        self.response["status"] = "cancelled"
+        return events
+
+    def fail(self, code: str, message: str) -> list[NamedEvent]:
         """The stream broke after it started: an ``error`` event, then ``response.failed``."""
         self.response["status"] = "failed"
         self.response["error"] = {"code": code, "message": message}

@@ -8,6 +8,7 @@ prefix-cache counts) are in tests/e2e/test_clients.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -318,6 +319,61 @@ async def test_responses_store_false_keeps_nothing_and_tool_results_continue_a_c
     with pytest.raises(openai.BadRequestError) as info:
         await oai.responses.cancel(asked.id)
     assert "background" in info.value.message
+
+
+async def _until_ended(oai: openai.AsyncOpenAI, response_id: str) -> Any:
+    for _ in range(500):
+        polled = await oai.responses.retrieve(response_id)
+        if polled.status not in ("queued", "in_progress"):
+            return polled
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{response_id} still {polled.status}")
+
+
+async def test_background_responses_are_polled_resumed_and_cancelled(oai: openai.AsyncOpenAI) -> None:
+    """OpenAI's background mode, as its SDK examples use it (responses/background*.py)."""
+    queued = await oai.responses.create(model="fake", input="SAY:Done in the background.", background=True)
+    assert queued.status == "queued" and queued.background is True and queued.output == []
+    ended = await _until_ended(oai, queued.id)
+    assert ended.status == "completed" and ended.output_text == "Done in the background."
+    # a stream the client leaves goes on; the rest is read again from a sequence number
+    seen = []
+    async with await oai.responses.create(model="fake", input="SAY:" + "word " * 20, background=True,
+                                          stream=True) as stream:
+        async for event in stream:
+            seen.append(event)
+            if event.sequence_number == 5:
+                break
+    first = seen[0].response.id
+    assert seen[0].type == "response.created" and seen[0].response.status == "queued"
+    rest = [e async for e in await oai.responses.retrieve(first, stream=True, starting_after=5)]
+    assert [e.sequence_number for e in rest] == list(range(6, 6 + len(rest)))
+    assert rest[-1].type == "response.completed"
+    text = "".join(e.delta for e in seen + rest if e.type == "response.output_text.delta")
+    assert text.strip() == ("word " * 20).strip() and text == (await oai.responses.retrieve(first)).output_text
+    # a long one: read while it runs, then cancelled (again: no change), and its text so far kept
+    slow = await oai.responses.create(model="fake", input="SLOW", background=True, max_output_tokens=5000)
+    for _ in range(200):
+        running = await oai.responses.retrieve(slow.id)
+        if running.status == "in_progress" and running.output_text:
+            break
+        await asyncio.sleep(0.02)
+    assert running.status == "in_progress" and running.output_text
+    cancelled = await oai.responses.cancel(slow.id)
+    assert cancelled.status == "cancelled" and cancelled.output_text.startswith(running.output_text)
+    assert (await oai.responses.cancel(slow.id)).status == "cancelled"
+    assert (await oai.responses.retrieve(slow.id)).status == "cancelled"
+    # deleting a running one cancels it first
+    doomed = await oai.responses.create(model="fake", input="SLOW", background=True)
+    await oai.responses.delete(doomed.id)
+    with pytest.raises(openai.NotFoundError):
+        await oai.responses.retrieve(doomed.id)
+    with pytest.raises(openai.BadRequestError) as info:
+        await oai.responses.create(model="fake", input="x", background=True, store=False)
+    assert "must be stored" in info.value.message
+    with pytest.raises(openai.BadRequestError) as info:
+        await oai.responses.retrieve(ended.id, stream=True, starting_after=-3)
+    assert "starting_after" in info.value.message
 
 
 async def test_responses_limit_unknown_previous_response_and_bad_input(oai: openai.AsyncOpenAI) -> None:
