@@ -49,13 +49,12 @@ def is_openai(request: web.Request) -> bool:
 
 
 def is_anthropic(request: web.Request) -> bool:
-    """Whether the reply (errors included) takes Anthropic's shape: the Messages API's paths, and the
-    model list asked for by Anthropic's clients (``anthropic-version``), which shares its path with
-    OpenAI's."""
+    """Whether the reply (errors included) takes Anthropic's shape: the Messages API's paths, and any
+    request of Anthropic's clients (they send ``anthropic-version`` on every call), such as the model
+    list, whose path OpenAI's shares, or a route of Anthropic's this server does not have (a 404)."""
     if request.path == "/v1/messages" or request.path.startswith("/v1/messages/"):
         return True
-    listing = request.path == "/v1/models" or request.path.startswith("/v1/models/")
-    return listing and "anthropic-version" in request.headers
+    return "anthropic-version" in request.headers
 
 
 def anthropic_error_type(status: int) -> str:

@@ -92,6 +92,8 @@ async def test_anthropic_clients_get_anthropic_model_objects_and_pages(
     r = await client.get("/v1/models/nope", headers=anthropic)
     assert r.status == 404 and (await r.json()) == {
         "type": "error", "error": {"type": "not_found_error", "message": (await r.json())["error"]["message"]}}
+    r = await client.get("/v1/environments", headers=anthropic)  # an Anthropic route this server lacks
+    assert r.status == 404 and (await r.json())["error"]["type"] == "not_found_error"
     openai = await (await client.get("/v1/models?limit=1")).json()  # OpenAI's list is never paged
     assert openai["object"] == "list" and len(openai["data"]) == 3 and openai["data"][0]["object"] == "model"
 
