@@ -129,6 +129,9 @@ def responses_to_native(body: JSONObject, history: Sequence[JSONObject] = (),
         raise InvalidRequest("'conversation' is not supported: this server has no Conversations API; continue "
                              "a stored response with 'previous_response_id', or send the whole conversation "
                              "in 'input'")
+    if body.get("prompt") is not None:
+        raise InvalidRequest("'prompt' names a prompt template kept by OpenAI, which this server does not have: send "
+                             "the 'model', 'instructions' and 'input' it holds instead")
     for name in ("store", "parallel_tool_calls", "background"):
         get(body, name, bool)
     previous = get(body, "previous_response_id", str)

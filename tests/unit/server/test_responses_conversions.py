@@ -87,6 +87,7 @@ def test_text_format_becomes_the_native_format(text: Any, fmt: Any) -> None:
 @pytest.mark.parametrize(("body", "words"), [
     ({"previous_response_id": 5}, "previous_response_id"),
     ({"conversation": "conv_1"}, "Conversations API"),
+    ({"prompt": {"id": "pmpt_1", "variables": {"city": "Paris"}}}, "prompt template"),
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "no stored item with id 'msg_1'"),
     ({"input": [{"type": "item_reference"}]}, "no stored item"),
     ({"background": True, "store": False}, "must be stored"),
