@@ -81,19 +81,26 @@ class BackgroundRun:
 class BackgroundRuns:
     def __init__(self, max_ended: int = MAX_ENDED) -> None:
         self.max_ended = max_ended
-        self._runs: OrderedDict[str, BackgroundRun] = OrderedDict()  # oldest first
+        self._runs: OrderedDict[str, BackgroundRun] = OrderedDict()  # running, and ended in the order they ended
 
     def get(self, response_id: str) -> BackgroundRun | None:
         return self._runs.get(response_id)
 
     def start(self, run: BackgroundRun, work: Coroutine[Any, Any, None]) -> None:
-        """Run ``work`` (which writes ``run``'s events and ends it) as a task of its own; drops the
-        oldest ended runs past :attr:`max_ended`."""
-        run.task = asyncio.create_task(work, name=f"background response {run.id}")
+        """Run ``work`` (which writes ``run``'s events and ends it) as a task of its own; when it is
+        done, the oldest ended runs past :attr:`max_ended` are dropped."""
+        run.task = asyncio.create_task(self._then_trim(run.id, work), name=f"background response {run.id}")
         self._runs[run.id] = run
-        ended = [key for key, r in self._runs.items() if r.ended]
-        for key in ended[:max(0, len(ended) - self.max_ended)]:
-            del self._runs[key]
+
+    async def _then_trim(self, response_id: str, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+        finally:
+            if response_id in self._runs:
+                self._runs.move_to_end(response_id)  # ended runs stand in the order they ended
+            ended = [key for key, r in self._runs.items() if r.ended]
+            for key in ended[:max(0, len(ended) - self.max_ended)]:
+                del self._runs[key]
 
     async def cancel(self, run: BackgroundRun) -> None:
         """Stop ``run`` if it is still going and wait until it has ended (its work records the cancel)."""
