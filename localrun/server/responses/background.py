@@ -9,7 +9,7 @@ then the rest as they come: a client that lost its stream resumes it), and ``POS
 changes nothing). A background response is always stored (:mod:`.store`) once it ends.
 
 :class:`BackgroundRuns` keeps each run's events while it runs and, after it ends, for the last
-:data:`MAX_ENDED` runs (so a late client can still stream one again); a run that is still going
+:data:`MAX_ENDED` runs to end (so a late client can still stream one again); a run still going
 is never dropped. A daemon shutting down cancels the runs still going. Owned by the event loop.
 """
 
