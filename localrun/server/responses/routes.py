@@ -31,7 +31,7 @@ from ..http import EventStream, NamedEvent, json_reply, read_json
 from ..image_fetch import inline_remote_images
 from ..keys import BACKGROUND, RESPONSES, SERVICE
 from ..service import Service
-from .background import BackgroundRun
+from .background import MAX_ENDED, BackgroundRun
 from .convert import ResponsesCall, listed_item, responses_to_native
 from .stream import ResponsesEncoder
 
@@ -156,8 +156,8 @@ async def get_response(request: web.Request) -> web.StreamResponse:
     if request.query.get("stream", "false").lower() not in ("false", "0", ""):
         if background is None:
             request.app[RESPONSES].get(response_id)  # 404 when it is not kept
-            raise errors.InvalidRequest("only a response created with 'background': true can be streamed again (the "
-                                        "last 64 of them); ask without 'stream' for the response object")
+            raise errors.InvalidRequest(f"only a response created with 'background': true can be streamed again (the "
+                                        f"last {MAX_ENDED} to end); ask without 'stream' for the response object")
         return await _stream(request, background, _starting_after(request))
     if background is not None and not background.ended:
         return json_reply(background.encoder.current())
