@@ -13,6 +13,7 @@ only the answer.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING, TextIO
 
@@ -235,8 +236,6 @@ class ThinkingWriter:
     """
 
     def __init__(self, stream: TextIO | None) -> None:
-        import os
-
         self.stream, self.open, self.ends_line = stream, False, True
         self.dim = stream is not None and stream.isatty() and not os.environ.get("NO_COLOR")
 

@@ -205,7 +205,7 @@ def completion_to_native(body: JSONObject) -> NativeCall:
         call.prompts = [p for p in prompt if isinstance(p, str)]  # all of them
     else:
         raise InvalidRequest("'prompt' must be a string or a list of strings")
-    call.suffix = get(body, "suffix", str, "") or ""
+    call.suffix = get(body, "suffix", str, "")
     logprobs = get_whole(body, "logprobs", 0, MAX_COMPLETION_LOGPROBS)
     if logprobs is not None:
         call.logprobs, call.top_logprobs = True, logprobs
