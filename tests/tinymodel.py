@@ -37,6 +37,7 @@ THINKING_TEMPLATE = (
     "{% else %}<think>\n{% endif %}{% endif %}"
 )
 
+FIM_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>")
 _WORDS = ["the", "of", "and", "to", "in", "is", "you", "that", "it", "he", "was", "for", "on", "are", "as", "with", "his", "they", "at", "be", "this", "have", "from", "or", "one", "had", "by", "word", "but", "not", "what", "all", "were", "we", "when", "your", "can", "said", "there", "use", "an", "each", "which", "she", "do", "how", "their", "if", "will", "up", "other", "about", "out", "many", "then", "them", "these", "so", "some", "her", "would", "make", "like", "him", "into", "time", "has", "look", "two", "more", "write", "go", "see", "number", "no", "way", "could", "people", "my", "than", "first", "water", "been", "call", "who", "oil", "its", "now", "find", "long", "down", "day", "did", "get", "come", "made", "may", "part", "hello", "world", "json", "true", "false", "null", "name", "value", "model", "local", "run", "fast", "cache", "token"]  # noqa: E501
 
 
@@ -78,6 +79,7 @@ def write_tiny_gguf(
     name: str = "tiny-llama",
     metadata: dict[str, tuple[Any, GGUFValueType]] | None = None,
     arch: str = "llama",
+    fim: bool = False,
 ) -> Path:
     """Write a tiny random-weight llama GGUF to ``path`` and return the path.
 
@@ -87,10 +89,12 @@ def write_tiny_gguf(
     head's rotary dimensions into time, height and width sections (image positions are 2-D);
     ``"qwen3vl"``: Qwen3-VL's (also query/key norms, and one deepstack layer: image embeddings are
     twice n_embd wide, the second half added after layer 0).
+    ``fim=True``: Qwen2.5-Coder's fill-in-the-middle tokens too (prefix, suffix, middle, pad, repository
+    name, file separator), found by their text as llama.cpp finds them in a real model.
     """
     path = Path(path)
     rng = np.random.default_rng(seed)
-    tokens, scores, types = _vocab(("<|im_start|>", "<|im_end|>"))
+    tokens, scores, types = _vocab(("<|im_start|>", "<|im_end|>") + (FIM_TOKENS if fim else ()))
     n_vocab = len(tokens)
     head_dim = n_embd // n_head
 

@@ -34,6 +34,7 @@ from .detok import TextStream
 from .embedding import Embedder
 from .grammar import grammar_for
 from .host_cache import HostCache
+from .infill import infill_tokens
 from .kvcache import KVCache
 from .load_report import parse_load_report
 from .prefix_store import PrefixStore
@@ -48,6 +49,7 @@ from .types import (
     EngineStats,
     ErrorEvent,
     GenerateRequest,
+    Infill,
     LoadOptions,
     ModelInfo,
     PrefixCacheLocation,
@@ -239,9 +241,17 @@ class Engine:
         options = request.sampling
         assert_valid(options)
         media = self._media_prompt(request) if request.images else None
-        tokens = media.tokens if media is not None else self._prompt_tokens(request)
         num_predict = limits.token_limit(options.num_predict)
+        cut = 0
+        if media is not None:
+            tokens = media.tokens
+        elif isinstance(request.prompt, Infill):
+            tokens, cut = infill_tokens(self.vocab, request.prompt, n_ctx=self.num_ctx,
+                                        n_batch=self.batcher.n_batch, n_predict=num_predict)
+        else:
+            tokens = self._prompt_tokens(request)
         tokens, truncated = self._fit(tokens, request, num_predict, media=media)
+        truncated += cut
         gbnf = grammar_for(request.format, request.grammar, request.format_frame)
         sampler = build_sampler(options, self.vocab, gbnf, self.num_ctx)
         last_n = limits.penalty_window(options.repeat_last_n, self.num_ctx)

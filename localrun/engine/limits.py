@@ -39,6 +39,14 @@ MAX_TEXTS = 2048
 MAX_POOLED_CTX = 8192  # the most tokens one input (or query-document pair) of a pooled context holds
 MAX_TEXT_CHARS = 8_000_000
 INT32_MAX = 2**31 - 1  # options llama.cpp takes as int32_t: ctypes would wrap a larger value silently
+# llama-server's ``samplers`` (its common/sampling.cpp names) that localrun's chain runs, in any order
+SAMPLERS = ("penalties", "top_k", "typ_p", "top_p", "min_p", "temperature", "infill")
+# ... and their other spellings there; "dry", "xtc" and "top_n_sigma" do nothing at their default settings
+# (localrun takes no others), so a list naming them runs without them
+_SAMPLER_ALIASES = {"top-k": "top_k", "topk": "top_k", "typ-p": "typ_p", "typp": "typ_p", "typ": "typ_p",
+                    "typical_p": "typ_p", "top-p": "top_p", "topp": "top_p", "nucleus": "top_p", "min-p": "min_p",
+                    "minp": "min_p", "temp": "temperature"}
+_NO_OP_SAMPLERS = frozenset({"dry", "xtc", "top_n_sigma", "top-n-sigma", "topnsigma"})
 
 
 class Kind(enum.Enum):
@@ -48,6 +56,7 @@ class Kind(enum.Enum):
     NUMBER = "a finite number"
     FLAG = "true or false"
     STOP = "a string or a list of strings"
+    SAMPLERS = "a list of sampler names"
 
 
 class Scope(enum.Enum):
@@ -104,6 +113,7 @@ OPTIONS: dict[str, Limit] = {
     "top_logprobs": Limit(_W, _REQ, 0, MAX_TOP_LOGPROBS),
     "ignore_eos": Limit(_F, _FIELD),
     "min_tokens": Limit(_W, _FIELD, 0, None),
+    "samplers": Limit(Kind.SAMPLERS, _FIELD, meaning=", ".join(SAMPLERS)),
 }
 """Every option localrun applies: name -> :class:`Limit`."""
 
@@ -149,6 +159,8 @@ def within(name: str, value: object) -> bool:
     if limit.kind is Kind.STOP:
         return (isinstance(value, tuple) and len(value) <= MAX_STOP
                 and all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in value))
+    if limit.kind is Kind.SAMPLERS:
+        return isinstance(value, tuple) and len(value) <= 2 * len(SAMPLERS) and all(s in SAMPLERS for s in value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     if limit.kind is Kind.WHOLE and not isinstance(value, int):
@@ -162,7 +174,9 @@ def check(name: str, value: object) -> int | float | bool | tuple[str, ...]:
     """``value`` normalised for option ``name`` (a known one); OptionError naming the option and its range.
 
     Normalising: a whole-valued float (``3.0``) is an int, an int is a float for a number option,
-    a string is a one-string ``stop`` and empty stop strings are dropped (they would stop at once).
+    a string is a one-string ``stop`` and empty stop strings are dropped (they would stop at once);
+    sampler names take llama-server's spellings (any case, ``top-k``, ``nucleus``...) and those that
+    do nothing here are left out.
     """
     kind = OPTIONS[name].kind
     normal: object = value
@@ -174,6 +188,9 @@ def check(name: str, value: object) -> int | float | bool | tuple[str, ...]:
         strings = [value] if isinstance(value, str) else value
         if isinstance(strings, (list, tuple)):
             normal = tuple(s for s in strings if s != "")
+    elif kind is Kind.SAMPLERS and isinstance(value, (list, tuple)) and all(isinstance(s, str) for s in value):
+        spelled = (s.lower() for s in value)
+        normal = tuple(_SAMPLER_ALIASES.get(s, s) for s in spelled if s not in _NO_OP_SAMPLERS)
     if not within(name, normal):
         raise OptionError(f"option {name!r} must be {describe(name)}, got {_shown(value)}")
     return cast("int | float | bool | tuple[str, ...]", normal)  # what within() accepts

@@ -4,7 +4,8 @@ Each sequence owns one chain (greedy without a grammar skips the chain: greedy.p
 and RNG are per stream, so sampling adds no dependence on what runs alongside; whether the logits
 do is explained in native.py) and, when output is constrained, one grammar sampler kept outside
 the chain. Chain order is llama.cpp's: penalties, top_k, typical_p, top_p, min_p, temperature,
-then dist (or greedy when temperature is 0).
+then dist (or greedy when temperature is 0); a request naming its ``samplers`` (llama-server's
+field) gets exactly those, in its order, then dist.
 
 Speed: penalties over a 262k vocabulary cost more than the rest of the chain. When they can only
 lower logits (repeat_penalty >= 1, presence/frequency >= 0) and a top_k applies, the chain first
@@ -58,7 +59,7 @@ def assert_valid(options: SamplingOptions) -> None:
     """
     for field in dataclasses.fields(options):
         value = getattr(options, field.name)
-        if field.name in ("seed", "num_predict") and value is None:
+        if field.name in ("seed", "num_predict", "samplers") and value is None:
             continue
         assert limits.within(field.name, value), f"{field.name}={value!r} is not {limits.describe(field.name)}"
     # The server sends None for any negative num_predict; a direct caller may use Ollama's -1 / -2.
@@ -141,11 +142,18 @@ def build_sampler(options: SamplingOptions, vocab: Vocab, gbnf: str | None, num_
     def add(sampler: int) -> None:
         lc.llama_sampler_chain_add(chain, sampler)
 
-    greedy = options.temperature <= 0.0
+    greedy = options.temperature <= 0.0 and options.samplers is None
     last_n = limits.penalty_window(options.repeat_last_n, num_ctx)
     repeat = options.repeat_penalty if options.repeat_penalty > 0 else 1.0
     eog = eog_tokens(vocab) if grammar is None and (options.ignore_eos or options.min_tokens > 0) else None
     logprobs = options.logprobs or options.top_logprobs > 0
+    if options.samplers is not None:
+        for name in options.samplers:
+            add(_named_sampler(name, options, vocab, last_n, repeat))
+        add(lc.llama_sampler_init_dist(resolve_seed(options.seed)))
+        return Sampler(chain=chain, grammar=grammar, greedy=False, logprobs=logprobs,
+                       top_logprobs=options.top_logprobs, eog=eog, ignore_eos=options.ignore_eos,
+                       min_tokens=options.min_tokens)
     if greedy and grammar is None:
         fast = GreedyPenalties(last_n, repeat, options.frequency_penalty, options.presence_penalty)
         return Sampler(chain=0, grammar=None, greedy=True, logprobs=logprobs, top_logprobs=options.top_logprobs,
@@ -174,6 +182,29 @@ def build_sampler(options: SamplingOptions, vocab: Vocab, gbnf: str | None, num_
         add(lc.llama_sampler_init_dist(resolve_seed(options.seed)))
     return Sampler(chain=chain, grammar=grammar, greedy=greedy, logprobs=logprobs, top_logprobs=options.top_logprobs,
                    eog=eog, ignore_eos=options.ignore_eos, min_tokens=options.min_tokens)
+
+
+def _named_sampler(name: str, options: SamplingOptions, vocab: Vocab, last_n: int, repeat: float) -> int:
+    """One sampler of an explicit ``samplers`` list, as llama.cpp's common sampler builds it (a
+    pointer, as the chain takes it)."""
+    sampler: int
+    if name == "penalties":
+        sampler = lc.llama_sampler_init_penalties(vocab.n_vocab, last_n, repeat, options.frequency_penalty,
+                                                  options.presence_penalty)
+    elif name == "top_k":
+        sampler = lc.llama_sampler_init_top_k(options.top_k)
+    elif name == "typ_p":
+        sampler = lc.llama_sampler_init_typical(options.typical_p, 1)
+    elif name == "top_p":
+        sampler = lc.llama_sampler_init_top_p(options.top_p, 1)
+    elif name == "min_p":
+        sampler = lc.llama_sampler_init_min_p(options.min_p, 1)
+    elif name == "temperature":
+        sampler = lc.llama_sampler_init_temp(options.temperature)
+    else:
+        assert name == "infill", name  # limits.SAMPLERS, checked by the server
+        sampler = lc.llama_sampler_init_infill(vocab.ptr)
+    return sampler
 
 
 def eog_tokens(vocab: Vocab) -> np.ndarray:

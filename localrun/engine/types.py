@@ -89,6 +89,9 @@ class SamplingOptions:
     # min_tokens generated tokens. A grammar (format) still ends its output when it is complete.
     ignore_eos: bool = False
     min_tokens: int = 0
+    # llama-server's ``samplers``: the chain in this order (names of limits.SAMPLERS), then dist; None:
+    # the usual chain (sampling.py). Only what is named runs: no temperature unless it is listed.
+    samplers: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +103,19 @@ class PrefixCacheLocation:
     model_digest: str
 
 
+@dataclass(frozen=True, slots=True)
+class Infill:
+    """A fill-in-the-middle prompt in parts, as llama-server's ``/infill`` takes it: the code before
+    and after the gap, what is already typed in it (``middle``), and other files as context
+    (``extra``: (filename, text) pairs). The engine puts them together with the model's FIM tokens
+    (engine/infill.py)."""
+
+    prefix: str
+    suffix: str
+    middle: str = ""
+    extra: tuple[tuple[str, str], ...] = ()
+
+
 class Truncation(enum.Enum):
     """What to do with a prompt longer than the context."""
 
@@ -109,7 +125,7 @@ class Truncation(enum.Enum):
 
 @dataclass(slots=True)
 class GenerateRequest:
-    """One completion: a prompt (text or token ids) and how to sample it.
+    """One completion: a prompt (text, token ids or an :class:`Infill`) and how to sample it.
 
     ``format`` is None, ``"json"`` or a JSON Schema dict; ``grammar`` is raw GBNF (with a ``format``
     too, the format becomes its rule ``format-value``: engine/grammar.py).
@@ -118,7 +134,7 @@ class GenerateRequest:
     ``num_keep`` is how many leading prompt tokens FRONT truncation keeps (the system prompt).
     """
 
-    prompt: str | list[int]
+    prompt: str | list[int] | Infill
     sampling: SamplingOptions = field(default_factory=SamplingOptions)
     format: OutputFormat = None
     grammar: str | None = None

@@ -47,6 +47,7 @@ from ..engine.types import (
     ErrorEvent,
     Event,
     GenerateRequest,
+    Infill,
     LoadOptions,
     ModelInfo,
     OutputFormat,
@@ -171,7 +172,7 @@ def encode_request(request: GenerateRequest) -> JSONObject:
     sampling: JSONObject = dataclasses.asdict(request.sampling)
     sampling["stop"] = list(request.sampling.stop)
     return {
-        "prompt": list(request.prompt) if isinstance(request.prompt, list) else request.prompt,
+        "prompt": _encode_prompt(request.prompt),
         "sampling": sampling,
         "format": request.format,
         "grammar": request.grammar,
@@ -189,6 +190,8 @@ def decode_request(data: JSONObject) -> GenerateRequest:
     names = {f.name for f in dataclasses.fields(SamplingOptions)}
     sampling: dict[str, object] = {k: v for k, v in wire.items() if k in names}
     sampling["stop"] = tuple(_list(wire.get("stop") or []))
+    if wire.get("samplers") is not None:
+        sampling["samplers"] = tuple(_str(name) for name in _list(wire["samplers"]))
     interactive = data.get("interactive")
     return GenerateRequest(
         prompt=_prompt(data["prompt"]),
@@ -204,8 +207,19 @@ def decode_request(data: JSONObject) -> GenerateRequest:
     )
 
 
-def _prompt(value: JSONValue) -> str | list[int]:
-    """Text, or token ids (the engine checks their range)."""
+def _encode_prompt(prompt: str | list[int] | Infill) -> JSONValue:
+    if isinstance(prompt, Infill):
+        return {"infill": {"prefix": prompt.prefix, "suffix": prompt.suffix, "middle": prompt.middle,
+                           "extra": [list(pair) for pair in prompt.extra]}}
+    return list(prompt) if isinstance(prompt, list) else prompt
+
+
+def _prompt(value: JSONValue) -> str | list[int] | Infill:
+    """Text, token ids (the engine checks their range) or the parts of a fill-in-the-middle prompt."""
+    if isinstance(value, dict):
+        parts = _dict(value["infill"])
+        extra = tuple((_str(name), _str(text)) for name, text in (_list(pair) for pair in _list(parts["extra"])))
+        return Infill(_str(parts["prefix"]), _str(parts["suffix"]), _str(parts["middle"]), extra)
     return value if isinstance(value, str) else [_int(token) for token in _list(value)]
 
 
