@@ -29,7 +29,7 @@ from ..runtime.process import RunnerProcess
 from ..runtime.scheduler import Backend, LoadFn, LoadSpec, ProbeFn, ResidentModel, Scheduler
 from ..store.model_store import ModelStore
 from ..upstream.router import Upstreams
-from . import control, model_list, remote, rendering, rerank, status
+from . import control, llamacpp, model_list, remote, rendering, rerank, status
 from .anthropic import routes as anthropic_routes
 from .executors import Executors, run_in
 from .http import JSON_BODY_LIMIT
@@ -181,6 +181,7 @@ def create_app(
     model_list.add_routes(app)
     responses_routes.add_routes(app)
     rerank.add_routes(app)
+    llamacpp.add_routes(app)
     anthropic_routes.add_routes(app)
     try:
         from .ollama import models as ollama_models

@@ -195,10 +195,12 @@ class NDJSONStream:
 
 
 class SSEStream:
-    """``text/event-stream`` as OpenAI streams it: ``data: {json}`` events, then ``data: [DONE]``."""
+    """``text/event-stream`` as OpenAI streams it: ``data: {json}`` events, then ``data: [DONE]``
+    (llama-server's own routes end without it: ``done_marker=False``)."""
 
-    def __init__(self, request: web.Request) -> None:
+    def __init__(self, request: web.Request, *, done_marker: bool = True) -> None:
         self.request = request
+        self.done_marker = done_marker
         self.response = _Streamed(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
 
     async def write(self, obj: JSONMapping | str) -> None:
@@ -209,7 +211,10 @@ class SSEStream:
         trace.mark_request("written")
 
     async def finish(self) -> web.StreamResponse:
-        await self.write("[DONE]")
+        if self.done_marker:
+            await self.write("[DONE]")
+        elif not self.response.prepared:
+            await self.response.prepare(self.request)
         await self.response.write_eof()
         return self.response
 

@@ -2,8 +2,9 @@
 
 Order (outermost first): metrics -> errors -> host -> cors -> auth -> handler. Every
 LocalrunError becomes its HTTP status with ``{"error": msg}`` on /api (Ollama), an Anthropic
-error (``{"type": "error", "error": {"type", "message"}}``) on /v1/messages, or an OpenAI
-error object on the rest of /v1; a prompt over the context is worded as each API's clients
+error (``{"type": "error", "error": {"type", "message"}}``) on /v1/messages, an OpenAI
+error object on the rest of /v1, or llama-server's (``{"error": {"code", "message", "type"}}``)
+on its own routes (/completion, /infill); a prompt over the context is worded as each API's clients
 expect (:func:`error_message`). aiohttp's own HTTP errors (404 route, 405, 413 body too
 large) are rendered the same way. Anything else is logged with a traceback and answered 500.
 Every 5xx is logged once as ``METHOD PATH answered STATUS`` (the test suite's 5xx guard reads
@@ -42,6 +43,7 @@ PUBLIC_PATHS = ("/", "/health")
 # Typed request storage where aiohttp has it (3.12+), a plain key before.
 _CORS: Any = web.RequestKey("cors_headers", dict) if hasattr(web, "RequestKey") else "cors_headers"
 _LOCAL_NAMES = ("localhost", "127.0.0.1", "::1", "0.0.0.0", "[::1]")
+LLAMA_SERVER_PATHS = frozenset({"/completion", "/completions", "/infill"})  # llama-server's routes (.llamacpp)
 
 
 def is_openai(request: web.Request) -> bool:
@@ -57,6 +59,11 @@ def is_anthropic(request: web.Request) -> bool:
     return "anthropic-version" in request.headers
 
 
+def is_llama_server(request: web.Request) -> bool:
+    """Whether the reply takes llama-server's shape: its own routes (:mod:`.llamacpp`)."""
+    return request.path in LLAMA_SERVER_PATHS
+
+
 def anthropic_error_type(status: int) -> str:
     """Anthropic's error ``type`` for an HTTP status."""
     return {
@@ -64,6 +71,14 @@ def anthropic_error_type(status: int) -> str:
         404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
         529: "overloaded_error",
     }.get(status, "api_error" if status >= 500 else "invalid_request_error")
+
+
+def llama_server_error_type(status: int, code: str) -> str:
+    """llama-server's error ``type`` for an HTTP status and localrun's error code."""
+    if code == errors.ContextOverflow.code:
+        return "exceed_context_size_error"
+    return {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+            503: "unavailable_error"}.get(status, "server_error" if status >= 500 else "invalid_request_error")
 
 
 def openai_error_type(status: int) -> str:
@@ -81,6 +96,8 @@ def error_body(request: web.Request, status: int, message: str, code: str, param
         return {"type": "error", "error": error}
     if is_openai(request):
         return {"error": {"message": message, "type": openai_error_type(status), "param": param, "code": code}}
+    if is_llama_server(request):
+        return {"error": {"code": status, "message": message, "type": llama_server_error_type(status, code)}}
     return {"error": message, "code": code}  # Ollama's shape; "code" lets localrun's client map the error
 
 

@@ -13,7 +13,8 @@ server already split text, reasoning and tool calls. Both yield :class:`Piece` s
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -101,3 +102,35 @@ class LocalOutput:
 
     async def close(self) -> None:
         await self.gen.close()
+
+
+async def merged(outputs: Sequence[Output]) -> AsyncIterator[tuple[int, Piece | None]]:
+    """Pieces of several replies as they come: (index, piece), then (index, None) at its end."""
+    if len(outputs) == 1:
+        async for piece in outputs[0].pieces():
+            yield 0, piece
+        yield 0, None
+        return
+    queue: asyncio.Queue[tuple[int, Piece | None, BaseException | None]] = asyncio.Queue()
+
+    async def pump(i: int, out: Output) -> None:
+        try:
+            async for piece in out.pieces():
+                await queue.put((i, piece, None))
+            await queue.put((i, None, None))
+        except Exception as exc:
+            await queue.put((i, None, exc))
+
+    tasks = [asyncio.create_task(pump(i, o)) for i, o in enumerate(outputs)]
+    try:
+        remaining = len(outputs)
+        while remaining:
+            i, item, exc = await queue.get()
+            if exc is not None:
+                raise exc
+            if item is None:
+                remaining -= 1
+            yield i, item
+    finally:
+        for t in tasks:
+            t.cancel()

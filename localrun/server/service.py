@@ -151,6 +151,11 @@ class Generation:
                 raise event.error
         raise errors.RunnerCrashed(f"the stream for {self.target.name} ended without a final event")
 
+    async def stop(self) -> None:
+        """End the generation early (a route's own limit): the engine frees its sequence and the
+        events still end with a DoneEvent (``CANCELLED``), so keep reading them for its counts."""
+        await self.stream.cancel()
+
     async def close(self) -> None:
         if self._closed:
             return

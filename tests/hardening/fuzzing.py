@@ -30,6 +30,8 @@ from typing import Any
 import requests
 from hardening_helpers import LiveDaemon, load_spec
 
+from localrun.server.middleware import LLAMA_SERVER_PATHS
+
 EXAMPLES = int(os.environ.get("LOCALRUN_FUZZ_EXAMPLES", "10"))
 BUDGET_S = float(os.environ.get("LOCALRUN_FUZZ_SECONDS", "75"))
 RANDOM = os.environ.get("LOCALRUN_FUZZ_RANDOM") == "1"
@@ -66,6 +68,12 @@ def fuzz_spec(model_names: Sequence[str], path_models: Sequence[str]) -> dict[st
     schemas["OpenAIChatRequest"]["allOf"][1]["properties"]["max_completion_tokens"]["maximum"] = 64
     schemas["ResponsesRequest"]["properties"]["max_output_tokens"]["maximum"] = 64
     schemas["AnthropicMessagesRequest"]["allOf"][1]["properties"]["max_tokens"]["maximum"] = 64
+    for field in ("n_predict", "max_tokens"):
+        schemas["LlamaSampling"]["properties"][field]["maximum"] = 64
+    schemas["LlamaSampling"]["properties"]["n_cmpl"]["maximum"] = 4
+    # llama-server's routes answer a request without a model with the starter, which would import it here
+    for name in ("LlamaCompletionRequest", "LlamaInfillRequest"):
+        schemas[name]["allOf"][1]["required"].append("model")
     return spec
 
 
@@ -116,6 +124,9 @@ def check(case: Any, response: Any, daemons: Sequence[LiveDaemon], mode: str) ->
         if path.startswith("/v1/messages"):  # Anthropic's shape has a type, no code
             code = body["error"]["type"]
             allowed = {503: {"overloaded_error"}, 507: {"api_error"}}
+        elif path in LLAMA_SERVER_PATHS:  # llama-server's: the status as its code, a type
+            code = body["error"]["type"]
+            allowed = {503: {"unavailable_error"}, 507: {"server_error"}}
         else:
             code = body["error"]["code"] if path.startswith("/v1") else body.get("code")
             allowed = {503: {"server_busy"}, 507: {"insufficient_memory"}}
@@ -125,9 +136,11 @@ def check(case: Any, response: Any, daemons: Sequence[LiveDaemon], mode: str) ->
     if status >= 400 and case.operation.method.upper() != "HEAD":
         assert _ctype(response).startswith("application/json"), where
         body = response.json()
-        if path.startswith("/v1"):
+        if path.startswith("/v1") or path in LLAMA_SERVER_PATHS:
             error = body["error"]
             assert isinstance(error, dict) and error["message"] and error["type"], where
+            if path in LLAMA_SERVER_PATHS:
+                assert error["code"] == status, where
             if path.startswith("/v1/messages"):
                 assert body["type"] == "error", where
         else:
@@ -141,7 +154,10 @@ def check(case: Any, response: Any, daemons: Sequence[LiveDaemon], mode: str) ->
         assert last.get("done") is True or last.get("status") == "success" or isinstance(last.get("error"), str), \
             where
     if 200 <= status < 300 and ctype.startswith("text/event-stream"):
-        if path in NAMED_EVENT_STREAMS:  # named events, no [DONE]: the last event says how it ended
+        if path in LLAMA_SERVER_PATHS:  # llama-server's chunks, no [DONE]: the last one ends it, or an error
+            last = json.loads([line for line in response.text.splitlines() if line.startswith("data: ")][-1][6:])
+            assert last.get("stop") is True or isinstance(last.get("error"), dict), f"{where}\n{response.text[-800:]}"
+        elif path in NAMED_EVENT_STREAMS:  # named events, no [DONE]: the last event says how it ended
             names = [line[7:] for line in response.text.splitlines() if line.startswith("event: ")]
             assert names and names[-1] in NAMED_EVENT_STREAMS[path], f"{where}\n...{response.text[-1500:]}"
         else:

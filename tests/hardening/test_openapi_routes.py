@@ -14,6 +14,7 @@ from hardening_helpers import HTTP_METHODS, app_operations, load_spec, spec_oper
 
 from localrun.config import load_settings
 from localrun.server.app import create_app
+from localrun.server.middleware import LLAMA_SERVER_PATHS
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +84,8 @@ def test_the_description_is_well_formed(spec: dict[str, Any]) -> None:
 
 
 def test_error_statuses_are_documented_with_the_error_shape(spec: dict[str, Any]) -> None:
-    """Each /v1 route documents OpenAI error objects (Anthropic's under /v1/messages), each /api route
-    Ollama's {"error": ...}."""
+    """Each /v1 route documents OpenAI error objects (Anthropic's under /v1/messages), llama-server's own
+    routes its error objects, each other route Ollama's {"error": ...}."""
     responses = spec["components"]["responses"]
     for path, item in spec["paths"].items():
         for method, op in item.items():
@@ -99,6 +100,8 @@ def test_error_statuses_are_documented_with_the_error_shape(spec: dict[str, Any]
                     assert name.startswith("Anthropic"), f"{method} {path} {status}"
                 elif path.startswith("/v1"):
                     assert name.startswith("OpenAI"), f"{method} {path} {status}"
+                elif path in LLAMA_SERVER_PATHS:
+                    assert name.startswith("Llama"), f"{method} {path} {status}"
                 else:
                     assert name.startswith("Ollama"), f"{method} {path} {status}"
 

@@ -9,9 +9,7 @@ many tokens went (``usage.prompt_truncated_count``, and on each streamed choice'
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator
 
 from aiohttp import web
 
@@ -26,40 +24,8 @@ from ..keys import SERVICE
 from ..middleware import error_body
 from ..ollama.routes import embed_inputs, resize, truncated_field, truncation
 from ..options import parse_keep_alive
-from ..output import Output, Piece
+from ..output import Output, merged
 from . import convert as oc
-
-
-async def _merge(outputs: list[Output]) -> AsyncIterator[tuple[int, Piece | None]]:
-    """Pieces of several replies as they come: (index, piece), then (index, None) at its end."""
-    if len(outputs) == 1:
-        async for piece in outputs[0].pieces():
-            yield 0, piece
-        yield 0, None
-        return
-    queue: asyncio.Queue[tuple[int, Piece | None, BaseException | None]] = asyncio.Queue()
-
-    async def pump(i: int, out: Output) -> None:
-        try:
-            async for piece in out.pieces():
-                await queue.put((i, piece, None))
-            await queue.put((i, None, None))
-        except Exception as exc:
-            await queue.put((i, None, exc))
-
-    tasks = [asyncio.create_task(pump(i, o)) for i, o in enumerate(outputs)]
-    try:
-        remaining = len(outputs)
-        while remaining:
-            i, item, exc = await queue.get()
-            if exc is not None:
-                raise exc
-            if item is None:
-                remaining -= 1
-            yield i, item
-    finally:
-        for t in tasks:
-            t.cancel()
 
 
 async def _collect(outputs: list[Output]) -> tuple[list[list[ChatEvent]], list[str], list[list[TokenLogprob]]]:
@@ -67,7 +33,7 @@ async def _collect(outputs: list[Output]) -> tuple[list[list[ChatEvent]], list[s
     events: list[list[ChatEvent]] = [[] for _ in outputs]
     texts: list[list[str]] = [[] for _ in outputs]
     lps: list[list[TokenLogprob]] = [[] for _ in outputs]
-    async for i, piece in _merge(outputs):
+    async for i, piece in merged(outputs):
         if piece is not None:
             events[i].extend(piece.events)
             texts[i].append(piece.text)
@@ -127,7 +93,7 @@ async def _chat_stream(request: web.Request, run: ChatRun, rid: str, created: in
     try:
         for i in range(len(outputs)):
             await sse.write(oc.chat_chunk(rid, model, created, i, {"role": "assistant", "content": ""}))
-        async for i, piece in _merge(outputs):
+        async for i, piece in merged(outputs):
             if piece is not None:
                 lp = oc.chat_logprobs(list(piece.logprobs)) if piece.logprobs else None
                 await send(i, piece.events, lp)
@@ -161,7 +127,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
                     if prefix[i]:
                         await sse.write(oc.completion(rid, model, created, [
                             {"index": i, "text": prefix[i], "logprobs": None, "finish_reason": None}], None))
-                async for i, piece in _merge(outputs):
+                async for i, piece in merged(outputs):
                     choice: JSONObject
                     if piece is not None:
                         lp = oc.completion_logprobs(list(piece.logprobs)) if call.logprobs else None
