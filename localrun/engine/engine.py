@@ -246,8 +246,7 @@ class Engine:
         if media is not None:
             tokens = media.tokens
         elif isinstance(request.prompt, Infill):
-            tokens, cut = infill_tokens(self.vocab, request.prompt, n_ctx=self.num_ctx,
-                                        n_batch=self.batcher.n_batch, n_predict=num_predict)
+            tokens, cut = infill_tokens(self.vocab, request.prompt, n_ctx=self.num_ctx, n_predict=num_predict)
         else:
             tokens = self._prompt_tokens(request)
         tokens, truncated = self._fit(tokens, request, num_predict, media=media)

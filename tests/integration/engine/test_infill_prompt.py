@@ -4,6 +4,7 @@ as llama-server cuts it, with the count returned so the reply can say so."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,3 +69,19 @@ def test_a_model_without_fim_tokens_says_it_cannot_insert(tmp_path: Path) -> Non
     for plain in vocab_of(write_tiny_gguf(tmp_path / "plain.gguf")):
         with pytest.raises(UnsupportedCapability, match="does not support insert"):
             infill_tokens(plain, Infill("a", "b"), n_ctx=512, n_batch=512, n_predict=8)
+
+
+def test_a_cut_prefix_starts_at_the_same_line_while_the_cursor_moves_down(vocab: native.Vocab) -> None:
+    """llama-server keeps exactly the last tokens, so the kept prefix starts a little later at every
+    keystroke; here it starts at a line the content picks, so the prompt read for the last suggestion
+    is (mostly) the start of the next one's, and the prefix cache serves it."""
+    words = ["the", "water", "is", "fast", "cache", "model", "run", "local", "token", "value"]
+    lines = [f"{i} = {words[i % 10]} {words[(i * 7) % 10]} {words[(i * 3) % 10]}" for i in range(400)]
+    pre, suf = _id(vocab, "<|fim_prefix|>"), _id(vocab, "<|fim_suffix|>")
+    kept: list[list[int]] = []
+    for end in range(150, 400, 3):
+        tokens, cut = infill_tokens(vocab, Infill("\n".join(lines[:end]) + "\n", ""), n_ctx=4096, n_predict=8)
+        kept.append(tokens[tokens.index(pre) + 1:tokens.index(suf)])
+        assert cut > 0 and 768 // 2 - 16 <= len(kept[-1]) <= 768  # half the budget at least, a line's slack
+    continued = sum(later[:len(earlier)] == earlier for earlier, later in itertools.pairwise(kept))
+    assert continued >= 3 * (len(kept) - 1) // 4, (continued, len(kept) - 1)

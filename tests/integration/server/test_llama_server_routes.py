@@ -113,7 +113,9 @@ async def test_bad_requests_get_llama_servers_error_shape(serve_app: Any, store:
         error = (await r.json())["error"]
         assert r.status == 400 and words in error["message"] and error["code"] == 400, (body, error)
     r = await client.post("/completion", json={"model": "coder", "prompt": [5] * 5000})
-    assert (await r.json())["error"]["type"] == "exceed_context_size_error"
+    error = (await r.json())["error"]
+    assert error["type"] == "exceed_context_size_error" and (error["n_prompt_tokens"], error["n_ctx"]) == (5000, 4096)
+    assert error["message"].startswith("the request exceeds the available context size")
 
 
 async def test_the_same_completions_as_llama_server_on_the_same_file(serve_app: Any, store: Any, fim_gguf: Path,
@@ -127,7 +129,7 @@ async def test_the_same_completions_as_llama_server_on_the_same_file(serve_app: 
          "samplers": ["top_k", "temperature"], "temperature": 0.7, "top_k": 40, "seed": 9},
     ]
     completion = {"prompt": "the water", "n_predict": 16, **GREEDY}
-    with llamaserver.serving(["-m", str(fim_gguf), "-c", "4096", "-np", "1"], tmp_path / "ls.log") as url:
+    with llamaserver.serving(["-m", str(fim_gguf), "-c", "4096", "-np", "1", "-b", "1024"], tmp_path / "ls.log") as url:
         async with httpx.AsyncClient(base_url=url, timeout=120) as theirs:
             for body in bodies:
                 mine = await (await client.post("/infill", json={**body, "model": "coder"})).json()
