@@ -108,6 +108,8 @@ _OVERFLOW_WORDS: dict[str, Callable[[int, int], str]] = {
     "/v1/completions": lambda n, m: openai_convert.context_overflow_message(n, m, "prompt"),
     "/v1/responses": responses_convert.input_too_long,
     "/v1/messages": anthropic_convert.prompt_too_long,
+    **dict.fromkeys(LLAMA_SERVER_PATHS, lambda n, m: f"the request exceeds the available context size: the "
+                    f"prompt is {n} tokens, at most {m} fit (shorten it, or raise the model's num_ctx)"),
 }
 
 
@@ -126,8 +128,12 @@ def error_response(request: web.Request, exc: errors.LocalrunError) -> web.Respo
         headers["Retry-After"] = str(max(1, round(exc.retry_after)))
     if isinstance(exc, errors.Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"
-    return json_reply(error_body(request, exc.status, error_message(request, exc), exc.code, exc.param),
-                             status=exc.status, headers=headers)
+    body = error_body(request, exc.status, error_message(request, exc), exc.code, exc.param)
+    if is_llama_server(request) and isinstance(exc, errors.ContextOverflow):  # llama-server names both counts
+        error = body["error"]
+        assert isinstance(error, dict)
+        error.update(n_prompt_tokens=exc.prompt_tokens, n_ctx=exc.max_tokens)
+    return json_reply(body, status=exc.status, headers=headers)
 
 
 @web.middleware
