@@ -15,10 +15,11 @@ code completion, Continue's llama.cpp provider, scripts) works by base URL.
 - Without ``model`` (llama-server serves one): the one text model loaded, else the starter. Local
   models only: an upstream's (``NAME/model``) is a 400 pointing to ``/v1/completions``.
 - Refused with a 400 rather than ignored: settings that change sampling which localrun does not
-  run (mirostat, DRY, XTC, top-n-sigma, dynamic temperature, logit bias, LoRA) and ``n_probs``.
-  Taken and without effect: ``cache_prompt`` (the prefix cache is always on), ``id_slot`` (there
-  are no slots to pin), ``t_max_prompt_ms`` (llama-server does not apply it either), ``n_keep``
-  (a prompt over the context is a 400 here, never cut: nothing to keep).
+  run (mirostat, DRY, XTC, top-n-sigma, dynamic temperature, logit bias, LoRA), ``n_probs`` and
+  ``return_tokens``. Taken and without effect: ``cache_prompt`` (the prefix cache is always on),
+  ``id_slot`` (there are no slots to pin), ``t_max_prompt_ms`` (llama-server does not apply it
+  either), ``n_keep`` (a prompt over the context is a 400 here, never cut: nothing to keep),
+  ``timings_per_token`` and ``return_progress`` (the last chunk has the timings).
 - A prompt over the context is a 400 ``exceed_context_size_error``, as llama-server answers it.
 """
 
@@ -62,6 +63,7 @@ _REFUSED: dict[str, Callable[[JSONValue], bool]] = {
     "mirostat": lambda v: v == 0, "dry_multiplier": lambda v: v == 0, "xtc_probability": lambda v: v == 0,
     "top_n_sigma": lambda v: isinstance(v, (int, float)) and v <= 0, "dynatemp_range": lambda v: v == 0,
     "logit_bias": lambda v: v in ([], {}), "lora": lambda v: v == [], "n_probs": lambda v: v == 0,
+    "return_tokens": lambda v: v is False,  # the replies' token ids: the route has only text
 }
 MAX_COMPLETIONS = 16  # n_cmpl: llama-server caps it at its slot count
 

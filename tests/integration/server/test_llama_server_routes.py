@@ -104,6 +104,7 @@ async def test_bad_requests_get_llama_servers_error_shape(serve_app: Any, store:
          "'input_extra' item 0"),
         ("/completion", {"model": "coder", "prompt": [1, "a"]}, "mixing text and token ids"),
         ("/completion", {"model": "coder", "prompt": "a", "mirostat": 2}, "'mirostat' is not supported"),
+        ("/completion", {"model": "coder", "prompt": "a", "return_tokens": True}, "'return_tokens' is not supported"),
         ("/completion", {"model": "coder", "prompt": "a", "samplers": ["top_k", "bogus"]}, "sampler names"),
         ("/completion", {"model": "coder", "prompt": "a", "n_cmpl": 99}, "'n_cmpl' must be between"),
         ("/completion", {"model": "coder", "prompt": [5] * 5000}, "5000 tokens"),
