@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import serverguard
+from ports import free_port
 from tinymodel import THINKING_TEMPLATE, write_tiny_gguf
 
 from localrun import config
@@ -31,11 +31,6 @@ def cpu_probes(tmp_path_factory: pytest.TempPathFactory) -> Path:
         repack.allowed(_CPU_PROBES)
     return _CPU_PROBES
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(autouse=True)

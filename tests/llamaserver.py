@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from servedaemon import free_port
+from ports import free_port
 
 BUILD_HINT = ("needs llama.cpp's llama-server (../shared/bench/build_llama_server.sh /tmp/llama-server; "
               "LLAMA_SERVER=path)")

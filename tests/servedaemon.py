@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,12 +11,7 @@ from pathlib import Path
 
 import httpx
 import serverguard
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from daemonproc import listener_pid
 
 
 class Daemon:
@@ -39,6 +33,7 @@ class Daemon:
         while time.monotonic() < deadline:
             try:
                 if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    self._check_listener(port)
                     return
             except httpx.TransportError:
                 pass
@@ -47,6 +42,14 @@ class Daemon:
             time.sleep(0.2)
         self.kill()
         raise RuntimeError(f"daemon did not start: {self.log.read_text()[-2000:]}")
+
+    def _check_listener(self, port: int) -> None:
+        """Fail unless this daemon is what answered: another process on the port would pass for it."""
+        owner = listener_pid(port)
+        if owner != self.proc.pid:
+            self.kill()
+            raise RuntimeError(f"port {port} is answered by pid {owner}, not by this daemon (pid {self.proc.pid}): "
+                               f"{self.log.read_text()[-2000:]}")
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Signal the daemon's whole process group (the daemon and its runners), then reap it."""

@@ -17,7 +17,8 @@ import httpx
 import ollama
 import openai
 import pytest
-from servedaemon import Daemon, free_port
+from ports import free_port
+from servedaemon import Daemon
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

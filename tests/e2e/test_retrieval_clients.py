@@ -18,7 +18,8 @@ import numpy as np
 import ollama
 import openai
 import pytest
-from servedaemon import Daemon, free_port
+from ports import free_port
+from servedaemon import Daemon
 from tinyencoder import write_tiny_bert, write_tiny_bert_reranker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

@@ -19,7 +19,8 @@ from pathlib import Path
 import httpx
 import llama_cpp
 import pytest
-from servedaemon import Daemon, free_port
+from ports import free_port
+from servedaemon import Daemon
 
 from localrun.store import ModelStore
 

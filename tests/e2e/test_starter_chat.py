@@ -17,7 +17,8 @@ from pathlib import Path
 import ollama
 import openai
 import pytest
-from servedaemon import Daemon, free_port
+from ports import free_port
+from servedaemon import Daemon
 from tuiscreen import screen_lines
 
 from localrun.tui.app import LocalrunApp

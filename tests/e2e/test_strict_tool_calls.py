@@ -19,7 +19,8 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from servedaemon import Daemon, free_port
+from ports import free_port
+from servedaemon import Daemon
 
 pytestmark = [pytest.mark.starter, pytest.mark.slow, pytest.mark.timeout(600)]
 MODEL = "qwen2.5-coder:0.5b"

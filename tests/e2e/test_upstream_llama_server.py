@@ -22,7 +22,8 @@ import ollama
 import openai
 import pytest
 from clirun import localrun
-from servedaemon import Daemon, free_port
+from ports import free_port
+from servedaemon import Daemon
 
 from localrun import config
 

@@ -26,7 +26,8 @@ import openai
 import pytest
 from clirun import localrun
 from openai.types.chat import ChatCompletionMessageFunctionToolCall
-from servedaemon import Daemon, free_port
+from ports import free_port
+from servedaemon import Daemon
 
 from localrun import config
 

@@ -16,7 +16,8 @@ import httpx
 import ollama
 import openai
 import pytest
-from servedaemon import Daemon, free_port
+from ports import free_port
+from servedaemon import Daemon
 from tinyvision import IMAGE_TOKENS, tiny_png_bytes, write_tiny_vision
 
 from localrun.store import ModelStore

@@ -16,7 +16,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from typing import Any
 import httpx
 import serverguard
 import yaml
+from ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC_PATH = REPO / "docs" / "openapi.yaml"
@@ -88,11 +88,6 @@ def runner_env() -> dict[str, str]:
         "PYTHONPATH": os.pathsep.join([str(FAKE_ENGINE_DIR), str(REPO), os.environ.get("PYTHONPATH", "")]),
     }
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def add_model(models_dir: Path, name: str, gguf: Path, extra: str = "") -> None:
