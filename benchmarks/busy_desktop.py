@@ -69,6 +69,36 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], what: str, timeout: floa
     raise SystemExit(f"{what} not ready after {timeout:.0f} s")
 
 
+def localrun_env(work: Path, port: int, **extra: str) -> dict[str, str]:
+    """The environment of a ``localrun`` daemon (and of CLI calls to it) on 127.0.0.1:``port`` whose HOME,
+    store and data live under ``work``: the user's models, settings and prefix cache stay untouched."""
+    return {**os.environ, "HOME": str(work), "XDG_CACHE_HOME": str(work / "cache"), "XDG_DATA_HOME": str(work / "data"),
+            "LOCALRUN_MODELS": str(work / "models"), "LOCALRUN_HOST": f"127.0.0.1:{port}", "LOCALRUN_KEEP_ALIVE": "-1",
+            **extra}
+
+
+def start_localrun(work: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``localrun serve`` in ``env`` (:func:`localrun_env`), logging to work/localrun.log, once it answers.
+    Its process group is stopped here if it does not come up; after that, :func:`stop_all` stops it."""
+    log = (work / "localrun.log").open("ab")
+    proc = subprocess.Popen([sys.executable, "-m", "localrun", "serve"], env=env, stdout=log, stderr=log,
+                            start_new_session=True)
+    try:
+        wait_ready(f"http://{env['LOCALRUN_HOST']}/api/version", proc, "localrun")
+    except BaseException:
+        stop_all([proc])
+        raise
+    return proc
+
+
+def create_model(work: Path, env: dict[str, str], name: str, gguf: Path) -> None:
+    """``localrun create NAME`` from one GGUF, in the daemon's store."""
+    modelfile = work / f"Modelfile.{name}"
+    modelfile.write_text(f"FROM {gguf}\n")
+    subprocess.run([sys.executable, "-m", "localrun", "create", name, "-f", str(modelfile)], env=env, check=True,
+                   capture_output=True)
+
+
 def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
     """Stop each server's process group (started with ``start_new_session``): TERM, then KILL after 20 s."""
     for p in procs:
@@ -137,18 +167,12 @@ class Servers:
         self.llama_server = llama_server
         self.work = work
         self.procs: list[subprocess.Popen[bytes]] = []
-        self.env = {**os.environ, "HOME": str(work), "XDG_CACHE_HOME": str(work / "cache"),
-                    "XDG_DATA_HOME": str(work / "data"), "LOCALRUN_MODELS": str(work / "models"),
-                    "LOCALRUN_HOST": "127.0.0.1:11620", "LOCALRUN_KEEP_ALIVE": "-1"}
+        self.env = localrun_env(work, 11620)
         self.env.pop("LOCALRUN_NUM_THREAD", None)
         self.localrun = "http://127.0.0.1:11620"
 
     def start_localrun(self) -> None:
-        log = (self.work / "localrun.log").open("ab")
-        p = subprocess.Popen([sys.executable, "-m", "localrun", "serve"], env=self.env, stdout=log, stderr=log,
-                             start_new_session=True)
-        self.procs.append(p)
-        wait_ready(f"{self.localrun}/api/version", p, "localrun")
+        self.procs.append(start_localrun(self.work, self.env))
 
     def pull(self, name: str) -> Path:
         subprocess.run([sys.executable, "-m", "localrun", "pull", name], env=self.env, check=True,

@@ -30,7 +30,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from busy_desktop import stop_all, wait_ready  # this folder is on sys.path when a script here runs
+from busy_desktop import (  # this folder is on sys.path when a script here runs
+    create_model,
+    localrun_env,
+    start_localrun,
+    stop_all,
+    wait_ready,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESPONSE_FIELDS = ["content", "timings/prompt_n", "timings/prompt_ms", "timings/predicted_n",
@@ -80,18 +86,12 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "out" / "fim_editor.json")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fim-editor-"))
-    env = {**os.environ, "HOME": str(work), "XDG_CACHE_HOME": str(work / "cache"), "XDG_DATA_HOME": str(work / "data"),
-           "LOCALRUN_MODELS": str(work / "models"), "LOCALRUN_HOST": "127.0.0.1:11632", "LOCALRUN_KEEP_ALIVE": "-1"}
+    env = localrun_env(work, 11632)
     ours, theirs = "http://127.0.0.1:11632", "http://127.0.0.1:11633"
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        log = (work / "localrun.log").open("ab")
-        procs.append(subprocess.Popen([sys.executable, "-m", "localrun", "serve"], env=env, stdout=log, stderr=log,
-                                      start_new_session=True))
-        wait_ready(ours + "/api/version", procs[-1], "localrun")
-        (work / "Modelfile").write_text(f"FROM {args.gguf}\n")
-        subprocess.run([sys.executable, "-m", "localrun", "create", "coder", "-f", str(work / "Modelfile")], env=env,
-                       check=True, capture_output=True)
+        procs.append(start_localrun(work, env))
+        create_model(work, env, "coder", args.gguf)
         ls_log = (work / "llama-server.log").open("ab")
         procs.append(subprocess.Popen([str(args.llama_server), "-m", str(args.gguf), "--port", "11633", "-np", "1",
                                        "-ub", "1024", "-b", "1024", "--cache-reuse", "256", "-c", "32768"],

@@ -40,7 +40,14 @@ import time
 from pathlib import Path
 
 import httpx
-from busy_desktop import cpu_name, stop_all, wait_ready  # this folder is on sys.path when a script here runs
+from busy_desktop import (  # this folder is on sys.path when a script here runs
+    cpu_name,
+    create_model,
+    localrun_env,
+    start_localrun,
+    stop_all,
+    wait_ready,
+)
 
 from localrun.bench.cpu import CpuMeter, find_server
 
@@ -106,20 +113,13 @@ def main() -> int:
     qrr = write_tiny_qwen3_reranker(work / "qwen3-reranker-random.gguf", n_embd=1024, n_layer=8, n_head=16,
                                     n_head_kv=8, n_ff=3072, ftype="f16")
     words = [w for w in bert_vocab()[5:] if w.isalpha() and not w.startswith("#")][:400]
-    env = {**os.environ, "HOME": str(work), "XDG_CACHE_HOME": str(work / "cache"), "XDG_DATA_HOME": str(work / "data"),
-           "LOCALRUN_MODELS": str(work / "models"), "LOCALRUN_HOST": LOCALRUN.removeprefix("http://"),
-           "LOCALRUN_KEEP_ALIVE": "-1"}
+    env = localrun_env(work, int(LOCALRUN.rsplit(":", 1)[1]))
     lib = {**os.environ, "LD_LIBRARY_PATH": str(args.llama_server.parent)}
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        log = (work / "localrun.log").open("ab")
-        procs.append(subprocess.Popen([sys.executable, "-m", "localrun", "serve"], env=env, stdout=log, stderr=log,
-                                      start_new_session=True))
-        wait_ready(LOCALRUN + "/api/version", procs[-1], "localrun")
+        procs.append(start_localrun(work, env))
         for name, path in (("bge-small-random", emb), ("bge-reranker-random", rr), ("qwen3-reranker-random", qrr)):
-            (work / "Modelfile").write_text(f"FROM {path}\n")
-            subprocess.run([sys.executable, "-m", "localrun", "create", name, "-f", str(work / "Modelfile")], env=env,
-                           check=True, stdout=subprocess.DEVNULL)
+            create_model(work, env, name, path)
         llog = (work / "llama-server.log").open("ab")
         common = ["-np", "16", "-c", "8192", "-b", "8192", "-ub", "512", "--host", "127.0.0.1"]
         causal = ["-np", "16", "-c", "16384", "-b", "8192", "-ub", "512", "--host", "127.0.0.1"]

@@ -27,7 +27,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from busy_desktop import stop_all, wait_ready  # this folder is on sys.path when a script here runs
+from busy_desktop import (  # this folder is on sys.path when a script here runs
+    create_model,
+    localrun_env,
+    start_localrun,
+    stop_all,
+    wait_ready,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,18 +55,11 @@ def main() -> int:
 
     gguf = write_tiny_gguf(work / "tiny.gguf", context_length=8192)
     slot_ctx = args.input_tokens + args.output_tokens + 64  # each slot's share of the one pool, on both sides
-    env = {**os.environ, "HOME": str(work), "XDG_CACHE_HOME": str(work / "cache"), "XDG_DATA_HOME": str(work / "data"),
-           "LOCALRUN_MODELS": str(work / "models"), "LOCALRUN_HOST": "127.0.0.1:11630", "LOCALRUN_KEEP_ALIVE": "-1",
-           "LOCALRUN_NUM_PARALLEL": str(top), "LOCALRUN_CONTEXT_LENGTH": str(slot_ctx)}
+    env = localrun_env(work, 11630, LOCALRUN_NUM_PARALLEL=str(top), LOCALRUN_CONTEXT_LENGTH=str(slot_ctx))
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        log = (work / "localrun.log").open("ab")
-        procs.append(subprocess.Popen([sys.executable, "-m", "localrun", "serve"], env=env, stdout=log, stderr=log,
-                                      start_new_session=True))
-        wait_ready("http://127.0.0.1:11630/api/version", procs[-1], "localrun")
-        (work / "Modelfile").write_text(f"FROM {gguf}\n")
-        subprocess.run([sys.executable, "-m", "localrun", "create", "tiny", "-f", str(work / "Modelfile")], env=env,
-                       check=True, stdout=subprocess.DEVNULL)
+        procs.append(start_localrun(work, env))
+        create_model(work, env, "tiny", gguf)
         llog = (work / "llama-server.log").open("ab")
         procs.append(subprocess.Popen(
             [str(args.llama_server), "-m", str(gguf), "--host", "127.0.0.1", "--port", "18097", "-np", str(top),
