@@ -209,7 +209,8 @@ class Batcher:
 
     def _start(self, seq: Sequence) -> None:
         """Admit ``seq``: a sequence id, its cached prefix, and (the first time) its prompt's accounting."""
-        seq.lease = self.kv.acquire(seq.tokens[: seq.prefill_end], self.step_cost.prompt_token_seconds)
+        seq.lease = self.kv.acquire(seq.tokens[: seq.prefill_end], self.step_cost.prompt_token_seconds,
+                                    reuse=seq.cache_reuse)
         seq.n_past = seq.lease.cached
         seq.state = SeqState.PREFILL
         seq.t_admit = time.perf_counter()

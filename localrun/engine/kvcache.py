@@ -34,6 +34,18 @@ deterministic mode keeps one tier: a restored segment's cells could land out of 
 :meth:`export_order`, :meth:`export_segment` and :meth:`adopt` save the tree to disk and put it
 back (``prefix_store.py``), between loads of the model.
 
+Shifted reuse (``acquire(reuse=N)``, llama-server's ``--cache-reuse N``): past the prompt's cached
+prefix, the most recently used cached path below it is scanned as llama-server scans its slot's cache,
+and each run of at least N tokens it shares with the prompt's continuation is reused at the prompt's
+positions instead of being read again: an editor's prompt whose first kept line moved, a prompt with a
+block cut out. The cells are the tree's, so they are copied (through a spare sequence id, as a host
+segment comes back) and only the copy is shifted (``llama_memory_seq_add``; llama.cpp rotates its keys
+at the next decode); they become the request's private cells, and the tree is untouched. Reused keys
+attended to the tokens before them where they were computed, so the result is close to, not equal to,
+reading the prompt again: llama-server's trade, taken only when a request asks for it. Not for models
+whose cache cannot shift (llama_memory_can_shift: recurrent, M-RoPE), sliding windows (the guard) or
+the deterministic mode.
+
 Sliding-window models (``guard``): llama.cpp treats a cell held by one sequence as free once it
 falls out of that sequence's attention window, even with a full-size window cache, and may write
 a new token over it; a cached prefix then silently loses cells (an idle holder's early positions
@@ -79,6 +91,7 @@ GUARD_STRIDE = 64  # generated positions between two guard copies (sliding windo
 # when that is cheaper (KVCache._worth_restoring); longer ones always come back.
 SHORT_RESTORE = 16
 RESTORE_ALPHA = 0.2  # weight of the newest sample in the mean time a short restore takes
+REUSE_SCAN_LIMIT = 1 << 20  # token comparisons one shifted-reuse scan may make (~0.1 s of Python)
 
 
 @dataclass(slots=True)
@@ -104,6 +117,33 @@ class _Staged:
     def valid(self) -> bool:
         """Whether the node still covers exactly those positions (a split moves its start)."""
         return (self.node.start, self.node.end) == (self.start, self.end)
+
+
+def shifted_runs(cached: list[int], prompt: list[int], start: int, min_run: int) -> list[tuple[int, int, int]]:
+    """llama-server's scan for --cache-reuse: from ``start`` in both, each run of at least ``min_run``
+    tokens where ``cached`` (further along) says what ``prompt`` says next, as (position in ``cached``,
+    position in ``prompt``, length); the prompt's runs follow each other from ``start``. Token
+    comparisons are bounded by :data:`REUSE_SCAN_LIMIT` (a prompt of one repeated token)."""
+    runs: list[tuple[int, int, int]] = []
+    head_c = head_p = start
+    budget = REUSE_SCAN_LIMIT
+    while head_c < len(cached) and head_p < len(prompt) and budget > 0:
+        if cached[head_c] != prompt[head_p]:
+            head_c += 1
+            budget -= 1
+            continue
+        n = 1
+        while n < min_run and head_c + n < len(cached) and head_p + n < len(prompt) \
+                and cached[head_c + n] == prompt[head_p + n]:
+            n += 1
+        budget -= n
+        if n < min_run:
+            head_c += 1
+            continue
+        n += common_prefix_len(cached[head_c + n:], prompt[head_p + n:])
+        runs.append((head_c, head_p, n))
+        head_c, head_p = head_c + n, head_p + n
+    return runs
 
 
 class KVCache:
@@ -139,14 +179,19 @@ class KVCache:
         self._free = self._all_ids()
         self._owned: dict[int, RadixNode] = {}
         self._active: set[int] = set()
+        self.can_shift = (enabled and not reorder_when_idle and self.guard_id is None and ctx is not None
+                          and bool(lc.llama_memory_can_shift(mem)))
+        self.shifted_tokens = 0  # prompt tokens reused with their positions shifted (acquire's ``reuse``)
 
     # -- sequences ---------------------------------------------------------------------
-    def acquire(self, prompt: list[int], token_seconds: Callable[[int], float | None] | None = None) -> SeqLease:
+    def acquire(self, prompt: list[int], token_seconds: Callable[[int], float | None] | None = None, *,
+                reuse: int = 0) -> SeqLease:
         """Take a sequence id for a new request and give it the longest cached prefix of
         ``prompt`` (never the whole prompt: its last token must be decoded for fresh logits).
         ``token_seconds(rows)``: what one more token costs a prompt step of ``rows`` rows
         (StepCost.prompt_token_seconds), which decides whether a short host segment is worth
-        bringing back (None: it always is)."""
+        bringing back (None: it always is). ``reuse`` > 0: then runs of at least that many cached
+        tokens further along, shifted into place (module docstring), counted in ``cached``."""
         seq = self._take_id()
         self._active.add(seq)
         if not self.enabled or len(prompt) < 2:
@@ -154,17 +199,61 @@ class KVCache:
         if self.host is not None and len(self.host):
             self._restore_from_host(prompt[:-1], token_seconds)
         match = self.tree.match_prefix(prompt[:-1])
-        if match.length == 0:
-            return SeqLease(seq, 0, 0)
-        owner = self.tree.path_owner(match.node)
-        assert owner is not None and owner != seq
-        lc.llama_memory_seq_cp(self.mem, owner, seq, 0, match.length)
-        if not self._holds(seq, prompt, match.length):  # llama.cpp lost cells the tree lends: recompute, never fail
-            self._give_up(seq, -1, -1)
-            self._disable(f"sequence {owner} no longer holds the {match.length} cached positions it owns")
-            return SeqLease(seq, 0, 0)
-        self.tree.lock(match.node)
-        return SeqLease(seq, match.length, match.length, match.node, guarded=match.length)
+        lease = SeqLease(seq, 0, 0)
+        if match.length:
+            owner = self.tree.path_owner(match.node)
+            assert owner is not None and owner != seq
+            lc.llama_memory_seq_cp(self.mem, owner, seq, 0, match.length)
+            if not self._holds(seq, prompt, match.length):  # llama.cpp lost cells the tree lends: recompute, never fail
+                self._give_up(seq, -1, -1)
+                self._disable(f"sequence {owner} no longer holds the {match.length} cached positions it owns")
+                return lease
+            self.tree.lock(match.node)
+            lease = SeqLease(seq, match.length, match.length, match.node, guarded=match.length)
+        if reuse > 0 and self.can_shift:
+            lease.cached += self._reuse_shifted(seq, prompt[:-1], match.node, match.length, reuse)
+        return lease
+
+    def _reuse_shifted(self, seq: int, prompt: list[int], below: RadixNode, start: int, min_run: int) -> int:
+        """Give ``seq`` (holding ``prompt[:start]``) the cells of ``prompt[start:start + n]`` from the
+        most recently used cached path below ``below``, in runs of at least ``min_run`` tokens, shifted
+        to their positions in ``prompt``; returns n (module docstring, "Shifted reuse")."""
+        leaf = below
+        while leaf.children:
+            leaf = max(leaf.children.values(), key=lambda n: n.last_access)
+        if leaf is below or leaf.owner is None or any(t < 0 for t in prompt[start:]):
+            return 0
+        runs = shifted_runs(leaf.path(), prompt, start, min_run)
+        reused = 0
+        self.tree.lock(leaf)  # a spare id taken by eviction must not be the one it copies from
+        try:
+            for c0, p0, n in runs:
+                if not self._shifted_copy(leaf.owner, seq, c0, p0, n):
+                    break
+                reused += n
+        finally:
+            self.tree.unlock(leaf)
+        self.shifted_tokens += reused
+        return reused
+
+    def _shifted_copy(self, owner: int, seq: int, c0: int, p0: int, n: int) -> bool:
+        """Copy ``owner``'s cells at positions ``[c0, c0 + n)`` to ``seq`` at ``[p0, p0 + n)``: serialised,
+        loaded into a spare id (cells of its own), shifted there, then handed to ``seq``. False (nothing
+        changed) when no id or no room is free."""
+        assert self.ctx is not None
+        try:
+            spare = self._take_id()
+        except RuntimeError:
+            return False
+        try:
+            if not load_state(self.ctx, spare, self._range_state(self.ctx, owner, c0, c0 + n)):
+                log.debug("prefix cache: no room to reuse %d cached tokens shifted", n)
+                return False
+            lc.llama_memory_seq_add(self.mem, spare, c0, c0 + n, p0 - c0)
+            lc.llama_memory_seq_cp(self.mem, spare, seq, p0, p0 + n)
+            return True
+        finally:
+            self._drop(spare)
 
     def register(self, lease: SeqLease, tokens: list[int]) -> None:
         """Make the KV of ``tokens`` (positions 0..len-1, computed by this active sequence)

@@ -114,6 +114,7 @@ class Sequence:
     last_n: int                                  # penalty window fed with prompt tokens
     interactive: bool = False                    # admitted and prefilled first (batcher.py)
     seeded: bool = False                         # an explicit seed: computed so that it repeats alone (batcher.py)
+    cache_reuse: int = 0                         # GenerateRequest.cache_reuse (KVCache.acquire)
     state: SeqState = SeqState.WAITING
     lease: SeqLease | None = None
     n_past: int = 0

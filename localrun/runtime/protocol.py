@@ -180,6 +180,7 @@ def encode_request(request: GenerateRequest) -> JSONObject:
         "truncation": request.truncation.value,
         "num_keep": request.num_keep,
         "add_special": request.add_special,
+        "cache_reuse": request.cache_reuse,
         "interactive": request.interactive,
         "images": [base64.b64encode(image).decode("ascii") for image in request.images],
     }
@@ -202,6 +203,7 @@ def decode_request(data: JSONObject) -> GenerateRequest:
         truncation=Truncation(data.get("truncation", "front")),
         num_keep=_int(data.get("num_keep", 0)),
         add_special=bool(data.get("add_special", True)),
+        cache_reuse=_int(data.get("cache_reuse", 0)),
         images=tuple(binascii.a2b_base64(_str(image)) for image in _list(data.get("images") or [])),
         interactive=None if interactive is None else bool(interactive),
     )

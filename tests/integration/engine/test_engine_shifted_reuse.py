@@ -1,0 +1,81 @@
+"""Shifted reuse (``cache_reuse``, llama-server's ``--cache-reuse``): a prompt that drops a block from
+the middle of a cached one reads only what is new.
+
+What a user notices: an editor's next completion, whose prompt starts a few lines further down the
+file, comes back without reading the whole file part again (``cached_tokens`` says how much was
+reused), and says what it would have said reading it all: exactly so on a one-layer model, whose keys
+and values depend on no other token (only their rotation moves with the position), and at least the
+same first tokens on deeper ones (llama-server makes the same trade).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from engine_helpers import Result, collect, same_until_a_near_tie
+from tinymodel import write_tiny_gguf
+
+from localrun.engine.engine import Engine
+from localrun.engine.types import GenerateRequest, LoadOptions, SamplingOptions
+
+GREEDY = SamplingOptions(temperature=0, num_predict=12, logprobs=True, top_logprobs=2)
+OPTIONS = LoadOptions(num_ctx=1024, num_parallel=2, num_batch=128)
+HEAD = [1] + [300 + (7 * i) % 400 for i in range(30)]       # the prefix both prompts share
+BLOCK = [20 + (11 * i) % 250 for i in range(40)]            # in the first prompt only
+TAIL = [310 + (13 * i) % 350 for i in range(120)]            # both, 40 positions apart
+NEW = [50, 60, 70, 80]
+
+
+def ask(engine: Engine, prompt: list[int], reuse: int) -> Result:
+    return collect(engine.submit(GenerateRequest(prompt, GREEDY, cache_reuse=reuse)))
+
+
+@pytest.fixture(scope="module")
+def one_layer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_gguf(tmp_path_factory.mktemp("one-layer") / "one-layer.gguf", n_layer=1, seed=3)
+
+
+def test_a_block_cut_from_a_cached_prompt_is_not_read_again_and_changes_nothing_on_one_layer(
+        one_layer: Path) -> None:
+    second = HEAD + TAIL + NEW
+    with Engine(str(one_layer), OPTIONS) as engine:
+        fresh = ask(engine, second, 0)  # nothing cached yet: read whole
+    with Engine(str(one_layer), OPTIONS) as engine:
+        ask(engine, HEAD + BLOCK + TAIL, 64)
+        reused = ask(engine, second, 64)
+        kv = engine.batcher.kv  # type: ignore[union-attr]
+        assert kv.shifted_tokens == len(TAIL)
+        kv.check_integrity()
+        kv.check_cells()
+        again = ask(engine, second, 64)  # its own path is cached now: an exact prefix
+    assert fresh.done.cached_tokens == 0
+    assert reused.done.cached_tokens == len(HEAD) + len(TAIL)
+    same_until_a_near_tie(fresh, reused, margin=0.01)
+    assert again.done.cached_tokens == len(second) - 1 and again.generated == reused.generated
+
+
+def test_without_cache_reuse_or_below_its_run_length_the_prompt_is_read_again(tiny_gguf: Path) -> None:
+    answers = []
+    for reuse in (0, len(TAIL) + 1):
+        with Engine(str(tiny_gguf), OPTIONS) as engine:
+            ask(engine, HEAD + BLOCK + TAIL, reuse)
+            answers.append(ask(engine, HEAD + TAIL + NEW, reuse))
+            assert engine.batcher.kv.shifted_tokens == 0  # type: ignore[union-attr]
+    assert [a.done.cached_tokens for a in answers] == [len(HEAD), len(HEAD)]
+
+
+def test_reused_cells_leave_the_cached_prompt_whole(tiny_gguf: Path) -> None:
+    """The shifted cells are a copy: the prompt they came from is still answered from the cache, the
+    same as before, and two requests reusing it at once each get their own."""
+    first_prompt = HEAD + BLOCK + TAIL
+    with Engine(str(tiny_gguf), OPTIONS) as engine:
+        first = ask(engine, first_prompt, 0)
+        handles = [engine.submit(GenerateRequest(HEAD + TAIL + [n], GREEDY, cache_reuse=64)) for n in (90, 91)]
+        both = [collect(h) for h in handles]
+        back = ask(engine, first_prompt, 64)
+        kv = engine.batcher.kv  # type: ignore[union-attr]
+        kv.check_integrity()
+        kv.check_cells()
+    assert all(r.done.cached_tokens == len(HEAD) + len(TAIL) for r in both)
+    assert back.done.cached_tokens == len(first_prompt) - 1 and back.generated == first.generated
