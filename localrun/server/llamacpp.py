@@ -12,6 +12,10 @@ code completion, Continue's llama.cpp provider, scripts) works by base URL.
   ``samplers`` runs exactly the chain it names; ``n_indent`` and ``t_max_predict_ms`` end a
   completion as llama-server does (``stop_type: "limit"``); ``n_cmpl`` (``n``) completions of
   each prompt; ``response_fields`` picks reply fields by path (``timings/prompt_n``).
+- ``n_cache_reuse``: cached runs of at least that many tokens further along a cached prompt are
+  reused with their positions shifted (llama-server's ``--cache-reuse``; GenerateRequest.cache_reuse).
+  ``/infill`` reuses runs of :data:`INFILL_CACHE_REUSE` unless the request says otherwise, as
+  llama-server runs in llama.vim's and llama.vscode's presets; ``/completion`` none unless asked.
 - Without ``model`` (llama-server serves one): the one text model loaded, else the starter. Local
   models only: an upstream's (``NAME/model``) is a 400 pointing to ``/v1/completions``.
 - Refused with a 400 rather than ignored: settings that change sampling which localrun does not
@@ -46,6 +50,9 @@ from .options import check_option, parse_keep_alive
 from .output import LocalOutput, Output, merged
 from .service import Service, Target
 
+# llama-server's --cache-reuse in the FIM presets llama.vim and llama.vscode start it with (--fim-qwen-*-default):
+# a completion whose first kept line moved reuses the file's text instead of reading it again
+INFILL_CACHE_REUSE = 256
 # llama-server's defaults (its common_params_sampling) for what neither the request nor the Modelfile sets
 _DEFAULTS: dict[str, Any] = {  # SamplingOptions fields: each its own type
     "temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "typical_p": 1.0, "repeat_penalty": 1.0,
@@ -82,6 +89,7 @@ class _Call:
     n_indent: int
     t_max_predict_ms: int
     fields: list[str] | None
+    cache_reuse: int
 
 
 class _Limits:
@@ -222,7 +230,7 @@ async def _parse(service: Service, body: JSONObject, infill: bool) -> _Call:
         target=target, prompts=prompts, sampling=sampling, n=n, stream=get(body, "stream", bool, False),
         grammar=get(body, "grammar", str, None) or None, format=schema,
         n_indent=max(0, get(body, "n_indent", int, 0)), t_max_predict_ms=max(0, get(body, "t_max_predict_ms", int, 0)),
-        fields=fields,
+        fields=fields, cache_reuse=max(0, get(body, "n_cache_reuse", int, INFILL_CACHE_REUSE if infill else 0)),
     )
 
 
@@ -243,7 +251,7 @@ async def _complete(request: web.Request, *, infill: bool) -> web.StreamResponse
     try:
         for prompt in call.prompts:
             req = GenerateRequest(prompt=prompt, sampling=call.sampling, format=call.format, grammar=call.grammar,
-                                  truncation=Truncation.REJECT)
+                                  truncation=Truncation.REJECT, cache_reuse=call.cache_reuse)
             gens = await start_generations(service, call.target, req, call.n, endpoint)
             outputs.extend(LocalOutput(g, None) for g in gens)
         limits = [_Limits(call.n_indent, call.t_max_predict_ms) for _ in outputs]

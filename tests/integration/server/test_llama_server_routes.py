@@ -138,3 +138,53 @@ async def test_the_same_completions_as_llama_server_on_the_same_file(serve_app: 
                     else mine["content"] == (await theirs.post("/infill", json=body)).json()["content"], body
             mine = await (await client.post("/completion", json={**completion, "model": "coder"})).json()
             assert mine["content"] == (await theirs.post("/completion", json=completion)).json()["content"]
+
+
+# a file of 60 lines (~500 tokens); the next request's prefix has its second line deleted
+FILE = [f"the water {i} one two\n" for i in range(60)]
+
+
+async def test_infill_reuses_a_cached_prefix_whose_lines_moved_and_completion_when_asked(
+        serve_app: Any, store: Any) -> None:
+    """A line deleted near the top of the file: /infill reads the new prompt's changed part only, as
+    llama-server does in llama.vim's preset (--cache-reuse 256); /completion only with n_cache_reuse."""
+    client = await serve_app(store)
+
+    async def infill(lines: list[str], **extra: Any) -> dict[str, Any]:
+        body = {"model": "coder", "input_prefix": "".join(lines), "input_suffix": "\n", "n_predict": 4, **GREEDY}
+        return await (await client.post("/infill", json={**body, **extra})).json()  # type: ignore[no-any-return]
+
+    first = await infill(FILE)
+    moved = await infill(FILE[:1] + FILE[2:])
+    assert moved["timings"]["prompt_n"] < first["timings"]["prompt_n"] // 4  # the rest came from the cache
+    assert moved["tokens_cached"] >= first["timings"]["prompt_n"] - moved["timings"]["prompt_n"] - 16
+    exact = await infill(FILE[:2] + FILE[3:], n_cache_reuse=0)  # asked not to: the file is read again
+    assert exact["timings"]["prompt_n"] > first["timings"]["prompt_n"] * 3 // 4
+
+    head, block, tail = [1, 300, 301, 302], list(range(400, 440)), list(range(500, 600))
+    body = {"model": "coder", "n_predict": 2, **GREEDY}
+    await client.post("/completion", json={**body, "prompt": head + block + tail})
+    plain = await (await client.post("/completion", json={**body, "prompt": head + tail + [7]})).json()
+    await client.post("/completion", json={**body, "prompt": head + block + tail})
+    asked = await (await client.post("/completion", json={**body, "prompt": head + tail + [8],
+                                                          "n_cache_reuse": 64})).json()
+    assert plain["timings"]["cache_n"] == len(head)
+    assert asked["timings"]["cache_n"] == len(head) + len(tail) and asked["timings"]["prompt_n"] == 1
+
+
+async def test_shifted_reuse_says_what_llama_server_says_with_its_cache_reuse(serve_app: Any, store: Any,
+                                                                               fim_gguf: Path, tmp_path: Path) -> None:
+    """The same file, then with its second line deleted: the same text from both servers, the second
+    reading the same few tokens (both reuse the rest shifted, so both give the same approximation)."""
+    client = await serve_app(store)
+    bodies = [{"input_prefix": "".join(lines), "input_suffix": "\n", "n_predict": 8, **GREEDY}
+              for lines in (FILE, FILE[:1] + FILE[2:])]
+    args = ["-m", str(fim_gguf), "-c", "4096", "-np", "1", "-b", "1024", "--cache-reuse", "256"]
+    with llamaserver.serving(args, tmp_path / "ls.log") as url:
+        async with httpx.AsyncClient(base_url=url, timeout=120) as theirs:
+            for body in bodies:
+                mine = await (await client.post("/infill", json={**body, "model": "coder"})).json()
+                their = (await theirs.post("/infill", json=body)).json()
+                assert mine["content"] == their["content"]
+                assert mine["timings"]["cache_n"] == their["timings"]["cache_n"]
+                assert mine["timings"]["prompt_n"] == their["timings"]["prompt_n"]
