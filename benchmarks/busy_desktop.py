@@ -99,6 +99,14 @@ def create_model(work: Path, env: dict[str, str], name: str, gguf: Path) -> None
                    capture_output=True)
 
 
+def repack_args() -> list[str]:
+    """llama-server's ``--no-repack`` where localrun loads without repacked weights (they crash on some
+    CPUs: ENGINE_NOTES.md), so both sides run the same kernels."""
+    from localrun.hardware import repack
+
+    return [] if repack.allowed() else ["--no-repack"]
+
+
 def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
     """Stop each server's process group (started with ``start_new_session``): TERM, then KILL after 20 s."""
     for p in procs:

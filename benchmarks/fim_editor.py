@@ -9,8 +9,10 @@ file (``--extra``) as the repository context, 128 tokens at most, llama.vim's sa
 (``top_k``, ``top_p``, ``infill``) and a fixed seed, so both servers write the same text (the
 same kernels). Each request is sent to both servers in turn, in one run, on the same GGUF;
 llama-server runs as llama.vim's README starts it for a 1.5B Qwen coder (``-ub 1024 -b 1024
---cache-reuse 256``), one slot. Reported: the time to the reply (median, p90), prompt tokens read
-and taken from the cache, on each side, and the ratio.
+--cache-reuse 256``), one slot; localrun at its /infill defaults (``n_cache_reuse`` 256, the
+same), or ``--n-cache-reuse N`` (0: exact prefixes only, as before shifted reuse). Reported: the
+time to the reply (median, p90), prompt tokens read and taken from the cache, on each side, and
+the ratios.
 
     .venv/bin/python benchmarks/fim_editor.py --llama-server PATH/llama-server --gguf MODEL.gguf
 """
@@ -33,6 +35,7 @@ import httpx
 from busy_desktop import (  # this folder is on sys.path when a script here runs
     create_model,
     localrun_env,
+    repack_args,
     start_localrun,
     stop_all,
     wait_ready,
@@ -83,6 +86,7 @@ def main() -> int:
     ap.add_argument("--extra", type=Path, default=ROOT / "localrun" / "engine" / "infill.py")
     ap.add_argument("--step", type=int, default=3)
     ap.add_argument("--requests", type=int, default=40)
+    ap.add_argument("--n-cache-reuse", type=int, default=None, help="sent to localrun (default: the route's, 256)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "out" / "fim_editor.json")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fim-editor-"))
@@ -94,7 +98,8 @@ def main() -> int:
         create_model(work, env, "coder", args.gguf)
         ls_log = (work / "llama-server.log").open("ab")
         procs.append(subprocess.Popen([str(args.llama_server), "-m", str(args.gguf), "--port", "11633", "-np", "1",
-                                       "-ub", "1024", "-b", "1024", "--cache-reuse", "256", "-c", "32768"],
+                                       "-ub", "1024", "-b", "1024", "--cache-reuse", "256", "-c", "32768",
+                                       *repack_args()],
                                       env={**os.environ, "LD_LIBRARY_PATH": str(args.llama_server.parent)},
                                       stdout=ls_log, stderr=ls_log, start_new_session=True))
         wait_ready(theirs + "/health", procs[-1], "llama-server")
@@ -105,7 +110,9 @@ def main() -> int:
             client.post(ours + "/infill", json={**bodies[0], "model": "coder", "n_predict": 1})  # load it
             client.post(theirs + "/infill", json={**bodies[0], "n_predict": 1})
             for body in bodies:
-                for name, url, extra in (("localrun", ours, {"model": "coder"}), ("llama-server", theirs, {})):
+                mine = {"model": "coder"} if args.n_cache_reuse is None else {"model": "coder",
+                                                                              "n_cache_reuse": args.n_cache_reuse}
+                for name, url, extra in (("localrun", ours, mine), ("llama-server", theirs, {})):
                     t0 = time.perf_counter()
                     reply = client.post(url + "/infill", json={**body, **extra}).json()
                     reply["wall_ms"] = (time.perf_counter() - t0) * 1e3
@@ -113,7 +120,7 @@ def main() -> int:
         same = sum(a["content"] == b["content"] for a, b in zip(results["localrun"], results["llama-server"],
                                                                strict=True))
         summary: dict[str, Any] = {"cpu": cpu_name(), "cores": os.cpu_count(), "requests": len(bodies),
-                                   "same_text": same, "gguf": args.gguf.name}
+                                   "same_text": same, "gguf": args.gguf.name, "n_cache_reuse": args.n_cache_reuse}
         for name, rows in results.items():
             walls = sorted(r["wall_ms"] for r in rows)
             summary[name] = {
@@ -124,6 +131,7 @@ def main() -> int:
                 "generated": sum(r["timings/predicted_n"] for r in rows),
             }
         summary["ratio_median"] = summary["llama-server"]["median_ms"] / summary["localrun"]["median_ms"]
+        summary["ratio_p90"] = summary["llama-server"]["p90_ms"] / summary["localrun"]["p90_ms"]
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"summary": summary, "results": results}, indent=1))
         print(json.dumps(summary, indent=1))

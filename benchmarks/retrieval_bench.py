@@ -44,6 +44,7 @@ from busy_desktop import (  # this folder is on sys.path when a script here runs
     cpu_name,
     create_model,
     localrun_env,
+    repack_args,
     start_localrun,
     stop_all,
     wait_ready,
@@ -125,7 +126,7 @@ def main() -> int:
         causal = ["-np", "16", "-c", "16384", "-b", "8192", "-ub", "512", "--host", "127.0.0.1"]
         for path, flag, url, opts in ((emb, "--embedding", LLAMA_EMBED, common), (rr, "--rerank", LLAMA_RERANK, common),
                                       (qrr, "--rerank", LLAMA_CAUSAL, causal)):
-            procs.append(subprocess.Popen([str(args.llama_server), "-m", str(path), flag, *opts,
+            procs.append(subprocess.Popen([str(args.llama_server), "-m", str(path), flag, *opts, *repack_args(),
                                            "--port", url.rsplit(":", 1)[1]], env=lib, stdout=llog, stderr=llog,
                                           start_new_session=True))
             wait_ready(url + "/health", procs[-1], "llama-server")

@@ -30,6 +30,7 @@ from pathlib import Path
 from busy_desktop import (  # this folder is on sys.path when a script here runs
     create_model,
     localrun_env,
+    repack_args,
     start_localrun,
     stop_all,
     wait_ready,
@@ -63,7 +64,7 @@ def main() -> int:
         llog = (work / "llama-server.log").open("ab")
         procs.append(subprocess.Popen(
             [str(args.llama_server), "-m", str(gguf), "--host", "127.0.0.1", "--port", "18097", "-np", str(top),
-             "--kv-unified", "-c", str(top * slot_ctx)],
+             "--kv-unified", "-c", str(top * slot_ctx), *repack_args()],
             env={**os.environ, "LD_LIBRARY_PATH": str(args.llama_server.parent)}, stdout=llog, stderr=llog,
             start_new_session=True))
         wait_ready("http://127.0.0.1:18097/health", procs[-1], "llama-server")
