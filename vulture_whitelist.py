@@ -53,3 +53,4 @@ _.print_timings  # engine.vision: a libmtmd context parameter (ctypes structure 
 _.image_names  # tui.conversations: a ChatMessage key (TypedDict), read and written by its string name
 _.reused_tokens  # engine.tokencache: tokens taken from remembered texts, read by its tests
 _.settle  # engine.tokencache: waits for the texts handed to the background thread, used by its tests
+_.shifted_tokens  # engine.kvcache: prompt tokens reused with their positions shifted, read by its tests

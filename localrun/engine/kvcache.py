@@ -35,16 +35,17 @@ deterministic mode keeps one tier: a restored segment's cells could land out of 
 back (``prefix_store.py``), between loads of the model.
 
 Shifted reuse (``acquire(reuse=N)``, llama-server's ``--cache-reuse N``): past the prompt's cached
-prefix, the most recently used cached path below it is scanned as llama-server scans its slot's cache,
-and each run of at least N tokens it shares with the prompt's continuation is reused at the prompt's
-positions instead of being read again: an editor's prompt whose first kept line moved, a prompt with a
-block cut out. The cells are the tree's, so they are copied (through a spare sequence id, as a host
-segment comes back) and only the copy is shifted (``llama_memory_seq_add``; llama.cpp rotates its keys
-at the next decode); they become the request's private cells, and the tree is untouched. Reused keys
-attended to the tokens before them where they were computed, so the result is close to, not equal to,
-reading the prompt again: llama-server's trade, taken only when a request asks for it. Not for models
-whose cache cannot shift (llama_memory_can_shift: recurrent, M-RoPE), sliding windows (the guard) or
-the deterministic mode.
+prefix, the most recently used cached paths below it (a few, in the context or in host RAM, whence the
+one that gives most comes back) are scanned as llama-server scans its slot's cache, and each run of at
+least N tokens one shares with the prompt's continuation is reused at the prompt's positions instead of
+being read again: an editor's prompt whose first kept line moved, a prompt with a block cut out. The
+cells are the tree's, so they are copied (through a spare sequence id, as a host segment comes back)
+and only the copy is shifted (``llama_memory_seq_add``; llama.cpp rotates its keys at the next decode);
+they become the request's private cells, and the tree is untouched. Reused keys attended to the tokens
+before them where they were computed, so the result is close to, not equal to, reading the prompt
+again: llama-server's trade, taken only when a request asks for it. Not for models whose cache cannot
+shift (llama_memory_can_shift: recurrent, M-RoPE), sliding windows (the guard) or the deterministic
+mode.
 
 Sliding-window models (``guard``): llama.cpp treats a cell held by one sequence as free once it
 falls out of that sequence's attention window, even with a full-size window cache, and may write
@@ -92,6 +93,9 @@ GUARD_STRIDE = 64  # generated positions between two guard copies (sliding windo
 SHORT_RESTORE = 16
 RESTORE_ALPHA = 0.2  # weight of the newest sample in the mean time a short restore takes
 REUSE_SCAN_LIMIT = 1 << 20  # token comparisons one shifted-reuse scan may make (~0.1 s of Python)
+# Cached paths a shifted reuse compares (the most recent below each of this many most recent branches
+# past the prefix): llama.vim's warm-up requests cache other prompts between an editor's two completions
+REUSE_CANDIDATES = 4
 
 
 @dataclass(slots=True)
@@ -211,30 +215,85 @@ class KVCache:
             self.tree.lock(match.node)
             lease = SeqLease(seq, match.length, match.length, match.node, guarded=match.length)
         if reuse > 0 and self.can_shift:
-            lease.cached += self._reuse_shifted(seq, prompt[:-1], match.node, match.length, reuse)
+            reused = self._reuse_shifted(seq, prompt[:-1], match.node, match.length, reuse)
+            if reused and not self._holds(seq, prompt, match.length + reused):  # never decode over a hole
+                log.warning("prefix cache: %d tokens reused shifted did not land in place; read again", reused)
+                self._give_up(seq, match.length, -1)
+                reused = 0
+            lease.cached += reused
         return lease
 
     def _reuse_shifted(self, seq: int, prompt: list[int], below: RadixNode, start: int, min_run: int) -> int:
-        """Give ``seq`` (holding ``prompt[:start]``) the cells of ``prompt[start:start + n]`` from the
-        most recently used cached path below ``below``, in runs of at least ``min_run`` tokens, shifted
-        to their positions in ``prompt``; returns n (module docstring, "Shifted reuse")."""
-        leaf = below
-        while leaf.children:
-            leaf = max(leaf.children.values(), key=lambda n: n.last_access)
-        if leaf is below or leaf.owner is None or any(t < 0 for t in prompt[start:]):
+        """Give ``seq`` (holding ``prompt[:start]``) the cells of ``prompt[start:start + n]`` from a
+        cached path below ``below`` (of the most recent few, the one that gives most), in runs of at
+        least ``min_run`` tokens, shifted to their positions in ``prompt``; returns n (module
+        docstring, "Shifted reuse")."""
+        if any(t < 0 for t in prompt[start:]):
             return 0
-        runs = shifted_runs(leaf.path(), prompt, start, min_run)
+        best: tuple[int, RadixNode, list[tuple[int, int, int]]] | None = None
+        for child in sorted(below.children.values(), key=lambda n: n.last_access)[-REUSE_CANDIDATES:]:
+            leaf = child
+            while leaf.children:
+                leaf = max(leaf.children.values(), key=lambda n: n.last_access)
+            runs = shifted_runs(leaf.path(), prompt, start, min_run)
+            length = sum(n for _, _, n in runs)
+            if leaf.owner is not None and length and (best is None or length > best[0]):
+                best = (length, leaf, runs)
+        if best is not None:
+            self.tree.lock(best[1])  # room made for a host segment must not come from it
+        try:
+            back = self._host_reuse(prompt, start, min_run, best[0] if best is not None else 0)
+        finally:
+            if best is not None:
+                self.tree.unlock(best[1])
+        if back is not None:
+            best = back
+        if best is None:
+            return 0
+        _, node, runs = best
+        owner = self.tree.path_owner(node)
+        assert owner is not None
         reused = 0
-        self.tree.lock(leaf)  # a spare id taken by eviction must not be the one it copies from
+        self.tree.lock(node)  # a spare id taken by eviction must not be the one it copies from
         try:
             for c0, p0, n in runs:
-                if not self._shifted_copy(leaf.owner, seq, c0, p0, n):
+                if not self._shifted_copy(owner, seq, c0, p0, n):
                     break
                 reused += n
         finally:
-            self.tree.unlock(leaf)
+            self.tree.unlock(node)
         self.shifted_tokens += reused
         return reused
+
+    def _host_reuse(self, prompt: list[int], start: int, min_run: int,
+                    beat: int) -> tuple[int, RadixNode, list[tuple[int, int, int]]] | None:
+        """A path in host RAM that gives shifted reuse more than ``beat`` tokens, brought back into the
+        tree (with the segments before it, as :meth:`_restore_from_host` brings back a prompt's):
+        its tokens, its node and runs; None when none does, or it could not come back. A path that
+        left the context while other requests ran (llama.vim's warm-up requests between two
+        completions) is as good a source as one still there."""
+        if self.host is None or self.ctx is None:
+            return None
+        found: tuple[int, list[int], list[tuple[int, int, int]]] | None = None
+        looked = 0
+        for seg in self.host.segments():  # most recent first
+            if seg.end <= start or seg.path[:start] != prompt[:start]:
+                continue
+            runs = shifted_runs(seg.path, prompt, start, min_run)
+            length = sum(n for _, _, n in runs)
+            if length > max(beat, found[0] if found is not None else 0):
+                found = (length, seg.path, runs)
+            looked += 1
+            if looked == 4 * REUSE_CANDIDATES:  # a path evicted node by node is several segments
+                break
+        if found is None:
+            return None
+        length, path, runs = found
+        self._restore_from_host(path, None)
+        match = self.tree.match_prefix(path)
+        if match.length < runs[-1][0] + runs[-1][2] or self.tree.path_owner(match.node) is None:
+            return None
+        return length, match.node, runs
 
     def _shifted_copy(self, owner: int, seq: int, c0: int, p0: int, n: int) -> bool:
         """Copy ``owner``'s cells at positions ``[c0, c0 + n)`` to ``seq`` at ``[p0, p0 + n)``: serialised,

@@ -58,12 +58,12 @@ def test_a_bug_while_admitting_a_request_answers_it_with_an_error_and_the_engine
         real_acquire = kv.acquire
         calls = 0
 
-        def acquire_failing_once(prompt: list[int], *args):  # type: ignore[no-untyped-def]
+        def acquire_failing_once(prompt: list[int], *args, **kwargs):  # type: ignore[no-untyped-def]
             nonlocal calls
             calls += 1
             if calls == 1:
                 raise RuntimeError("simulated bug in admission")
-            return real_acquire(prompt, *args)
+            return real_acquire(prompt, *args, **kwargs)
 
         monkeypatch.setattr(kv, "acquire", acquire_failing_once)
         request = GenerateRequest([1, 300, 301, 302], SamplingOptions(temperature=0, num_predict=4))

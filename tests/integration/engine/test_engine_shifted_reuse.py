@@ -79,3 +79,13 @@ def test_reused_cells_leave_the_cached_prompt_whole(tiny_gguf: Path) -> None:
         kv.check_cells()
     assert all(r.done.cached_tokens == len(HEAD) + len(TAIL) for r in both)
     assert back.done.cached_tokens == len(first_prompt) - 1 and back.generated == first.generated
+
+
+def test_a_prompt_cached_in_between_does_not_hide_the_one_to_reuse(tiny_gguf: Path) -> None:
+    """llama.vim's warm-up requests (other files, no completion) come between two completions: the
+    runs are taken from whichever recent cached prompt gives most, not only the latest."""
+    with Engine(str(tiny_gguf), OPTIONS) as engine:
+        ask(engine, HEAD + BLOCK + TAIL, 64)
+        ask(engine, HEAD + [5, 6, 7, 8] * 10, 64)  # the latest cached prompt, nothing to reuse in it
+        moved = ask(engine, HEAD + TAIL + NEW, 64)
+    assert moved.done.cached_tokens == len(HEAD) + len(TAIL)
