@@ -79,7 +79,10 @@ def _prefix_tokens(vocab: Vocab, prefix: str, budget: int) -> tuple[list[int], i
     llama-server would keep (winnowing). As the cursor moves down, that line stays the first one
     kept until it leaves the window or a line hashing lower enters it, so the prefix read for one
     suggestion is the start of the next one's most of the time. Between half of ``budget`` and
-    ``budget`` tokens are kept, three quarters on average.
+    ``budget`` tokens are kept, three quarters on average. They are the whole prefix's own tokens
+    from that line on (not the line's text tokenized again), so they are also what an earlier,
+    shorter prefix read there: shifted reuse (GenerateRequest.cache_reuse) finds them when the cut
+    line moves on.
     """
     tokens = vocab.tokenize(prefix, add_special=False, parse_special=False)
     over = len(tokens) - budget
@@ -100,6 +103,11 @@ def _prefix_tokens(vocab: Vocab, prefix: str, budget: int) -> tuple[list[int], i
         pos = end + 1
     if best is None:  # no line starts there: llama-server's own cut
         return tokens[over:], over
-    kept = vocab.tokenize(data[best[1]:].decode("utf-8", "replace"), add_special=False, parse_special=False)
-    kept = kept[max(0, len(kept) - budget):]
-    return kept, len(tokens) - len(kept)
+    offset, first = 0, len(tokens)  # the first token that starts at or after the line picked
+    for i, t in enumerate(tokens):
+        if offset >= best[1]:
+            first = i
+            break
+        offset += len(vocab.piece(t))
+    first = max(first, over)
+    return tokens[first:], first

@@ -85,3 +85,15 @@ def test_a_cut_prefix_starts_at_the_same_line_while_the_cursor_moves_down(vocab:
         assert cut > 0 and 768 // 2 - 16 <= len(kept[-1]) <= 768  # half the budget at least, a line's slack
     continued = sum(later[:len(earlier)] == earlier for earlier, later in itertools.pairwise(kept))
     assert continued >= 3 * (len(kept) - 1) // 4, (continued, len(kept) - 1)
+
+
+def test_a_cut_prefix_is_the_whole_prefixs_own_tokens_from_the_cut_on(vocab: native.Vocab) -> None:
+    """So a prompt read before the prefix needed cutting holds them too, in the same tokens, and shifted
+    reuse (GenerateRequest.cache_reuse) finds them there; the same text tokenized again from the cut
+    could start with other tokens (a line's indentation)."""
+    lines = [f"    {w} = the(water, {i})" for i, w in enumerate(["alpha", "beta", "gamma", "delta"] * 100)]
+    prefix = "\n".join(lines) + "\n"
+    pre, suf = _id(vocab, "<|fim_prefix|>"), _id(vocab, "<|fim_suffix|>")
+    tokens, cut = infill_tokens(vocab, Infill(prefix, ""), n_ctx=4096, n_predict=8)
+    whole = vocab.tokenize(prefix, add_special=False, parse_special=False)
+    assert cut > 0 and tokens[tokens.index(pre) + 1:tokens.index(suf)] == whole[cut:]
