@@ -43,9 +43,11 @@ cells are the tree's, so they are copied (through a spare sequence id, as a host
 and only the copy is shifted (``llama_memory_seq_add``; llama.cpp rotates its keys at the next decode);
 they become the request's private cells, and the tree is untouched. Reused keys attended to the tokens
 before them where they were computed, so the result is close to, not equal to, reading the prompt
-again: llama-server's trade, taken only when a request asks for it. Not for models whose cache cannot
-shift (llama_memory_can_shift: recurrent, M-RoPE), sliding windows (the guard) or the deterministic
-mode.
+again: llama-server's trade, taken only when a request asks for it. llama.cpp rotates the keys of every
+cell in the context at the next decode, so a reuse costs about what that rotation costs at this pool size
+(the starter: ~1 s at 65,536 cells on 2 vCPUs, less than reading 256 tokens there; BENCHMARKS.md). Not for
+models whose cache cannot shift (llama_memory_can_shift: recurrent, M-RoPE), sliding windows (the guard) or
+the deterministic mode.
 
 Sliding-window models (``guard``): llama.cpp treats a cell held by one sequence as free once it
 falls out of that sequence's attention window, even with a full-size window cache, and may write
