@@ -107,6 +107,22 @@ def repack_args() -> list[str]:
     return [] if repack.allowed() else ["--no-repack"]
 
 
+def start_llama_server(binary: Path, work: Path, port: int, args: list[str]) -> subprocess.Popen[bytes]:
+    """llama-server (``binary``) on 127.0.0.1:``port`` with ``args`` (``-m MODEL ...``) and :func:`repack_args`,
+    logging to work/llama-server-PORT.log, once ``/health`` answers; stopped here if it never does, after
+    that by :func:`stop_all`."""
+    log = (work / f"llama-server-{port}.log").open("ab")
+    proc = subprocess.Popen([str(binary), *args, "--host", "127.0.0.1", "--port", str(port), *repack_args()],
+                            env={**os.environ, "LD_LIBRARY_PATH": str(binary.parent)}, stdout=log, stderr=log,
+                            start_new_session=True)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/health", proc, f"llama-server on port {port}")
+    except BaseException:
+        stop_all([proc])
+        raise
+    return proc
+
+
 def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
     """Stop each server's process group (started with ``start_new_session``): TERM, then KILL after 20 s."""
     for p in procs:
@@ -190,16 +206,10 @@ class Servers:
         out = subprocess.run([sys.executable, "-c", code, name], env=self.env, check=True, capture_output=True)
         return Path(out.stdout.decode().strip())
 
-    def start_llama(self, gguf: Path, port: int, no_repack: bool) -> str:
-        log = (self.work / f"llama-server-{port}.log").open("ab")
-        args = [str(self.llama_server), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
-                "-np", "4", "--kv-unified", "-c", "16384", *(["--no-repack"] if no_repack else [])]
-        env = {**os.environ, "LD_LIBRARY_PATH": str(self.llama_server.parent)}
-        p = subprocess.Popen(args, env=env, stdout=log, stderr=log, start_new_session=True)
-        self.procs.append(p)
-        base = f"http://127.0.0.1:{port}"
-        wait_ready(f"{base}/health", p, f"llama-server on {gguf.name}")
-        return base
+    def start_llama(self, gguf: Path, port: int) -> str:
+        self.procs.append(start_llama_server(self.llama_server, self.work, port,
+                                             ["-m", str(gguf), "-np", "4", "--kv-unified", "-c", "16384"]))
+        return f"http://127.0.0.1:{port}"
 
     def stop(self) -> None:
         stop_all(self.procs)
@@ -233,7 +243,7 @@ def main() -> int:
     try:
         servers.start_localrun()
         gguf, second = servers.pull(args.model), servers.pull(args.second)
-        ls = servers.start_llama(gguf, 18095, no_repack)
+        ls = servers.start_llama(gguf, 18095)
         lr = servers.localrun
         targets = {"localrun": (lr, args.model), "llama-server": (ls, "x")}
         for base, model in targets.values():
@@ -273,7 +283,7 @@ def main() -> int:
             a, b = max(runs, key=sum)
             two["localrun both at once: " + args.model] = round(a, 2)
             two["localrun both at once: " + args.second] = round(b, 2)
-            ls2 = servers.start_llama(second, 18096, no_repack)
+            ls2 = servers.start_llama(second, 18096)
             rate(ls2, "x", 1, 4)
             runs = [both(ls, "x", ls2, "x") for _ in range(args.repeat)]
             a2, b2 = max(runs, key=sum)

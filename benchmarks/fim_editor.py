@@ -35,10 +35,9 @@ import httpx
 from busy_desktop import (  # this folder is on sys.path when a script here runs
     create_model,
     localrun_env,
-    repack_args,
+    start_llama_server,
     start_localrun,
     stop_all,
-    wait_ready,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,13 +95,8 @@ def main() -> int:
     try:
         procs.append(start_localrun(work, env))
         create_model(work, env, "coder", args.gguf)
-        ls_log = (work / "llama-server.log").open("ab")
-        procs.append(subprocess.Popen([str(args.llama_server), "-m", str(args.gguf), "--port", "11633", "-np", "1",
-                                       "-ub", "1024", "-b", "1024", "--cache-reuse", "256", "-c", "32768",
-                                       *repack_args()],
-                                      env={**os.environ, "LD_LIBRARY_PATH": str(args.llama_server.parent)},
-                                      stdout=ls_log, stderr=ls_log, start_new_session=True))
-        wait_ready(theirs + "/health", procs[-1], "llama-server")
+        procs.append(start_llama_server(args.llama_server, work, 11633, [
+            "-m", str(args.gguf), "-np", "1", "-ub", "1024", "-b", "1024", "--cache-reuse", "256", "-c", "32768"]))
         bodies = requests_of(args.file.read_text().splitlines(), args.extra.read_text().splitlines(), args.step,
                              args.requests)
         results: dict[str, list[dict[str, Any]]] = {"localrun": [], "llama-server": []}

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import subprocess
 import sys
@@ -44,10 +43,9 @@ from busy_desktop import (  # this folder is on sys.path when a script here runs
     cpu_name,
     create_model,
     localrun_env,
-    repack_args,
+    start_llama_server,
     start_localrun,
     stop_all,
-    wait_ready,
 )
 
 from localrun.bench.cpu import CpuMeter, find_server
@@ -115,21 +113,17 @@ def main() -> int:
                                     n_head_kv=8, n_ff=3072, ftype="f16")
     words = [w for w in bert_vocab()[5:] if w.isalpha() and not w.startswith("#")][:400]
     env = localrun_env(work, int(LOCALRUN.rsplit(":", 1)[1]))
-    lib = {**os.environ, "LD_LIBRARY_PATH": str(args.llama_server.parent)}
     procs: list[subprocess.Popen[bytes]] = []
     try:
         procs.append(start_localrun(work, env))
         for name, path in (("bge-small-random", emb), ("bge-reranker-random", rr), ("qwen3-reranker-random", qrr)):
             create_model(work, env, name, path)
-        llog = (work / "llama-server.log").open("ab")
-        common = ["-np", "16", "-c", "8192", "-b", "8192", "-ub", "512", "--host", "127.0.0.1"]
-        causal = ["-np", "16", "-c", "16384", "-b", "8192", "-ub", "512", "--host", "127.0.0.1"]
+        common = ["-np", "16", "-c", "8192", "-b", "8192", "-ub", "512"]
+        causal = ["-np", "16", "-c", "16384", "-b", "8192", "-ub", "512"]
         for path, flag, url, opts in ((emb, "--embedding", LLAMA_EMBED, common), (rr, "--rerank", LLAMA_RERANK, common),
                                       (qrr, "--rerank", LLAMA_CAUSAL, causal)):
-            procs.append(subprocess.Popen([str(args.llama_server), "-m", str(path), flag, *opts, *repack_args(),
-                                           "--port", url.rsplit(":", 1)[1]], env=lib, stdout=llog, stderr=llog,
-                                          start_new_session=True))
-            wait_ready(url + "/health", procs[-1], "llama-server")
+            procs.append(start_llama_server(args.llama_server, work, int(url.rsplit(":", 1)[1]),
+                                            ["-m", str(path), flag, *opts]))
 
         def tokenize(text: str) -> list[int]:
             reply = httpx.post(LLAMA_EMBED + "/tokenize", json={"content": text, "add_special": True})

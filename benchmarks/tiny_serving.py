@@ -21,7 +21,6 @@ Targets (#29): aggregate >= 1.0x llama-server at every level, first token <= lla
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -30,10 +29,9 @@ from pathlib import Path
 from busy_desktop import (  # this folder is on sys.path when a script here runs
     create_model,
     localrun_env,
-    repack_args,
+    start_llama_server,
     start_localrun,
     stop_all,
-    wait_ready,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,13 +59,8 @@ def main() -> int:
     try:
         procs.append(start_localrun(work, env))
         create_model(work, env, "tiny", gguf)
-        llog = (work / "llama-server.log").open("ab")
-        procs.append(subprocess.Popen(
-            [str(args.llama_server), "-m", str(gguf), "--host", "127.0.0.1", "--port", "18097", "-np", str(top),
-             "--kv-unified", "-c", str(top * slot_ctx), *repack_args()],
-            env={**os.environ, "LD_LIBRARY_PATH": str(args.llama_server.parent)}, stdout=llog, stderr=llog,
-            start_new_session=True))
-        wait_ready("http://127.0.0.1:18097/health", procs[-1], "llama-server")
+        procs.append(start_llama_server(args.llama_server, work, 18097, [
+            "-m", str(gguf), "-np", str(top), "--kv-unified", "-c", str(top * slot_ctx)]))
         bench = [sys.executable, "-m", "localrun", "bench", "--base-url", "http://127.0.0.1:11630", "--model", "tiny",
                  "--label", "localrun", "--compare", "http://127.0.0.1:18097", "--compare-label", "llama-server",
                  "--concurrency", args.levels, "--input-tokens", str(args.input_tokens),
