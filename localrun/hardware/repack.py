@@ -23,6 +23,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -57,11 +58,15 @@ def _read(path: Path) -> dict[str, dict[str, object]]:
 
 
 def probe(timeout: float = PROBE_TIMEOUT) -> tuple[bool, str]:
-    """Run the probe child; (True, "") when it decoded with repacked weights, else (False, why)."""
+    """Run the probe child; (True, "") when it decoded with repacked weights, else (False, why).
+
+    The child writes its model into a directory this process owns and removes: a probe that dies of
+    the crash it looks for cannot clean up after itself."""
     started = time.monotonic()
     try:
-        done = subprocess.run([sys.executable, "-m", "localrun.hardware.repack_probe"], capture_output=True,
-                              timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+        with tempfile.TemporaryDirectory(prefix="localrun-repack-") as tmp:
+            done = subprocess.run([sys.executable, "-m", "localrun.hardware.repack_probe", tmp], capture_output=True,
+                                  timeout=timeout, check=False, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return False, f"the probe did not finish in {timeout:.0f} s"
     except OSError as exc:

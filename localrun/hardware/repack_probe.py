@@ -4,13 +4,15 @@ Writes a small random-weight llama in the quantisations llama.cpp's repacking an
 (Q4_0, Q8_0, Q4_K), at shapes those kernels accept, loads it with ``use_extra_bufts`` on, and
 decodes a prompt batch and a single token. A CPU that cannot run them dies here, not in a runner.
 
-    python -m localrun.hardware.repack_probe
+    python -m localrun.hardware.repack_probe DIRECTORY
+
+The model is written into DIRECTORY, which the caller removes (repack.probe): on the CPUs this
+looks for, the process dies before it could.
 """
 
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -72,33 +74,35 @@ def write_model(path: Path) -> None:
     w.close()
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     import llama_cpp as lc
 
     from ..engine import native
     from ..engine.types import LoadOptions
 
-    with tempfile.TemporaryDirectory(prefix="localrun-repack-") as tmp:
-        path = Path(tmp) / "probe.gguf"
-        write_model(path)
-        model = native.load_model(str(path), LoadOptions(repack=True))
-        ctx = native.create_context(model, native.ContextSpec(n_ctx=256, n_seq_max=1, n_batch=64, n_threads=2,
-                                                              swa_full=False))
-        batch = native.Batch(64)
-        batch.add(0, 0, list(range(3, 35)), True)
-        if batch.decode(ctx) != 0:
-            print("the prompt batch did not decode", file=sys.stderr)
-            return 3
-        batch.clear()
-        batch.add(0, 32, [7], True)
-        if batch.decode(ctx) != 0:
-            print("the single token did not decode", file=sys.stderr)
-            return 3
-        lc.llama_synchronize(ctx)
-        lc.llama_free(ctx)
-        lc.llama_model_free(model)
+    if len(argv) != 1 or not Path(argv[0]).is_dir():
+        print("usage: python -m localrun.hardware.repack_probe DIRECTORY", file=sys.stderr)
+        return 2
+    path = Path(argv[0]) / "probe.gguf"
+    write_model(path)
+    model = native.load_model(str(path), LoadOptions(repack=True))
+    ctx = native.create_context(model, native.ContextSpec(n_ctx=256, n_seq_max=1, n_batch=64, n_threads=2,
+                                                          swa_full=False))
+    batch = native.Batch(64)
+    batch.add(0, 0, list(range(3, 35)), True)
+    if batch.decode(ctx) != 0:
+        print("the prompt batch did not decode", file=sys.stderr)
+        return 3
+    batch.clear()
+    batch.add(0, 32, [7], True)
+    if batch.decode(ctx) != 0:
+        print("the single token did not decode", file=sys.stderr)
+        return 3
+    lc.llama_synchronize(ctx)
+    lc.llama_free(ctx)
+    lc.llama_model_free(model)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
