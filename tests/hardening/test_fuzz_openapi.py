@@ -23,6 +23,8 @@ from fakehub import FakeHub
 from fuzzing import HOSTILE_NAMES, Tally, fuzz, fuzz_spec, operations
 from hardening_helpers import LiveDaemon, add_model, engine_kind, record_figures
 
+from localrun.config import STARTER_MODEL
+
 pytest.importorskip("schemathesis")
 pytest.importorskip("hypothesis")
 
@@ -36,6 +38,10 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterato
     base = tmp_path_factory.mktemp("fuzz")
     models = base / "models"
     add_model(models, MODEL, tiny_gguf, "PARAMETER num_predict 16\n")
+    # llama-server's routes answer a request whose model is null (as absent) with the starter when no
+    # single text model is loaded; here that is the tiny model too, so its generations stay short (the
+    # real starter with ignore_eos and no n_predict would write until the client gave up).
+    add_model(models, STARTER_MODEL, tiny_gguf, "PARAMETER num_predict 16\n")
     with FakeHub() as hub:
         live = LiveDaemon(models, base / "daemon.log", env={
             # An empty stand-in hub: a pull of any hf.co name the fuzzer makes up is a 404 (a closed port
