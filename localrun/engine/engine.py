@@ -263,7 +263,7 @@ class Engine:
                            sampler=sampler, text=TextStream(options.stop), num_ctx=self.num_ctx,
                            num_predict=num_predict, last_n=last_n, interactive=interactive,
                            seeded=options.seed is not None and not self.options.batch_invariant,
-                           cache_reuse=request.cache_reuse if media is None else 0,
+                           cache_reuse=(request.cache_reuse or 0) if media is None else 0,
                            spans=media.spans if media is not None else ())
             self._incoming.append(seq)
             self._cond.notify()

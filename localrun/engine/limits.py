@@ -109,6 +109,7 @@ OPTIONS: dict[str, Limit] = {
     "presence_penalty": Limit(_N, _GEN, -2.0, 2.0),
     "frequency_penalty": Limit(_N, _GEN, -2.0, 2.0),
     "stop": Limit(Kind.STOP, _GEN),
+    "cache_reuse": Limit(_W, _GEN, 0, INT32_MAX, "0: exact prefixes only"),
     "logprobs": Limit(_F, _REQ),
     "top_logprobs": Limit(_W, _REQ, 0, MAX_TOP_LOGPROBS),
     "ignore_eos": Limit(_F, _FIELD),

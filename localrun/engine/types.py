@@ -132,9 +132,11 @@ class GenerateRequest:
     ``format_frame`` (prefix, suffix) is text the output must have around the formatted JSON: a
     forced tool call in the model's own format, e.g. ``("<tool_call>\n", "\n</tool_call>")``.
     ``num_keep`` is how many leading prompt tokens FRONT truncation keeps (the system prompt).
-    ``cache_reuse`` (llama-server's ``n_cache_reuse``): past the cached prefix, runs of at least this
-    many tokens that a cached prompt holds further along are reused with their positions shifted,
-    not read again (kvcache.py, "Shifted reuse"); 0, the default, reuses only exact prefixes.
+    ``cache_reuse`` (llama-server's ``n_cache_reuse``, the ``cache_reuse`` option): past the cached
+    prefix, runs of at least this many tokens that a cached prompt holds further along are reused with
+    their positions shifted, not read again (kvcache.py, "Shifted reuse"); 0 reuses only exact
+    prefixes. None: the model's setting (the service fills in its Modelfile PARAMETER or the request's
+    option), else 0.
     """
 
     prompt: str | list[int] | Infill
@@ -145,7 +147,7 @@ class GenerateRequest:
     truncation: Truncation = Truncation.FRONT
     num_keep: int = 0
     add_special: bool = True  # add BOS when the prompt is text
-    cache_reuse: int = 0
+    cache_reuse: int | None = None
     # Someone is waiting at a chat prompt (the TUI, `localrun run`): admitted and prefilled before
     # batch work. None: decided by the prompt's length (short prompts count as interactive).
     interactive: bool | None = None

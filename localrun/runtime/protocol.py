@@ -203,7 +203,7 @@ def decode_request(data: JSONObject) -> GenerateRequest:
         truncation=Truncation(data.get("truncation", "front")),
         num_keep=_int(data.get("num_keep", 0)),
         add_special=bool(data.get("add_special", True)),
-        cache_reuse=_int(data.get("cache_reuse", 0)),
+        cache_reuse=None if data.get("cache_reuse") is None else _int(data["cache_reuse"]),
         images=tuple(binascii.a2b_base64(_str(image)) for image in _list(data.get("images") or [])),
         interactive=None if interactive is None else bool(interactive),
     )

@@ -230,8 +230,17 @@ async def _parse(service: Service, body: JSONObject, infill: bool) -> _Call:
         target=target, prompts=prompts, sampling=sampling, n=n, stream=get(body, "stream", bool, False),
         grammar=get(body, "grammar", str, None) or None, format=schema,
         n_indent=max(0, get(body, "n_indent", int, 0)), t_max_predict_ms=max(0, get(body, "t_max_predict_ms", int, 0)),
-        fields=fields, cache_reuse=max(0, get(body, "n_cache_reuse", int, INFILL_CACHE_REUSE if infill else 0)),
+        fields=fields, cache_reuse=max(0, _cache_reuse(body, target, infill)),
     )
+
+
+def _cache_reuse(body: JSONObject, target: Target, infill: bool) -> int:
+    """``n_cache_reuse``; unset, the model's ``cache_reuse`` PARAMETER, else llama-server's default for the
+    route as editors start it (INFILL_CACHE_REUSE on /infill, 0 on /completion). Negative means 0."""
+    value = get(body, "n_cache_reuse", int, None)
+    if value is None:
+        value = target.cache_reuse if target.cache_reuse is not None else INFILL_CACHE_REUSE if infill else 0
+    return value
 
 
 async def completion(request: web.Request) -> web.StreamResponse:

@@ -17,7 +17,7 @@ from ..runtime.resident import KeepAlive
 from .http import get
 
 EXTRA_OPTIONS = ("num_ctx", "top_k", "min_p", "typical_p", "repeat_penalty", "repeat_last_n", "num_batch",
-                 "num_gpu", "num_thread", "num_keep", "use_mmap")
+                 "num_gpu", "num_thread", "num_keep", "use_mmap", "cache_reuse")
 """Ollama options any API's request may also carry as top-level fields (localrun's extras)."""
 
 

@@ -71,9 +71,10 @@ def merge_options(
     """Combine Modelfile parameters and request options over ``base`` (the daemon's settings:
     batch_invariant, kv_cache_type).
 
-    Returns (load options, sampling options, extras): extras holds ``num_keep`` and ``num_ctx``,
-    the explicit per-request maximum (None when neither the Modelfile nor the request set it; the
-    service then plans it from memory, ``hardware.memory.plan_context``). A request's ``num_ctx``
+    Returns (load options, sampling options, extras): extras holds ``num_keep``, ``cache_reuse``
+    (GenerateRequest's; None when unset) and ``num_ctx``, the explicit per-request maximum (None
+    when neither the Modelfile nor the request set it; the service then plans it from memory,
+    ``hardware.memory.plan_context``). A request's ``num_ctx``
     above the model's trained context ``n_ctx_train`` is an OptionError naming both; a Modelfile's
     is capped there, with a warning.
     """
@@ -119,7 +120,8 @@ def merge_options(
     if sampling_kwargs.get("seed") is not None and sampling_kwargs["seed"] < 0:
         sampling_kwargs["seed"] = None
     sampling = SamplingOptions(**sampling_kwargs)
-    extras: dict[str, int | None] = {"num_keep": merged.get("num_keep"), "num_ctx": merged.get("num_ctx")}
+    extras: dict[str, int | None] = {"num_keep": merged.get("num_keep"), "num_ctx": merged.get("num_ctx"),
+                                     "cache_reuse": merged.get("cache_reuse")}
     return load, sampling, extras
 
 

@@ -72,6 +72,7 @@ class Target:
     sampling: SamplingOptions
     num_keep: int | None
     keep_alive: KeepAlive
+    cache_reuse: int | None = None  # the Modelfile's or the request's option (GenerateRequest.cache_reuse)
     template_override: str | None = None  # a request's own template (/api/generate ``template``)
 
     def require(self, asked: ModelKind) -> None:
@@ -253,7 +254,7 @@ class Service:
         trace.mark_request("target")
         return Target(
             name=spec.name, resolved=resolved, geometry=geometry, spec=spec, sampling=sampling,
-            num_keep=extras.get("num_keep"), keep_alive=keep_alive,
+            num_keep=extras.get("num_keep"), keep_alive=keep_alive, cache_reuse=extras.get("cache_reuse"),
         )
 
     def _resolve(self, name: str) -> tuple[ResolvedModel, ModelGeometry]:
@@ -361,6 +362,8 @@ class Service:
             backend = lease.backend
             if context and isinstance(request.prompt, str):
                 request.prompt = list(context) + await backend.tokenize(request.prompt, add_special=False)
+            if request.cache_reuse is None:
+                request.cache_reuse = target.cache_reuse
             if target.num_keep is not None:
                 request.num_keep = target.num_keep
             elif (system_prefix and isinstance(request.prompt, str) and request.prompt.startswith(system_prefix)

@@ -21,7 +21,7 @@ from .conversations import ChatMessage
 # What /set parameter offers (types and rules: localrun.parameters, shared with the Modelfile parser).
 SESSION_PARAMETERS = ("seed", "num_predict", "top_k", "top_p", "min_p", "typical_p", "num_ctx", "num_batch",
                       "num_gpu", "num_thread", "num_keep", "temperature", "repeat_penalty", "repeat_last_n",
-                      "presence_penalty", "frequency_penalty", "stop")
+                      "presence_penalty", "frequency_penalty", "cache_reuse", "stop")
 
 SHOW_TOPICS = ("info", "license", "modelfile", "parameters", "system", "template")
 

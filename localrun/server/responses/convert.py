@@ -48,7 +48,7 @@ from ..options import parse_keep_alive
 
 _PASSED_OPTIONS = ("temperature", "top_p", "seed", "options", "num_ctx", "top_k", "min_p", "typical_p",
                    "repeat_penalty", "repeat_last_n", "num_batch", "num_gpu", "num_thread", "num_keep", "use_mmap",
-                   "presence_penalty", "frequency_penalty")
+                   "presence_penalty", "frequency_penalty", "cache_reuse")
 _UNSUPPORTED_PARTS = {"input_file": "files", "input_audio": "audio"}
 
 
