@@ -131,7 +131,7 @@ class Batcher:
 
     # -- accounting --------------------------------------------------------------------
     def used_cells(self) -> int:
-        private = sum(s.n_past - s.lease.shared_len for s in self.running if s.lease is not None)
+        private = sum(s.n_past - s.lease.shared_len + s.lease.held for s in self.running if s.lease is not None)
         return self.kv.cached_cells + private
 
     def has_work(self) -> bool:
@@ -223,7 +223,7 @@ class Batcher:
             if self.speculative and self.kv.can_draft and seq.sampler.fast_greedy is not None and not seq.spans:
                 seq.drafter = NgramDrafter()
             self.prompt_tokens += seq.prompt_len
-            self.cached_tokens += seq.lease.cached
+            self.cached_tokens += seq.lease.cached + seq.lease.gapped_cached
         self._attach(seq)
 
     def _attach(self, seq: Sequence) -> None:
@@ -320,7 +320,12 @@ class Batcher:
         for seq in prefilling:
             if budget <= 0:
                 break
+            gapped = seq.lease.gapped  # type: ignore[union-attr]
+            if gapped:  # cached runs past what it read: its own once it reaches them (kvcache.py)
+                seq.n_past = self.kv.join(seq.lease, seq.n_past)  # type: ignore[arg-type]
             take = min(budget, seq.prefill_end - seq.n_past)
+            if gapped:
+                take = min(take, gapped[0].start - seq.n_past)
             span = seq.next_span() if seq.spans else None
             if span is not None:  # text up to the next image; the image itself is decoded by _images
                 take = min(take, span.start - seq.n_past)

@@ -8,6 +8,9 @@ Every llama sequence id is in exactly one state:
   prefix exists once) and the rest are private;
 - idle holder: a finished request's sequence kept as cache; it owns one tree leaf and holds
   exactly the positions of the path from the root to that leaf.
+- holding: cached cells an active request reuses past a part of its prompt it reads first (a
+  gapped run of shifted reuse, below), moved to their new positions and waiting to be handed to
+  the request's sequence when its cells reach them.
 
 Each tree leaf is owned by one sequence whose cells cover the whole path to it, so any leaf
 below a matched node can lend the match with ``seq_cp``. A sequence that computed cells the tree
@@ -38,7 +41,13 @@ Shifted reuse (``acquire(reuse=N)``, llama-server's ``--cache-reuse N``): past t
 prefix, the most recently used cached paths below it (a few, in the context or in host RAM, whence the
 one that gives most comes back) are scanned as llama-server scans its slot's cache, and each run of at
 least N tokens one shares with the prompt's continuation is reused at the prompt's positions instead of
-being read again: an editor's prompt whose first kept line moved, a prompt with a block cut out. The
+being read again: an editor's prompt whose first kept line moved, a prompt with a block cut out. Past
+the runs that follow the prefix, new text may stand where the cached prompt had other text (a new
+session's first words before an agent's unchanged system message, a summary in place of old turns):
+up to :data:`MAX_GAPPED` runs after it are found too (:func:`gapped_runs`, which llama-server does not
+do). llama.cpp takes a sequence's tokens only after the last position it holds, so each such run waits
+in a spare sequence id (``SeqLease.gapped``) until the request has read the new text before it, and
+:meth:`join` hands it over. The
 cells are the tree's, so they are copied (through a spare sequence id, as a host segment comes back)
 and only the copy is shifted (``llama_memory_seq_add``; llama.cpp rotates its keys at the next decode);
 they become the request's private cells, and the tree is untouched. Reused keys attended to the tokens
@@ -68,7 +77,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import llama_cpp as lc
 
@@ -98,6 +107,23 @@ REUSE_SCAN_LIMIT = 1 << 20  # token comparisons one shifted-reuse scan may make 
 # Cached paths a shifted reuse compares (the most recent below each of this many most recent branches
 # past the prefix): llama.vim's warm-up requests cache other prompts between an editor's two completions
 REUSE_CANDIDATES = 4
+# Gapped runs (gapped_runs): the index keys on this many tokens and keeps this many starts of each; each
+# run past a gap waits in a spare sequence id of its own until the prompt reaches it, so a request takes
+# at most MAX_GAPPED of them
+GAP_KGRAM = 16
+GAP_CANDIDATES = 8
+MAX_GAPPED = 4
+
+
+@dataclass(frozen=True, slots=True)
+class GappedRun:
+    """Cached cells for prompt positions ``[start, end)``, past prompt tokens the request reads first:
+    shifted into place already, they wait in sequence id ``holder`` (llama.cpp takes a sequence's
+    tokens only in position order) until the request's own cells reach ``start`` (:meth:`KVCache.join`)."""
+
+    start: int
+    end: int
+    holder: int
 
 
 @dataclass(slots=True)
@@ -105,10 +131,17 @@ class SeqLease:
     """An active sequence's hold on the cache: its id, shared prefix length and locked node."""
 
     seq_id: int
-    cached: int                      # prompt tokens reused at admission
+    cached: int                      # prompt tokens reused at admission, from position 0 on
     shared_len: int                  # positions [0, shared_len) are tree cells
     node: RadixNode | None = None    # locked; ends at shared_len
     guarded: int = 0                 # positions [0, guarded) carry the guard id (sliding-window models)
+    gapped: list[GappedRun] = field(default_factory=list)  # not joined yet, in prompt order
+    gapped_cached: int = 0           # prompt tokens reused at admission past a gap (joined or not)
+
+    @property
+    def held(self) -> int:
+        """Cells the gapped runs not joined yet hold."""
+        return sum(g.end - g.start for g in self.gapped)
 
 
 @dataclass(eq=False, slots=True)
@@ -152,6 +185,65 @@ def shifted_runs(cached: list[int], prompt: list[int], start: int, min_run: int)
     return runs
 
 
+def gapped_runs(cached: list[int], prompt: list[int], p: int, c: int, min_run: int) -> list[tuple[int, int, int]]:
+    """What :func:`shifted_runs` cannot take: runs of at least ``min_run`` tokens that ``cached`` holds
+    from ``c`` on and ``prompt`` says after new text, from ``p`` on (text put in place of a cut: a new
+    session's first words before an agent's unchanged system message, a summary before the kept
+    turns), as (position in ``cached``, position in ``prompt``, length), each further along both than
+    the last. The prompt tokens between two runs are read; a run is the longest that starts at the
+    first prompt position where one starts (a k-gram index of ``cached``: linear, not a scan per
+    position). Comparisons are bounded by :data:`REUSE_SCAN_LIMIT`."""
+    k = min(min_run, GAP_KGRAM)
+    if min_run < 1 or len(prompt) - p < min_run or len(cached) - c < min_run:
+        return []
+    index: dict[tuple[int, ...], list[int]] = {}
+    for i in range(c, len(cached) - k + 1):
+        starts = index.setdefault(tuple(cached[i:i + k]), [])
+        if len(starts) < GAP_CANDIDATES:
+            starts.append(i)
+    runs: list[tuple[int, int, int]] = []
+    budget = REUSE_SCAN_LIMIT
+    while p + min_run <= len(prompt) and budget > 0:
+        best_c, best_n = -1, 0
+        for i in index.get(tuple(prompt[p:p + k]), ()):
+            if i < c:
+                continue
+            n = k + _agree(cached, i + k, prompt, p + k)
+            budget -= n
+            if n > best_n:
+                best_c, best_n = i, n
+        if best_n >= min_run:
+            runs.append((best_c, p, best_n))
+            p, c = p + best_n, best_c + best_n
+        else:
+            p += 1
+            budget -= 1
+    return runs
+
+
+def _agree(a: list[int], i: int, b: list[int], j: int) -> int:
+    """How many tokens ``a`` from ``i`` and ``b`` from ``j`` agree on, in time that follows the answer
+    (windows that double while they agree, then :func:`common_prefix_len` inside the last one)."""
+    n, step = 0, 16
+    limit = min(len(a) - i, len(b) - j)
+    while n < limit:
+        w = min(step, limit - n)
+        if a[i + n:i + n + w] != b[j + n:j + n + w]:
+            return n + common_prefix_len(a[i + n:i + n + w], b[j + n:j + n + w])
+        n += w
+        step *= 2
+    return n
+
+
+def reusable_runs(cached: list[int], prompt: list[int], start: int, min_run: int) -> list[tuple[int, int, int]]:
+    """Every run shifted reuse takes from ``cached`` for ``prompt`` past ``start``: llama-server's
+    (:func:`shifted_runs`, which follow each other from ``start``), then at most :data:`MAX_GAPPED`
+    past new text (:func:`gapped_runs`)."""
+    runs = shifted_runs(cached, prompt, start, min_run)
+    p, c = (runs[-1][1] + runs[-1][2], runs[-1][0] + runs[-1][2]) if runs else (start, start)
+    return runs + gapped_runs(cached, prompt, p, c, min_run)[:MAX_GAPPED]
+
+
 class KVCache:
     def __init__(self, mem: lc.llama_memory_t, n_cells: int, n_seq_max: int, enabled: bool,
                  *, reorder_when_idle: bool = False, ctx: lc.llama_context_p | None = None,
@@ -185,6 +277,7 @@ class KVCache:
         self._free = self._all_ids()
         self._owned: dict[int, RadixNode] = {}
         self._active: set[int] = set()
+        self._holding: set[int] = set()  # spare ids of gapped runs not joined yet (GappedRun.holder)
         self.can_shift = (enabled and not reorder_when_idle and self.guard_id is None and ctx is not None
                           and bool(lc.llama_memory_can_shift(mem)))
         self.shifted_tokens = 0  # prompt tokens reused with their positions shifted (acquire's ``reuse``)
@@ -197,7 +290,9 @@ class KVCache:
         ``token_seconds(rows)``: what one more token costs a prompt step of ``rows`` rows
         (StepCost.prompt_token_seconds), which decides whether a short host segment is worth
         bringing back (None: it always is). ``reuse`` > 0: then runs of at least that many cached
-        tokens further along, shifted into place (module docstring), counted in ``cached``."""
+        tokens further along, shifted into place (module docstring): those that follow the prefix
+        counted in ``cached``, those past a part of the prompt to read in ``gapped``, which the
+        caller joins as its cells reach each (:meth:`join`)."""
         seq = self._take_id()
         self._active.add(seq)
         if not self.enabled or len(prompt) < 2:
@@ -217,27 +312,47 @@ class KVCache:
             self.tree.lock(match.node)
             lease = SeqLease(seq, match.length, match.length, match.node, guarded=match.length)
         if reuse > 0 and self.can_shift:
-            reused = self._reuse_shifted(seq, prompt[:-1], match.node, match.length, reuse)
+            reused, gapped = self._reuse_shifted(seq, prompt[:-1], match.node, match.length, reuse)
             if reused and not self._holds(seq, prompt, match.length + reused):  # never decode over a hole
                 log.warning("prefix cache: %d tokens reused shifted did not land in place; read again", reused)
                 self._give_up(seq, match.length, -1)
                 reused = 0
             lease.cached += reused
+            for g in gapped:
+                if self._holds_exactly(g.holder, g.start, g.end):
+                    lease.gapped.append(g)
+                    lease.gapped_cached += g.end - g.start
+                else:
+                    log.warning("prefix cache: %d tokens reused shifted did not land in place; read again",
+                                g.end - g.start)
+                    self._drop_holder(g.holder)
         return lease
 
-    def _reuse_shifted(self, seq: int, prompt: list[int], below: RadixNode, start: int, min_run: int) -> int:
+    def join(self, lease: SeqLease, n_past: int) -> int:
+        """Hand ``lease``'s gapped runs that start at ``n_past`` (its sequence holds ``[0, n_past)``) to
+        its sequence; returns the positions it holds from 0 on after that."""
+        while lease.gapped and lease.gapped[0].start == n_past:
+            g = lease.gapped.pop(0)
+            lc.llama_memory_seq_cp(self.mem, g.holder, lease.seq_id, g.start, g.end)
+            self._drop_holder(g.holder)
+            n_past = g.end
+        return n_past
+
+    def _reuse_shifted(self, seq: int, prompt: list[int], below: RadixNode, start: int,
+                       min_run: int) -> tuple[int, list[GappedRun]]:
         """Give ``seq`` (holding ``prompt[:start]``) the cells of ``prompt[start:start + n]`` from a
         cached path below ``below`` (of the most recent few, the one that gives most), in runs of at
-        least ``min_run`` tokens, shifted to their positions in ``prompt``; returns n (module
+        least ``min_run`` tokens, shifted to their positions in ``prompt``, and the runs past a part of
+        the prompt it must read first in spare ids of their own; returns n and those (module
         docstring, "Shifted reuse")."""
         if any(t < 0 for t in prompt[start:]):
-            return 0
+            return 0, []
         best: tuple[int, RadixNode, list[tuple[int, int, int]]] | None = None
         for child in sorted(below.children.values(), key=lambda n: n.last_access)[-REUSE_CANDIDATES:]:
             leaf = child
             while leaf.children:
                 leaf = max(leaf.children.values(), key=lambda n: n.last_access)
-            runs = shifted_runs(leaf.path(), prompt, start, min_run)
+            runs = reusable_runs(leaf.path(), prompt, start, min_run)
             length = sum(n for _, _, n in runs)
             if leaf.owner is not None and length and (best is None or length > best[0]):
                 best = (length, leaf, runs)
@@ -251,21 +366,28 @@ class KVCache:
         if back is not None:
             best = back
         if best is None:
-            return 0
+            return 0, []
         _, node, runs = best
         owner = self.tree.path_owner(node)
         assert owner is not None
-        reused = 0
+        reused, gapped = 0, list[GappedRun]()
         self.tree.lock(node)  # a spare id taken by eviction must not be the one it copies from
         try:
             for c0, p0, n in runs:
-                if not self._shifted_copy(owner, seq, c0, p0, n):
+                holder = self._shifted_copy(owner, c0, p0, n)
+                if holder is None:
                     break
-                reused += n
+                if p0 == start + reused and not gapped:  # follows what seq holds: its own at once
+                    lc.llama_memory_seq_cp(self.mem, holder, seq, p0, p0 + n)
+                    self._drop(holder)
+                    reused += n
+                else:
+                    gapped.append(GappedRun(p0, p0 + n, holder))
+                    self._holding.add(holder)
+                self.shifted_tokens += n
         finally:
             self.tree.unlock(node)
-        self.shifted_tokens += reused
-        return reused
+        return reused, gapped
 
     def _host_reuse(self, prompt: list[int], start: int, min_run: int,
                     beat: int) -> tuple[int, RadixNode, list[tuple[int, int, int]]] | None:
@@ -281,7 +403,7 @@ class KVCache:
         for seg in self.host.segments():  # most recent first
             if seg.end <= start or seg.path[:start] != prompt[:start]:
                 continue
-            runs = shifted_runs(seg.path, prompt, start, min_run)
+            runs = reusable_runs(seg.path, prompt, start, min_run)
             length = sum(n for _, _, n in runs)
             if length > max(beat, found[0] if found is not None else 0):
                 found = (length, seg.path, runs)
@@ -297,24 +419,21 @@ class KVCache:
             return None
         return length, match.node, runs
 
-    def _shifted_copy(self, owner: int, seq: int, c0: int, p0: int, n: int) -> bool:
-        """Copy ``owner``'s cells at positions ``[c0, c0 + n)`` to ``seq`` at ``[p0, p0 + n)``: serialised,
-        loaded into a spare id (cells of its own), shifted there, then handed to ``seq``. False (nothing
-        changed) when no id or no room is free."""
+    def _shifted_copy(self, owner: int, c0: int, p0: int, n: int) -> int | None:
+        """A spare id holding a copy of ``owner``'s cells at positions ``[c0, c0 + n)`` moved to
+        ``[p0, p0 + n)``: serialised, loaded into the spare id (cells of its own) and shifted there;
+        the caller hands them on and drops it. None (nothing changed) when no id or no room is free."""
         assert self.ctx is not None
         try:
             spare = self._take_id()
         except RuntimeError:
-            return False
-        try:
-            if not load_state(self.ctx, spare, self._range_state(self.ctx, owner, c0, c0 + n)):
-                log.debug("prefix cache: no room to reuse %d cached tokens shifted", n)
-                return False
-            lc.llama_memory_seq_add(self.mem, spare, c0, c0 + n, p0 - c0)
-            lc.llama_memory_seq_cp(self.mem, spare, seq, p0, p0 + n)
-            return True
-        finally:
+            return None
+        if not load_state(self.ctx, spare, self._range_state(self.ctx, owner, c0, c0 + n)):
+            log.debug("prefix cache: no room to reuse %d cached tokens shifted", n)
             self._drop(spare)
+            return None
+        lc.llama_memory_seq_add(self.mem, spare, c0, c0 + n, p0 - c0)
+        return spare
 
     def register(self, lease: SeqLease, tokens: list[int]) -> None:
         """Make the KV of ``tokens`` (positions 0..len-1, computed by this active sequence)
@@ -348,6 +467,9 @@ class KVCache:
     def release(self, lease: SeqLease, tokens: list[int], keep: bool) -> None:
         """A request ended; with ``keep`` its KV (``tokens`` = those with KV) stays as cache."""
         seq = lease.seq_id
+        for g in lease.gapped:  # never reached: their cells go with their spare ids
+            self._drop_holder(g.holder)
+        lease.gapped.clear()
         if keep:
             self.guard(lease, len(tokens), now=True)
             self.register(lease, tokens)
@@ -693,6 +815,11 @@ class KVCache:
             lc.llama_memory_seq_cp(self.mem, seq, self.guard_id, -1, -1)
         self._guard_stale = False
 
+    def _holds_exactly(self, seq: int, p0: int, p1: int) -> bool:
+        """Whether ``seq``'s positions run from ``p0`` to ``p1 - 1`` (a gapped run's spare id)."""
+        return (int(lc.llama_memory_seq_pos_min(self.mem, seq)) == p0
+                and int(lc.llama_memory_seq_pos_max(self.mem, seq)) == p1 - 1)
+
     def _holds(self, seq: int, path: list[int], n: int) -> bool:
         """Whether llama.cpp holds exactly the cells of ``path[:n]`` for ``seq``: positions 0 to
         ``n - 1`` (it keeps a sequence's positions contiguous, so the two ends say it), or to the
@@ -753,6 +880,10 @@ class KVCache:
         self._owned.pop(seq, None)
         self._free.append(seq)
 
+    def _drop_holder(self, holder: int) -> None:
+        self._holding.discard(holder)
+        self._drop(holder)
+
     def _disable(self, why: str) -> None:
         """Fall back to recomputing: forget every cached prefix (running requests keep theirs)."""
         log.warning("prefix cache disabled: %s", why)
@@ -769,10 +900,13 @@ class KVCache:
             self.host = None
 
     def check_integrity(self) -> None:
-        """Tree invariants plus: owners are exactly the owned sequences, none is free."""
+        """Tree invariants plus: owners are exactly the owned sequences, none is free, and every id is
+        free, active, owned or holding a gapped run."""
         self.tree.check_integrity()
         owners = {owner for _, owner in self.tree.leaf_owners()}
         assert owners == set(self._owned), f"{owners} != {set(self._owned)}"
-        assert not (set(self._free) & (self._active | set(self._owned)))
+        assert not (set(self._free) & (self._active | set(self._owned) | self._holding))
+        lost = set(self._all_ids()) - set(self._free) - self._active - set(self._owned) - self._holding
+        assert not lost, f"sequence ids in no state: {sorted(lost)}"
         assert self.parked_id not in set(self._free) | self._active | set(self._owned)
 

@@ -138,7 +138,8 @@ class Sequence:
 
     @property
     def cached(self) -> int:
-        return self.lease.cached if self.lease else 0
+        """Prompt tokens taken from the cache at admission (shifted runs past a gap too)."""
+        return self.lease.cached + self.lease.gapped_cached if self.lease else 0
 
     def extra_cells_from(self, index: int) -> int:
         """Cells the images from ``index`` on take beyond their positions (M-RoPE: vision.py): what

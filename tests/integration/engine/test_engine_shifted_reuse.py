@@ -10,6 +10,7 @@ same first tokens on deeper ones (llama-server makes the same trade).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,49 @@ def test_a_prompt_cached_in_between_does_not_hide_the_one_to_reuse(tiny_gguf: Pa
         ask(engine, HEAD + [5, 6, 7, 8] * 10, 64)  # the latest cached prompt, nothing to reuse in it
         moved = ask(engine, HEAD + TAIL + NEW, 64)
     assert moved.done.cached_tokens == len(HEAD) + len(TAIL)
+
+
+NEW_BLOCK = [600 + (17 * i) % 300 for i in range(12)]  # text in place of BLOCK: read, then TAIL reused
+
+
+def test_new_text_in_place_of_a_cached_block_is_read_and_what_follows_is_reused(one_layer: Path) -> None:
+    """A new session's first words before an agent's unchanged system message: llama-server's scan
+    stops at the first new token; the run after it is reused here too, and on one layer the answer
+    is what reading the whole prompt gives."""
+    second = HEAD + NEW_BLOCK + TAIL + NEW
+    with Engine(str(one_layer), OPTIONS) as engine:
+        fresh = ask(engine, second, 0)
+    with Engine(str(one_layer), OPTIONS) as engine:
+        ask(engine, HEAD + BLOCK + TAIL, 64)
+        reused = ask(engine, second, 64)
+        kv = engine.batcher.kv  # type: ignore[union-attr]
+        assert kv.shifted_tokens == len(TAIL)
+        kv.check_integrity()  # the spare id that held TAIL is free again
+        kv.check_cells()
+        again = ask(engine, second, 64)
+    assert reused.done.cached_tokens == len(HEAD) + len(TAIL)
+    assert reused.done.prompt_eval_count == len(second)
+    same_until_a_near_tie(fresh, reused, margin=0.01)
+    assert again.done.cached_tokens == len(second) - 1 and again.generated == reused.generated
+
+
+def test_a_request_that_ends_before_it_reaches_its_reused_run_gives_the_run_back(tiny_gguf: Path) -> None:
+    """Cancelled while it reads the new text (several steps of it): the cells waiting for it go, and
+    every sequence id is accounted for."""
+    long_new = [600 + (17 * i) % 230 for i in range(500)]  # four 128-token steps before TAIL
+    options = LoadOptions(num_ctx=1024, num_parallel=2, num_batch=128)
+    with Engine(str(tiny_gguf), options) as engine:
+        ask(engine, HEAD + BLOCK + TAIL, 64)
+        kv = engine.batcher.kv  # type: ignore[union-attr]
+        handle = engine.submit(GenerateRequest(HEAD + long_new + TAIL + NEW, GREEDY, cache_reuse=64))
+        deadline = time.monotonic() + 30
+        while kv.shifted_tokens == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        handle.cancel()
+        result = collect(handle)
+        assert kv.shifted_tokens == len(TAIL)  # it had been admitted with the run waiting
+        kv.check_integrity()
+        kv.check_cells()
+        after = ask(engine, HEAD + BLOCK + TAIL + NEW, 0)  # the cache still serves its prompt
+    assert result.done.done_reason.value in ("cancelled", "length")
+    assert after.done.cached_tokens == len(HEAD + BLOCK + TAIL)

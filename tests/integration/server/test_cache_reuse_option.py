@@ -1,8 +1,9 @@
 """The ``cache_reuse`` option: llama-server's ``--cache-reuse`` on every API, opt-in per model or request.
 
 A conversation resent with a part taken out (an old tool result dropped, a file removed from an
-assistant's context) has the same text after the cut at other positions: exact prefix caching reads
-all of it again, shifted reuse takes it from the cache (kvcache.py, "Shifted reuse").
+assistant's context), or with other text in its place (a new session's first words before what an
+agent sends after them every time), has the same text after it at other positions: exact prefix
+caching reads all of it again, shifted reuse takes it from the cache (kvcache.py, "Shifted reuse").
 """
 
 from __future__ import annotations
@@ -55,6 +56,26 @@ async def test_a_modelfile_parameter_turns_it_on_for_the_openai_api(serve_app: A
     cut = exact["prompt_tokens_details"]["cached_tokens"]
     assert cut < exact["prompt_tokens"] // 2
     # shifted reuse: the ~200 tokens after it too
+    assert reused["prompt_tokens_details"]["cached_tokens"] > exact["prompt_tokens_details"]["cached_tokens"] + 150
+
+
+async def test_a_new_sessions_first_words_are_read_and_what_follows_them_is_reused(serve_app: Any,
+                                                                                  store: Any) -> None:
+    client = await serve_app(store)
+
+    async def session(model: str, words: str) -> dict[str, Any]:
+        messages = [{"role": "system", "content": "You are a coding agent."},
+                    {"role": "user", "content": words}, {"role": "user", "content": TAIL}]
+        reply = await client.post("/v1/chat/completions", json={"model": model, "messages": messages,
+                                                                 "max_tokens": 2, **GREEDY})
+        return (await reply.json())["usage"]  # type: ignore[no-any-return]
+
+    for model in ("exact", "reuser"):
+        await session(model, "Fix the failing test in tests/unit.")
+    exact = await session("exact", "Rename the helper.")
+    reused = await session("reuser", "Rename the helper.")
+    assert exact["prompt_tokens"] == reused["prompt_tokens"]
+    assert exact["prompt_tokens_details"]["cached_tokens"] < 40
     assert reused["prompt_tokens_details"]["cached_tokens"] > exact["prompt_tokens_details"]["cached_tokens"] + 150
 
 
