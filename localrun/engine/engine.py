@@ -193,7 +193,8 @@ class Engine:
             n_cells = int(lc.llama_n_ctx(self._ctx))
             host = HostCache(options.prefix_cache_ram) if options.prefix_cache_ram > 0 else None
             kv = KVCache(lc.llama_get_memory(self._ctx), n_cells, n_seq_max, enabled=not recurrent,
-                         reorder_when_idle=options.batch_invariant, ctx=self._ctx, host=host, guard=n_swa > 0)
+                         reorder_when_idle=options.batch_invariant, ctx=self._ctx, host=host, guard=n_swa > 0,
+                         slots=options.num_parallel)
             if options.projector:
                 self.projector = Projector(options.projector, model, n_threads=self.threads,
                                            use_gpu=bool(options.num_gpu))

@@ -247,9 +247,10 @@ def reusable_runs(cached: list[int], prompt: list[int], start: int, min_run: int
 class KVCache:
     def __init__(self, mem: lc.llama_memory_t, n_cells: int, n_seq_max: int, enabled: bool,
                  *, reorder_when_idle: bool = False, ctx: lc.llama_context_p | None = None,
-                 host: HostCache | None = None, guard: bool = False) -> None:
+                 host: HostCache | None = None, guard: bool = False, slots: int = 1) -> None:
         """``ctx`` and ``host`` together turn on the host-RAM tier (not in the deterministic mode);
-        ``guard`` (sliding-window models) keeps cached cells from being written over (module docstring)."""
+        ``guard`` (sliding-window models) keeps cached cells from being written over (module docstring).
+        ``slots``: how many requests may be active at once (bounds the ids gapped runs may hold)."""
         self.mem = mem
         self.ctx = ctx
         self.host = host if ctx is not None and enabled and not reorder_when_idle else None
@@ -278,6 +279,9 @@ class KVCache:
         self._owned: dict[int, RadixNode] = {}
         self._active: set[int] = set()
         self._holding: set[int] = set()  # spare ids of gapped runs not joined yet (GappedRun.holder)
+        # Every admission needs an id that is free or an idle holder's (evictable): with all slots
+        # active, each locking one holder's path, that leaves this many ids for gapped runs.
+        self._holding_cap = max(0, len(self._free) - 2 * slots)
         self.can_shift = (enabled and not reorder_when_idle and self.guard_id is None and ctx is not None
                           and bool(lc.llama_memory_can_shift(mem)))
         self.shifted_tokens = 0  # prompt tokens reused with their positions shifted (acquire's ``reuse``)
@@ -374,10 +378,13 @@ class KVCache:
         self.tree.lock(node)  # a spare id taken by eviction must not be the one it copies from
         try:
             for c0, p0, n in runs:
+                contiguous = p0 == start + reused and not gapped
+                if not contiguous and len(self._holding) >= self._holding_cap:
+                    break  # read, not held: the ids are kept for admissions (_holding_cap)
                 holder = self._shifted_copy(owner, c0, p0, n)
                 if holder is None:
                     break
-                if p0 == start + reused and not gapped:  # follows what seq holds: its own at once
+                if contiguous:  # follows what seq holds: its own at once
                     lc.llama_memory_seq_cp(self.mem, holder, seq, p0, p0 + n)
                     self._drop(holder)
                     reused += n

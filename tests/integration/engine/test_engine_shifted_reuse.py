@@ -136,3 +136,16 @@ def test_a_request_that_ends_before_it_reaches_its_reused_run_gives_the_run_back
         after = ask(engine, HEAD + BLOCK + TAIL + NEW, 0)  # the cache still serves its prompt
     assert result.done.done_reason.value in ("cancelled", "length")
     assert after.done.cached_tokens == len(HEAD + BLOCK + TAIL)
+
+
+def test_runs_past_new_text_are_read_when_no_id_may_hold_them(tiny_gguf: Path) -> None:
+    """The ids gapped runs may hold are bounded so that every slot can still be admitted
+    (KVCache._holding_cap); past that bound the run is read, and the answer is the same."""
+    with Engine(str(tiny_gguf), OPTIONS) as engine:
+        kv = engine.batcher.kv  # type: ignore[union-attr]
+        kv._holding_cap = 0
+        ask(engine, HEAD + BLOCK + TAIL, 64)
+        read = ask(engine, HEAD + NEW_BLOCK + TAIL + NEW, 64)
+        assert kv.shifted_tokens == 0
+        kv.check_integrity()
+    assert read.done.cached_tokens == len(HEAD)
