@@ -185,17 +185,33 @@ def shifted_runs(cached: list[int], prompt: list[int], start: int, min_run: int)
     return runs
 
 
-def gapped_runs(cached: list[int], prompt: list[int], p: int, c: int, min_run: int) -> list[tuple[int, int, int]]:
+def prompt_grams(prompt: list[int], start: int, min_run: int) -> dict[tuple[int, ...], int]:
+    """Each k-gram of ``prompt`` from ``start`` on (k as :func:`gapped_runs` takes it), with the last
+    position it starts at: made once per request, it lets :func:`gapped_runs` skip a cached path that
+    shares no run with the prompt without indexing the path."""
+    k = min(min_run, GAP_KGRAM)
+    return {tuple(prompt[i:i + k]): i for i in range(start, len(prompt) - k + 1)}
+
+
+def gapped_runs(cached: list[int], prompt: list[int], p: int, c: int, min_run: int,
+                grams: dict[tuple[int, ...], int] | None = None) -> list[tuple[int, int, int]]:
     """What :func:`shifted_runs` cannot take: runs of at least ``min_run`` tokens that ``cached`` holds
     from ``c`` on and ``prompt`` says after new text, from ``p`` on (text put in place of a cut: a new
     session's first words before an agent's unchanged system message, a summary before the kept
     turns), as (position in ``cached``, position in ``prompt``, length), each further along both than
     the last. The prompt tokens between two runs are read; a run is the longest that starts at the
     first prompt position where one starts (a k-gram index of ``cached``: linear, not a scan per
-    position). Comparisons are bounded by :data:`REUSE_SCAN_LIMIT`."""
+    position). Comparisons are bounded by :data:`REUSE_SCAN_LIMIT`. With ``grams`` (:func:`prompt_grams`
+    of this prompt), a path with no run is ruled out first from every ``min_run - k + 1``-th of its
+    k-grams (a run that long holds one whole), the common case: a few lookups instead of an index."""
     k = min(min_run, GAP_KGRAM)
     if min_run < 1 or len(prompt) - p < min_run or len(cached) - c < min_run:
         return []
+    if grams is not None:
+        stride = min_run - k + 1
+        first = -(-c // stride) * stride
+        if not any(grams.get(tuple(cached[i:i + k]), -1) >= p for i in range(first, len(cached) - k + 1, stride)):
+            return []
     index: dict[tuple[int, ...], list[int]] = {}
     for i in range(c, len(cached) - k + 1):
         starts = index.setdefault(tuple(cached[i:i + k]), [])
@@ -235,13 +251,14 @@ def _agree(a: list[int], i: int, b: list[int], j: int) -> int:
     return n
 
 
-def reusable_runs(cached: list[int], prompt: list[int], start: int, min_run: int) -> list[tuple[int, int, int]]:
+def reusable_runs(cached: list[int], prompt: list[int], start: int, min_run: int,
+                  grams: dict[tuple[int, ...], int] | None = None) -> list[tuple[int, int, int]]:
     """Every run shifted reuse takes from ``cached`` for ``prompt`` past ``start``: llama-server's
     (:func:`shifted_runs`, which follow each other from ``start``), then at most :data:`MAX_GAPPED`
-    past new text (:func:`gapped_runs`)."""
+    past new text (:func:`gapped_runs`, ``grams`` passed on)."""
     runs = shifted_runs(cached, prompt, start, min_run)
     p, c = (runs[-1][1] + runs[-1][2], runs[-1][0] + runs[-1][2]) if runs else (start, start)
-    return runs + gapped_runs(cached, prompt, p, c, min_run)[:MAX_GAPPED]
+    return runs + gapped_runs(cached, prompt, p, c, min_run, grams)[:MAX_GAPPED]
 
 
 class KVCache:
@@ -351,19 +368,20 @@ class KVCache:
         docstring, "Shifted reuse")."""
         if any(t < 0 for t in prompt[start:]):
             return 0, []
+        grams = prompt_grams(prompt, start, min_run)  # once for every path compared
         best: tuple[int, RadixNode, list[tuple[int, int, int]]] | None = None
         for child in sorted(below.children.values(), key=lambda n: n.last_access)[-REUSE_CANDIDATES:]:
             leaf = child
             while leaf.children:
                 leaf = max(leaf.children.values(), key=lambda n: n.last_access)
-            runs = reusable_runs(leaf.path(), prompt, start, min_run)
+            runs = reusable_runs(leaf.path(), prompt, start, min_run, grams)
             length = sum(n for _, _, n in runs)
             if leaf.owner is not None and length and (best is None or length > best[0]):
                 best = (length, leaf, runs)
         if best is not None:
             self.tree.lock(best[1])  # room made for a host segment must not come from it
         try:
-            back = self._host_reuse(prompt, start, min_run, best[0] if best is not None else 0)
+            back = self._host_reuse(prompt, start, min_run, best[0] if best is not None else 0, grams)
         finally:
             if best is not None:
                 self.tree.unlock(best[1])
@@ -396,8 +414,8 @@ class KVCache:
             self.tree.unlock(node)
         return reused, gapped
 
-    def _host_reuse(self, prompt: list[int], start: int, min_run: int,
-                    beat: int) -> tuple[int, RadixNode, list[tuple[int, int, int]]] | None:
+    def _host_reuse(self, prompt: list[int], start: int, min_run: int, beat: int,
+                    grams: dict[tuple[int, ...], int]) -> tuple[int, RadixNode, list[tuple[int, int, int]]] | None:
         """A path in host RAM that gives shifted reuse more than ``beat`` tokens, brought back into the
         tree (with the segments before it, as :meth:`_restore_from_host` brings back a prompt's):
         its tokens, its node and runs; None when none does, or it could not come back. A path that
@@ -410,7 +428,7 @@ class KVCache:
         for seg in self.host.segments():  # most recent first
             if seg.end <= start or seg.path[:start] != prompt[:start]:
                 continue
-            runs = reusable_runs(seg.path, prompt, start, min_run)
+            runs = reusable_runs(seg.path, prompt, start, min_run, grams)
             length = sum(n for _, _, n in runs)
             if length > max(beat, found[0] if found is not None else 0):
                 found = (length, seg.path, runs)

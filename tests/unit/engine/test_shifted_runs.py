@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localrun.engine.kvcache import MAX_GAPPED, gapped_runs, reusable_runs, shifted_runs
+from localrun.engine.kvcache import MAX_GAPPED, gapped_runs, prompt_grams, reusable_runs, shifted_runs
 
 
 def test_a_block_cut_from_the_middle_leaves_one_run_to_reuse() -> None:
@@ -69,3 +69,14 @@ def test_at_most_max_gapped_runs_are_taken() -> None:
 def test_the_gapped_scan_stays_linear_on_repeated_tokens() -> None:
     cached, prompt = ([3] * 255 + [4]) * 120, [9] + [3] * 30_000
     assert gapped_runs(cached, prompt, 1, 1, 256) == []
+
+
+def test_the_prompts_kgrams_rule_out_a_path_without_changing_what_is_found() -> None:
+    """``prompt_grams`` skips a path that shares no run after a few lookups (the common case of an
+    unrelated cached prompt); where it does share one, the runs are those found without it."""
+    head, old, new, tail = [1, 2, 3], list(range(100, 110)), list(range(500, 507)), list(range(200, 260))
+    cached, prompt = head + old + tail + [9], head + new + tail + [5]
+    grams = prompt_grams(prompt, 3, 32)
+    assert reusable_runs(cached, prompt, 3, 32, grams) == reusable_runs(cached, prompt, 3, 32) == [(13, 10, 60)]
+    unrelated = list(range(1000, 1400))
+    assert gapped_runs(unrelated, prompt, 3, 0, 32, grams) == []
